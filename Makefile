@@ -1,0 +1,29 @@
+# `make train` and `make test` are all a newcomer needs: both bootstrap .venv first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: train test lint explain clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+train: $(STAMP)
+	$(PY) -m launcher $(ARGS)
+
+explain: $(STAMP)
+	$(PY) -m launcher explain=true $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m ruff check launcher models datasets tests benchmarks
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check launcher models datasets tests benchmarks
+
+clean:
+	rm -rf outputs multirun .pytest_cache
