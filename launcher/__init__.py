@@ -1,0 +1,3 @@
+"""launcher: a declarative training launcher for TensorFlow / Keras 3, tracked in MLflow."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,159 @@
+"""One run, start to finish: resolve, configure, build in scope, train, track.
+
+    config -> probe -> resolve -> Plan -> runtime -> data -> build -> engine -> MLflow
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from launcher import runtime
+from launcher.errors import ConfigError
+
+EXIT_CONFIG_ERROR = 2
+
+
+def main_in_hydra(cfg: DictConfig) -> None:
+    """Hydra task: the run dir and launch dir come from Hydra; errors become exit codes."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.utils import get_original_cwd
+
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    choices = dict(hydra_cfg.runtime.choices)
+    code = run(cfg, run_dir, Path(get_original_cwd()), choices)
+    if code:
+        sys.exit(code)
+
+
+def run(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> int:
+    runtime.quiet_tensorflow_logs(bool(cfg.get("tf_logs", False)))
+    try:
+        return _run(cfg, run_dir, launch_dir, choices or {})
+    except ConfigError as err:
+        print(f"\n{err}\n", file=sys.stderr, flush=True)
+        return EXIT_CONFIG_ERROR
+
+
+def _run(cfg_node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict) -> int:
+    from launcher.environment import probe
+    from launcher.resolve import resolve, schedule
+
+    config = OmegaConf.to_object(cfg_node)
+    env = probe()
+    plan = resolve(config, env)
+    runtime.configure(plan, config.seed, config.deterministic)
+    source = _load_data(config)
+    schedule(config, plan, source.num_train, source.num_val)
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "plan.yaml").write_text(plan.to_yaml())
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg_node, resolve=True))
+    print(plan.render(), flush=True)
+    if config.explain:
+        print(f"\nexplain=true: nothing trained. Plan written to {run_dir / 'plan.yaml'}")
+        return 0
+    return _train(config, cfg_node, plan, source, env, run_dir, launch_dir, choices)
+
+
+def _load_data(config):
+    from launcher.registry import DATASETS, MODELS
+
+    source = DATASETS.get(config.dataset.name).load(config.dataset)
+    MODELS.get(config.model.name).check(config.model, source)
+    return source
+
+
+def _train(config, cfg_node, plan, source, env, run_dir, launch_dir, choices) -> int:
+    from launcher.build import build
+    from launcher.callbacks import make_callbacks
+    from launcher.checkpoint import Checkpointer
+    from launcher.engine import Engine
+
+    tracker = _start_tracking(config, cfg_node, plan, env, run_dir, launch_dir, choices)
+    status = "FAILED"
+    try:
+        built = build(config, plan, source)
+        checkpointer = Checkpointer(config.checkpoint, run_dir / "checkpoints", built) if config.checkpoint.enabled else None
+        initial_epoch = checkpointer.restore() if checkpointer else 0
+        engine = Engine(built, plan, source, seed=config.seed, shuffle_buffer=config.dataset.shuffle_buffer,
+                        callbacks=make_callbacks(config.train))
+
+        def on_epoch_end(epoch, logs):
+            tracker.log_metrics(logs, step=epoch)
+            if checkpointer:
+                checkpointer.maybe_save(epoch)
+
+        result = engine.fit(config.train.epochs, initial_epoch, on_epoch_end)
+        if config.checkpoint.export_model:
+            path = run_dir / "model.keras"
+            _export(built.model, path)
+            tracker.log_artifact(path, "model")
+        status = "FINISHED"
+        _summary(result, plan, run_dir, tracker)
+        return 0
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    except ConfigError:
+        raise
+    except Exception:
+        traceback.print_exc()
+        print("\nTraining failed; the MLflow run is marked FAILED.", file=sys.stderr)
+        return 1
+    finally:
+        tracker.end(status)
+
+
+def _start_tracking(config, cfg_node, plan, env, run_dir, launch_dir, choices):
+    from launcher.tracking import NullTracker, Tracker, flatten, resolve_uri
+
+    tr = config.tracking
+    if not tr.enabled:
+        return NullTracker()
+    uri = resolve_uri(tr.uri, launch_dir)
+    name = tr.run_name or "-".join(
+        str(choices.get(k, "?")) for k in ("model", "dataset", "precision", "strategy")
+    )
+    tracker = Tracker(uri, tr.experiment, name, launch_dir / "outputs" / "mlartifacts")
+    container = OmegaConf.to_container(cfg_node, resolve=True, enum_to_str=True)
+    params = flatten(container)
+    params.update({f"derived.{k}": plan[k] for k in _DERIVED if k in plan})
+    tracker.log_params(params)
+    tags = plan.tags()
+    tags.update({"tf_version": env.tf_version, "keras_version": env.keras_version,
+                 "devices": env.describe_devices(), "run_dir": str(run_dir)})
+    tracker.set_tags(tags)
+    tracker.log_artifact(run_dir / "plan.yaml")
+    tracker.log_artifact(run_dir / "config.yaml")
+    return tracker
+
+
+_DERIVED = (
+    "replicas", "batch.global", "batch.per_replica", "lr", "warmup.steps",
+    "train.steps_per_epoch", "train.total_steps", "precision.policy", "xla", "step",
+    "loss_scale.optimizer",
+)
+
+
+def _export(model, path: Path) -> None:
+    optimizer = model.optimizer
+    model.optimizer = None  # export the trained network, not the training state
+    try:
+        model.save(path)
+    finally:
+        model.optimizer = optimizer
+
+
+def _summary(result, plan, run_dir, tracker) -> None:
+    final = result.final
+    print("\nDone." + (" (stopped early)" if result.stopped_early else ""))
+    for key in ("loss", "accuracy", "val_loss", "val_accuracy", "examples_per_sec"):
+        if key in final:
+            print(f"  {key:<17}{final[key]:.4f}")
+    print(f"  run dir          {run_dir}")
+    print(f"  MLflow           {tracker.ui_hint}")

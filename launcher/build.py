@@ -1,0 +1,67 @@
+"""Build everything that creates variables, in one place, inside strategy.scope().
+
+The dtype policy is already set (runtime.configure) before this runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from launcher import loss_scale
+from launcher.registry import MODELS
+from launcher.schedules import learning_rate
+
+
+@dataclass
+class Built:
+    strategy: Any
+    model: Any
+    optimizer: Any
+
+
+def make_strategy(plan):
+    kind, devices = plan["strategy"], plan["strategy.devices"]
+    if kind == "default":
+        return tf.distribute.get_strategy()
+    if kind == "one_device":
+        return tf.distribute.OneDeviceStrategy(devices[0])
+    if kind == "mirrored":
+        on_cpu = all("cpu" in d.lower() for d in devices)
+        # NCCL is GPU-only; on logical CPUs reduce through one device.
+        ops = tf.distribute.ReductionToOneDevice() if on_cpu else None
+        return tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
+    if kind == "multi_worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    raise ValueError(f"unknown strategy {kind!r}")
+
+
+def make_optimizer(cfg, lr):
+    name = cfg.name.value
+    clip = {"clipnorm": cfg.clipnorm} if cfg.clipnorm else {}
+    if name == "sgd":
+        return keras.optimizers.SGD(lr, momentum=cfg.momentum, **clip)
+    if name == "adamw":
+        return keras.optimizers.AdamW(lr, weight_decay=cfg.weight_decay or 0.004, **clip)
+    return keras.optimizers.Adam(lr, **clip)
+
+
+def float32_output(model):
+    """Guarantee float32 logits whatever the builder did (mixed policies need the range)."""
+    if model.outputs[0].dtype == "float32":
+        return model
+    out = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(model.outputs[0])
+    return keras.Model(model.inputs, out, name=model.name)
+
+
+def build(cfg, plan, source) -> Built:
+    strategy = make_strategy(plan)
+    with strategy.scope():
+        model = float32_output(MODELS.get(cfg.model.name).build(cfg.model, source))
+        inner = make_optimizer(cfg.optimizer, learning_rate(plan, cfg.optimizer))
+        optimizer = loss_scale.wrap(inner, plan, cfg.loss_scale)
+        optimizer.build(model.trainable_variables)
+    return Built(strategy=strategy, model=model, optimizer=optimizer)

@@ -1,0 +1,22 @@
+"""Standard Keras callbacks from the `train` config (the engine drives them)."""
+
+from __future__ import annotations
+
+import keras
+
+
+def make_callbacks(train_cfg) -> list:
+    callbacks = []
+    if train_cfg.terminate_on_nan:
+        callbacks.append(keras.callbacks.TerminateOnNaN())
+    es = train_cfg.early_stopping
+    if es.enabled:
+        callbacks.append(
+            keras.callbacks.EarlyStopping(monitor=es.monitor, patience=es.patience, mode=es.mode.value, verbose=1)
+        )
+    rl = train_cfg.reduce_lr_on_plateau
+    if rl.enabled:
+        callbacks.append(
+            keras.callbacks.ReduceLROnPlateau(monitor=rl.monitor, factor=rl.factor, patience=rl.patience, verbose=1)
+        )
+    return callbacks

@@ -1,0 +1,58 @@
+"""DataSource: what every dataset builder returns, and the tf.data pipeline over it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class DataSource:
+    """A train/validation split held as arrays (small data) or as unbatched tf.data datasets."""
+
+    train: Any
+    val: Any
+    num_train: int
+    num_val: int
+    input_shape: tuple[int, ...]
+    num_classes: int
+    # "image" (H, W, C) floats, "tabular" (features,) floats, "tokens" (length,) ints.
+    kind: str
+    # Token inputs only: ids are in [0, vocab_size).
+    vocab_size: int = 0
+
+    def pipeline(self, split: str, batch: int, drop_remainder: bool, shuffle_seed: int | None,
+                 shuffle_buffer: int = 10_000):
+        import tensorflow as tf
+
+        source = self.train if split == "train" else self.val
+        ds = source if isinstance(source, tf.data.Dataset) else tf.data.Dataset.from_tensor_slices(source)
+        if shuffle_seed is not None:
+            size = self.num_train if split == "train" else self.num_val
+            ds = ds.shuffle(min(shuffle_buffer, size), seed=shuffle_seed, reshuffle_each_iteration=True)
+        ds = ds.batch(batch, drop_remainder=drop_remainder)
+        return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def split_arrays(x: np.ndarray, y: np.ndarray, validation_split: float, seed: int, limit: int = 0,
+                 kind: str = "image", num_classes: int | None = None) -> DataSource:
+    """Seeded shuffle, then hold out the last `validation_split` fraction."""
+    y = np.asarray(y).astype("int32").reshape(-1)
+    order = np.random.default_rng(seed).permutation(len(x))
+    x, y = x[order], y[order]
+    num_val = max(1, int(round(len(x) * validation_split)))
+    x_train, y_train = x[:-num_val], y[:-num_val]
+    if limit:
+        x_train, y_train = x_train[:limit], y_train[:limit]
+    return DataSource(
+        train=(x_train, y_train),
+        val=(x[-num_val:], y[-num_val:]),
+        num_train=len(x_train),
+        num_val=num_val,
+        input_shape=tuple(x.shape[1:]),
+        num_classes=int(num_classes if num_classes is not None else y.max() + 1),
+        kind=kind,
+        vocab_size=int(x.max()) + 1 if kind == "tokens" else 0,
+    )

@@ -1,0 +1,204 @@
+"""One training loop for every strategy, precision and XLA mode.
+
+`model.fit` fails under MirroredStrategy + jit_compile and under
+MultiWorkerMirroredStrategy, so the engine owns the loop:
+
+- `graph`:       the replica step is a plain tf.function body;
+- `fused_xla`:   one replica, the whole step (forward, backward, apply) compiled;
+- `replica_xla`: forward/backward compiled *inside* strategy.run, the
+                 cross-replica apply outside the compiled function.
+
+Steps run `steps_per_execution` at a time in an in-graph loop; per-replica
+loss/accuracy sums are reduced across replicas and returned to Python once per
+chunk. Standard Keras callbacks are driven through `CallbackList`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from launcher.loss_scale import current_scale
+
+SUM = tf.distribute.ReduceOp.SUM
+
+
+@dataclass
+class EpochResult:
+    epoch: int
+    logs: dict[str, float]
+
+
+@dataclass
+class FitResult:
+    epochs: list[EpochResult] = field(default_factory=list)
+    stopped_early: bool = False
+
+    @property
+    def final(self) -> dict[str, float]:
+        return self.epochs[-1].logs if self.epochs else {}
+
+
+class Engine:
+    def __init__(self, built, plan, source, *, seed: int = 0, shuffle_buffer: int = 10_000,
+                 callbacks=(), verbose: int = 1):
+        self.strategy = built.strategy
+        self.model = built.model
+        self.optimizer = built.optimizer
+        self.plan = plan
+        self.source = source
+        self.seed = seed
+        self.shuffle_buffer = shuffle_buffer
+        self.verbose = verbose
+        self.global_batch = plan["batch.global"]
+        self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+        self._build_functions()
+        # Callbacks such as ReduceLROnPlateau reach the optimizer through the model.
+        self.model.optimizer = self.optimizer
+        self.callbacks = keras.callbacks.CallbackList(
+            list(callbacks), add_history=True, add_progbar=False, model=self.model,
+            epochs=None, steps=plan["train.steps_per_epoch"], verbose=0,
+        )
+
+    # ------------------------------------------------------------- steps
+
+    def _forward_backward(self, x, y):
+        with tf.GradientTape() as tape:
+            logits = self.model(x, training=True)
+            per_example = self._loss(y, logits)
+            loss = tf.nn.compute_average_loss(per_example)
+            if self.model.losses:
+                loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
+            scaled = self.optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled, self.model.trainable_variables)
+        return grads, _stats(y, logits, per_example)
+
+    def _apply_step(self, x, y):
+        grads, stats = self._forward_backward_fn(x, y)
+        self.optimizer.apply(grads, self.model.trainable_variables)
+        return stats
+
+    def _eval_step(self, x, y):
+        logits = self.model(x, training=False)
+        return _stats(y, logits, self._loss(y, logits))
+
+    def _build_functions(self):
+        step = self.plan["step"]
+        self._forward_backward_fn = (
+            tf.function(self._forward_backward, jit_compile=True) if step == "replica_xla" else self._forward_backward
+        )
+        replica_step = tf.function(self._apply_step, jit_compile=True) if step == "fused_xla" else self._apply_step
+        # Multi-replica evaluation keeps every example, so its last batch is ragged and
+        # shapes differ per replica; a compiled forward there would be retraced with a
+        # relaxed shape that captures one device's variables. Evaluate in graph mode then.
+        eval_step = tf.function(self._eval_step, jit_compile=True) if step == "fused_xla" else self._eval_step
+        strategy = self.strategy
+
+        def loop(replica_fn):
+            @tf.function
+            def run_chunk(iterator, steps):
+                totals = tf.zeros([3], tf.float32)
+                for _ in tf.range(steps):
+                    x, y = next(iterator)
+                    stats = strategy.run(replica_fn, args=(x, y))
+                    totals += strategy.reduce(SUM, stats, axis=None)
+                return totals
+
+            return run_chunk
+
+        self._train_chunk = loop(replica_step)
+        self._eval_chunk = loop(eval_step)
+
+    # -------------------------------------------------------------- data
+
+    def _iterator(self, split: str, epoch: int):
+        train = split == "train"
+        drop = self.plan["batch.drop_remainder"] if train else False
+        # Seed per epoch: the order of epoch e does not depend on earlier epochs (resumable).
+        seed = self.seed * 100_003 + epoch if train else None
+        ds = self.source.pipeline(split, self.global_batch, drop, seed, self.shuffle_buffer)
+        return iter(self.strategy.experimental_distribute_dataset(ds))
+
+    # --------------------------------------------------------------- fit
+
+    def fit(self, epochs: int, initial_epoch: int = 0, on_epoch_end=None) -> FitResult:
+        result = FitResult()
+        self.model.stop_training = False
+        self.callbacks.on_train_begin()
+        for epoch in range(initial_epoch, epochs):
+            self.callbacks.on_epoch_begin(epoch)
+            logs = self._train_epoch(epoch, epochs)
+            logs.update(self.evaluate(epoch))
+            logs.update(self._optimizer_logs())
+            self.callbacks.on_epoch_end(epoch, logs)
+            result.epochs.append(EpochResult(epoch, dict(logs)))
+            if self.verbose:
+                print(_epoch_line(epoch, epochs, logs), flush=True)
+            if on_epoch_end is not None:
+                on_epoch_end(epoch, logs)
+            if self.model.stop_training:
+                result.stopped_early = epoch + 1 < epochs
+                break
+        self.callbacks.on_train_end(result.final)
+        return result
+
+    def _train_epoch(self, epoch: int, epochs: int) -> dict[str, float]:
+        steps = self.plan["train.steps_per_epoch"]
+        chunk = self.plan["steps_per_execution"]
+        iterator = self._iterator("train", epoch)
+        bar = keras.utils.Progbar(steps, verbose=self.verbose, unit_name="step") if self.verbose else None
+        if bar is not None:
+            print(f"Epoch {epoch + 1}/{epochs}", flush=True)
+        totals = np.zeros(3)
+        done, start = 0, time.perf_counter()
+        while done < steps:
+            n = min(chunk, steps - done)
+            self.callbacks.on_train_batch_begin(done)
+            totals += self._train_chunk(iterator, tf.constant(n, tf.int32)).numpy()
+            done += n
+            running = _summarise(totals)
+            self.callbacks.on_train_batch_end(done - 1, running)
+            if bar is not None:
+                bar.update(done, values=list(running.items()), finalize=done >= steps)
+            if self.model.stop_training:
+                break
+        elapsed = time.perf_counter() - start
+        logs = _summarise(totals)
+        logs["examples_per_sec"] = totals[2] / elapsed if elapsed > 0 else 0.0
+        logs["epoch_time_sec"] = elapsed
+        return logs
+
+    def evaluate(self, epoch: int = 0) -> dict[str, float]:
+        steps = self.plan["train.validation_steps"]
+        totals = self._eval_chunk(self._iterator("val", epoch), tf.constant(steps, tf.int32)).numpy()
+        return {f"val_{k}": v for k, v in _summarise(totals).items()}
+
+    def _optimizer_logs(self) -> dict[str, float]:
+        lr = self.optimizer.learning_rate
+        logs = {"learning_rate": float(keras.ops.convert_to_numpy(lr))}
+        scale = current_scale(self.optimizer)
+        if scale is not None:
+            logs["loss_scale"] = scale
+        return logs
+
+
+def _stats(y, logits, per_example):
+    labels = tf.cast(tf.reshape(y, [-1]), tf.int64)
+    correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1), labels), tf.float32)
+    count = tf.cast(tf.shape(labels)[0], tf.float32)
+    return tf.stack([tf.reduce_sum(tf.cast(per_example, tf.float32)), tf.reduce_sum(correct), count])
+
+
+def _summarise(totals) -> dict[str, float]:
+    count = max(float(totals[2]), 1.0)
+    return {"loss": float(totals[0]) / count, "accuracy": float(totals[1]) / count}
+
+
+def _epoch_line(epoch: int, epochs: int, logs: dict[str, float]) -> str:
+    shown = ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "loss_scale", "examples_per_sec")
+    parts = [f"{k}={logs[k]:.4g}" for k in shown if k in logs]
+    return f"  epoch {epoch + 1}/{epochs}: " + " ".join(parts)

@@ -1,0 +1,107 @@
+"""What this machine offers, as plain data, probed without starting the TF runtime.
+
+The resolver only ever sees an `Environment`, so its rules are tested with fake
+ones (an A100 node, a CPU without AMX...). Probing must leave TensorFlow's
+runtime uninitialised: logical CPU devices are configured afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    compute_capability: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Environment:
+    cpu_count: int = 1
+    cpu_flags: frozenset[str] = field(default_factory=frozenset)
+    gpus: tuple[Gpu, ...] = ()
+    tf_version: str = "unknown"
+    keras_version: str = "unknown"
+    tf_config: dict | None = None
+    machine: str = ""
+
+    @property
+    def has_amx(self) -> bool:
+        return any(flag.startswith("amx") for flag in self.cpu_flags)
+
+    @property
+    def cpu_has_fast_bf16(self) -> bool:
+        """AMX tiles or AVX-512 BF16: oneDNN runs bfloat16 matmuls natively."""
+        return self.has_amx or "avx512_bf16" in self.cpu_flags
+
+    @property
+    def gpu_min_capability(self) -> tuple[int, int] | None:
+        return min((g.compute_capability for g in self.gpus), default=None)
+
+    def describe_devices(self) -> str:
+        if self.gpus:
+            names = ", ".join(
+                f"{g.name} (cc {g.compute_capability[0]}.{g.compute_capability[1]})"
+                for g in self.gpus
+            )
+            return f"{len(self.gpus)} GPU(s): {names}"
+        cpu = "AMX" if self.has_amx else ("AVX-512 BF16" if self.cpu_has_fast_bf16 else "no bf16 fast path")
+        return f"no GPU; 1 CPU with {self.cpu_count} cores ({cpu})"
+
+
+def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def read_tf_config() -> dict | None:
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return {"_invalid": raw}
+
+
+def _probe_gpus() -> tuple[Gpu, ...]:
+    import tensorflow as tf
+
+    gpus = []
+    # list_physical_devices does not create the TF context, so logical devices
+    # can still be configured afterwards.
+    for device in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(device)
+        capability = tuple(details.get("compute_capability") or (0, 0))
+        gpus.append(Gpu(details.get("device_name", device.name), capability))
+    return tuple(gpus)
+
+
+def probe() -> Environment:
+    import keras
+    import tensorflow as tf
+
+    from launcher.runtime import quiet_stderr
+
+    with quiet_stderr():
+        gpus = _probe_gpus()
+    return Environment(
+        cpu_count=os.cpu_count() or 1,
+        cpu_flags=read_cpu_flags(),
+        gpus=gpus,
+        tf_version=tf.__version__,
+        keras_version=keras.version(),
+        tf_config=read_tf_config(),
+        machine=platform.machine(),
+    )

@@ -1,0 +1,42 @@
+"""ConfigError: every violation of a config, reported at once, never as a TF traceback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: which key, what it got, what is valid, and how to fix it."""
+
+    key: str
+    value: object
+    expected: str
+    fix: str
+
+    def render(self) -> str:
+        return (
+            f"  - {self.key}={self.value!r}: expected {self.expected}.\n"
+            f"    fix: {self.fix}"
+        )
+
+
+class ConfigError(Exception):
+    """Raised with all violations found, so a person fixes them in one go."""
+
+    def __init__(self, violations: Sequence[Violation]):
+        self.violations = tuple(violations)
+        count = len(self.violations)
+        head = f"Invalid configuration ({count} problem{'s' if count != 1 else ''}):"
+        super().__init__("\n".join([head, *(v.render() for v in self.violations)]))
+
+    @classmethod
+    def single(cls, key: str, value: object, expected: str, fix: str) -> ConfigError:
+        return cls([Violation(key, value, expected, fix)])
+
+
+def raise_if_any(violations: Iterable[Violation]) -> None:
+    found = list(violations)
+    if found:
+        raise ConfigError(found)

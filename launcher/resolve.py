@@ -1,0 +1,513 @@
+"""resolve(config, environment) -> Plan: the launcher's knowledge of what works together.
+
+Pure: no TensorFlow, no files. Each rule reads the config, the environment and
+the decisions of earlier rules, records its own decisions with a reason, and
+appends violations instead of raising, so one ConfigError lists them all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from launcher.environment import Environment
+from launcher.errors import ConfigError, Violation, raise_if_any
+from launcher.plan import Plan
+from launcher.schema import (
+    BatchRule,
+    Config,
+    LossScaleImpl,
+    LossScaleMode,
+    LrRule,
+    LrSchedule,
+    PrecisionName,
+    StrategyKind,
+)
+
+POLICIES = {"fp32": "float32", "mixed": "mixed_float16", "bf16": "mixed_bfloat16"}
+XLA_CHOICES = ("true", "false", "auto")
+DEFAULT_LOGICAL_CPUS = 2
+
+Rule = Callable[[Config, Environment, Plan, list], None]
+
+
+def resolve(cfg: Config, env: Environment) -> Plan:
+    """Check the combination and decide everything; raise ConfigError listing every problem."""
+    plan = Plan()
+    violations: list[Violation] = []
+    for rule in RULES:
+        rule(cfg, env, plan, violations)
+    raise_if_any(violations)
+    return plan
+
+
+# ----------------------------------------------------------------- precision
+
+
+def _auto_precision(env: Environment) -> tuple[str, str]:
+    capability = env.gpu_min_capability
+    if capability is not None:
+        if capability >= (8, 0):
+            return "bf16", f"GPU compute capability {capability[0]}.{capability[1]} >= 8.0 has bfloat16 tensor cores"
+        if capability >= (7, 0):
+            return "mixed", f"GPU compute capability {capability[0]}.{capability[1]} has float16 tensor cores but no bfloat16"
+        return "fp32", f"GPU compute capability {capability[0]}.{capability[1]} < 7.0 has no fast reduced precision"
+    if env.cpu_has_fast_bf16:
+        feature = "AMX" if env.has_amx else "AVX-512 BF16"
+        return "bf16", f"CPU has {feature}: oneDNN runs bfloat16 matmuls natively"
+    return "fp32", "CPU has neither AMX nor AVX-512 BF16: reduced precision would be slower"
+
+
+def rule_precision(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
+    requested = cfg.precision.name
+    if requested == PrecisionName.auto:
+        precision, reason = _auto_precision(env)
+        reason = f"precision=auto: {reason}"
+    else:
+        precision, reason = requested.value, "requested"
+    plan.decide("precision", precision, reason)
+    plan.decide("precision.policy", POLICIES[precision], f"Keras dtype policy for {precision}")
+    if precision == "mixed" and not _has_fp16_fast_path(env):
+        hint = " Use precision=bf16: this hardware runs bfloat16 fast." if _has_bf16_fast_path(env) else ""
+        plan.warn(
+            "precision=mixed (float16) on hardware without a float16 fast path "
+            f"({env.describe_devices()}): float16 math is emulated and can be many times "
+            f"slower than float32 on large layers.{hint}"
+        )
+    if precision != "fp32":
+        plan.decide(
+            "model.output_dtype",
+            "float32",
+            "the last layer computes in float32 under a mixed policy (softmax and loss need the range)",
+        )
+
+
+def _has_fp16_fast_path(env: Environment) -> bool:
+    capability = env.gpu_min_capability
+    return capability is not None and capability >= (7, 0)
+
+
+def _has_bf16_fast_path(env: Environment) -> bool:
+    capability = env.gpu_min_capability
+    if capability is not None:
+        return capability >= (8, 0)
+    return env.cpu_has_fast_bf16
+
+
+# ------------------------------------------------------------------ strategy
+
+
+def rule_strategy(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
+    kind = cfg.strategy.kind
+    handler = {
+        StrategyKind.default: _default_strategy,
+        StrategyKind.one_device: _one_device_strategy,
+        StrategyKind.mirrored: _mirrored_strategy,
+        StrategyKind.multi_worker: _multi_worker_strategy,
+    }[kind]
+    handler(cfg, env, plan, violations)
+
+
+def _default_strategy(cfg, env, plan, violations) -> None:
+    device = "/gpu:0" if env.gpus else "/cpu:0"
+    plan.decide("strategy", "default", "requested: one device, no tf.distribute wrapping")
+    plan.decide("strategy.devices", [device], f"found {env.describe_devices()}")
+    plan.decide("strategy.logical_cpus", 0, "no CPU split needed")
+    plan.decide("replicas", 1, "one device")
+
+
+def _one_device_strategy(cfg, env, plan, violations) -> None:
+    wanted = cfg.strategy.device.strip().lower()
+    if wanted == "auto":
+        device = "/gpu:0" if env.gpus else "/cpu:0"
+        reason = f"device=auto picked {device}; found {env.describe_devices()}"
+    else:
+        device, reason = wanted, "requested"
+        problem = _device_problem(wanted, env)
+        if problem:
+            valid = ["auto", "/cpu:0", *(f"/gpu:{i}" for i in range(len(env.gpus)))]
+            violations.append(
+                Violation(
+                    "strategy.device",
+                    cfg.strategy.device,
+                    f"one of {valid} ({problem}; found {env.describe_devices()})",
+                    "strategy.device=auto",
+                )
+            )
+    plan.decide("strategy", "one_device", "requested: OneDeviceStrategy")
+    plan.decide("strategy.devices", [device], reason)
+    plan.decide("strategy.logical_cpus", 0, "no CPU split needed")
+    plan.decide("replicas", 1, "one device")
+
+
+def _device_problem(device: str, env: Environment) -> str | None:
+    kind, _, index = device.lstrip("/").partition(":")
+    if kind not in ("cpu", "gpu") or not index.isdigit():
+        return "not a device string"
+    if kind == "gpu" and int(index) >= len(env.gpus):
+        return f"there is no GPU {index}"
+    if kind == "cpu" and int(index) != 0:
+        return "only /cpu:0 exists"
+    return None
+
+
+def _mirrored_strategy(cfg, env, plan, violations) -> None:
+    wanted = cfg.strategy.devices
+    plan.decide("strategy", "mirrored", "requested: MirroredStrategy (synchronous data parallel)")
+    if wanted < 0:
+        violations.append(
+            Violation("strategy.devices", wanted, "0 (all GPUs / 2 logical CPUs) or a positive count", "strategy.devices=0")
+        )
+        wanted = 0
+    if env.gpus:
+        if wanted > len(env.gpus):
+            violations.append(
+                Violation(
+                    "strategy.devices",
+                    wanted,
+                    f"at most {len(env.gpus)} (found {env.describe_devices()})",
+                    f"strategy.devices={len(env.gpus)} or strategy.devices=0 for all GPUs",
+                )
+            )
+        count = wanted or len(env.gpus)
+        devices = [f"/gpu:{i}" for i in range(count)]
+        plan.decide("strategy.devices", devices, f"found {env.describe_devices()}")
+        plan.decide("strategy.logical_cpus", 0, "GPUs are the replicas")
+        if count == 1:
+            plan.warn("strategy=mirrored with 1 GPU runs a single replica; it adds overhead and no speed.")
+    else:
+        count = wanted or DEFAULT_LOGICAL_CPUS
+        devices = [f"/cpu:{i}" for i in range(count)]
+        plan.decide(
+            "strategy.devices",
+            devices,
+            f"adapted: {env.describe_devices()}, so the CPU is split into {count} logical devices "
+            "(the same mirrored code path, exercised on CPU)",
+        )
+        plan.decide("strategy.logical_cpus", count, "configured before the TF runtime starts")
+        if count > env.cpu_count:
+            plan.warn(f"{count} logical CPU devices on {env.cpu_count} cores: replicas share cores.")
+    plan.decide("replicas", max(count, 1), f"{count} mirrored device(s)")
+
+
+def _multi_worker_strategy(cfg, env, plan, violations) -> None:
+    plan.decide("strategy", "multi_worker", "requested: MultiWorkerMirroredStrategy")
+    tf_config = env.tf_config
+    workers = (tf_config or {}).get("cluster", {}).get("worker") if isinstance(tf_config, dict) else None
+    task = (tf_config or {}).get("task", {}) if isinstance(tf_config, dict) else {}
+    if not workers or not isinstance(task, dict) or "index" not in task:
+        found = "none" if tf_config is None else repr(tf_config)[:120]
+        violations.append(
+            Violation(
+                "strategy",
+                "multi_worker",
+                f"a TF_CONFIG environment variable with cluster.worker and task.index (found {found})",
+                "export TF_CONFIG='{\"cluster\": {\"worker\": [\"host1:port\", \"host2:port\"]}, "
+                "\"task\": {\"type\": \"worker\", \"index\": 0}}' on every worker, or strategy=mirrored",
+            )
+        )
+        workers = ["localhost"]
+    local = max(len(env.gpus), 1)
+    device = "/gpu" if env.gpus else "/cpu"
+    plan.decide("strategy.devices", [f"{device}:{i}" for i in range(local)], f"per worker; found {env.describe_devices()}")
+    plan.decide("strategy.logical_cpus", 0, "one CPU device per worker")
+    plan.decide("replicas", len(workers) * local, f"{len(workers)} worker(s) x {local} device(s)")
+
+
+# ----------------------------------------------------------------------- XLA
+
+
+def rule_xla(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
+    raw = str(cfg.xla).strip().lower()
+    if raw not in XLA_CHOICES:
+        violations.append(Violation("xla", cfg.xla, f"one of {list(XLA_CHOICES)}", "xla=auto"))
+        raw = "false"
+    precision = plan.get("precision", "fp32")
+    replicas = plan.get("replicas", 1)
+    if raw == "auto":
+        xla, reason = _auto_xla(env, precision)
+        reason = f"xla=auto: {reason}"
+    else:
+        xla, reason = raw == "true", "requested"
+    plan.decide("xla", xla, reason)
+    if not xla:
+        plan.decide("step", "graph", "tf.function step, no XLA")
+    elif replicas > 1:
+        plan.decide(
+            "step",
+            "replica_xla",
+            "XLA under a multi-replica strategy: forward/backward compiled inside strategy.run, "
+            "cross-replica gradient apply outside the compiled function (jit_compile around "
+            "strategy.run fails: variables live on several devices)",
+        )
+    else:
+        plan.decide("step", "fused_xla", "one replica: the whole step (forward, backward, apply) is compiled")
+
+
+def _auto_xla(env: Environment, precision: str) -> tuple[bool, str]:
+    if env.gpus:
+        return True, "GPU: XLA fuses elementwise ops around the matmuls"
+    if precision == "fp32":
+        return True, "CPU float32: XLA fuses the step and its matmuls are fast"
+    return False, (
+        f"CPU {precision}: XLA's CPU backend has no oneDNN bfloat16/float16 kernels "
+        "(measured ~2x slower than the graph step)"
+    )
+
+
+# ---------------------------------------------------------------- loss scale
+
+
+def rule_loss_scale(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
+    ls = cfg.loss_scale
+    precision = plan.get("precision", "fp32")
+    mode = ls.mode
+    if precision != "mixed":
+        if mode in (LossScaleMode.dynamic, LossScaleMode.fixed):
+            plan.warn(
+                f"loss_scale={mode.value} is unused with precision={precision}: only float16 "
+                "gradients underflow. Drop the override (loss_scale=auto)."
+            )
+        plan.decide("loss_scale.mode", "none", f"{precision} gradients do not underflow")
+        plan.decide("loss_scale.optimizer", "none", "no loss scaling")
+        return
+    if mode == LossScaleMode.none:
+        violations.append(
+            Violation(
+                "loss_scale",
+                "none",
+                "dynamic or fixed with precision=mixed (float16 gradients underflow to zero without scaling)",
+                "loss_scale=dynamic (or loss_scale=auto)",
+            )
+        )
+        return
+    if mode == LossScaleMode.fixed:
+        _check_fixed(ls, plan, violations)
+        plan.decide("loss_scale.mode", "fixed", f"requested: scale stays at {ls.value:g}")
+    else:
+        _check_dynamic(ls, violations)
+        why = "requested" if mode == LossScaleMode.dynamic else "loss_scale=auto: mixed needs loss scaling"
+        plan.decide("loss_scale.mode", "dynamic", why)
+    _choose_lso(cfg, plan, violations)
+
+
+def _check_fixed(ls, plan: Plan, violations: list) -> None:
+    if not ls.value > 0:
+        violations.append(Violation("loss_scale.value", ls.value, "a number > 0", "loss_scale.value=1024"))
+    elif not math.log2(ls.value).is_integer():
+        plan.warn(f"loss_scale.value={ls.value:g} is not a power of 2: scaling then rounds gradients.")
+
+
+def _check_dynamic(ls, violations: list) -> None:
+    if not ls.min_scale > 0:
+        violations.append(Violation("loss_scale.min_scale", ls.min_scale, "a number > 0", "loss_scale.min_scale=1"))
+    if not ls.min_scale <= ls.initial_scale <= ls.max_scale:
+        violations.append(
+            Violation(
+                "loss_scale.initial_scale",
+                ls.initial_scale,
+                f"min_scale ({ls.min_scale:g}) <= initial_scale <= max_scale ({ls.max_scale:g})",
+                "loss_scale.initial_scale=32768 loss_scale.min_scale=1 loss_scale.max_scale=16777216",
+            )
+        )
+    if ls.growth_interval < 1:
+        violations.append(
+            Violation("loss_scale.growth_interval", ls.growth_interval, "an integer >= 1", "loss_scale.growth_interval=2000")
+        )
+
+
+def _choose_lso(cfg: Config, plan: Plan, violations: list) -> None:
+    impl = cfg.loss_scale.implementation
+    replicas = plan.get("replicas", 1)
+    xla = plan.get("xla", False)
+    fixed = plan.get("loss_scale.mode") == "fixed"
+    if impl == LossScaleImpl.stock:
+        if fixed:
+            violations.append(
+                Violation(
+                    "loss_scale.implementation",
+                    "stock",
+                    "replica_safe or auto with loss_scale=fixed (Keras 3's LossScaleOptimizer has no fixed mode)",
+                    "loss_scale.implementation=auto",
+                )
+            )
+        elif replicas > 1 and xla:
+            violations.append(
+                Violation(
+                    "loss_scale.implementation",
+                    "stock",
+                    "replica_safe or auto with float16 + a multi-replica strategy + XLA (the stock "
+                    "LossScaleOptimizer crashes there: merge_call inside a compiled step, keras#21366)",
+                    "loss_scale.implementation=auto, or xla=false",
+                )
+            )
+        elif replicas > 1:
+            plan.warn(
+                "loss_scale.implementation=stock with several replicas: Keras checks for overflow on "
+                "the first replica's gradients only, so another replica's inf/nan reaches the weights."
+            )
+        plan.decide("loss_scale.optimizer", "stock", "requested: keras.optimizers.LossScaleOptimizer")
+        return
+    if impl == LossScaleImpl.replica_safe:
+        plan.decide("loss_scale.optimizer", "replica_safe", "requested")
+        return
+    if replicas > 1:
+        crash = " the stock one crashes under XLA (merge_call inside the compiled step, keras#21366) and" if xla else ""
+        plan.decide(
+            "loss_scale.optimizer",
+            "replica_safe",
+            f"float16 with {replicas} replicas:{crash} checks overflow on the first replica's un-reduced "
+            "gradients only; replica_safe all-reduces first, so every replica skips or applies together",
+        )
+    elif fixed:
+        plan.decide("loss_scale.optimizer", "replica_safe", "fixed mode: Keras 3's LossScaleOptimizer is dynamic only")
+    else:
+        plan.decide("loss_scale.optimizer", "stock", "one replica: keras.optimizers.LossScaleOptimizer works")
+
+
+# ------------------------------------------------------------ batch and lr
+
+
+def rule_batch(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
+    sc = cfg.scaling
+    replicas = plan.get("replicas", 1)
+    if sc.batch_size < 1:
+        violations.append(Violation("scaling.batch_size", sc.batch_size, "an integer >= 1", "scaling.batch_size=64"))
+        return
+    if sc.batch_rule == BatchRule["per_replica"]:
+        per_replica, global_batch = sc.batch_size, sc.batch_size * replicas
+        plan.decide("batch.global", global_batch, f"batch_rule=per_replica: {per_replica} x {replicas} replica(s)")
+        plan.decide("batch.per_replica", per_replica, "requested")
+    else:
+        global_batch = sc.batch_size
+        if global_batch % replicas:
+            lower = max(replicas, global_batch // replicas * replicas)
+            violations.append(
+                Violation(
+                    "scaling.batch_size",
+                    global_batch,
+                    f"a multiple of the {replicas} replicas with batch_rule=global",
+                    f"scaling.batch_size={lower} or {lower + replicas}, or scaling=per_replica",
+                )
+            )
+            return
+        plan.decide("batch.global", global_batch, "batch_rule=global: requested")
+        plan.decide("batch.per_replica", global_batch // replicas, f"{global_batch} / {replicas} replica(s)")
+    if replicas > 1:
+        drop, why = True, "several replicas: every step gets full, equal per-replica batches"
+    elif plan.get("xla"):
+        drop, why = True, "XLA: a ragged last batch would trigger a recompile"
+    else:
+        drop, why = False, "one replica without XLA: the ragged last batch is trained on"
+    plan.decide("batch.drop_remainder", drop, why)
+
+
+def rule_learning_rate(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
+    sc, opt = cfg.scaling, cfg.optimizer
+    if not opt.learning_rate > 0:
+        violations.append(Violation("optimizer.learning_rate", opt.learning_rate, "a number > 0", "optimizer.learning_rate=0.001"))
+        return
+    if sc.reference_batch < 1:
+        violations.append(Violation("scaling.reference_batch", sc.reference_batch, "an integer >= 1", "scaling.reference_batch=64"))
+        return
+    global_batch = plan.get("batch.global")
+    if global_batch is None:
+        return
+    ratio = global_batch / sc.reference_batch
+    if sc.lr_rule == LrRule.none:
+        lr, reason = opt.learning_rate, "lr_rule=none: as requested"
+    elif sc.lr_rule == LrRule.linear:
+        lr = opt.learning_rate * ratio
+        reason = f"lr_rule=linear: {opt.learning_rate:g} x {global_batch}/{sc.reference_batch}"
+    else:
+        lr = opt.learning_rate * math.sqrt(ratio)
+        reason = f"lr_rule=sqrt: {opt.learning_rate:g} x sqrt({global_batch}/{sc.reference_batch})"
+    plan.decide("lr", lr, reason)
+    _warmup(cfg, plan, violations)
+
+
+def _warmup(cfg: Config, plan: Plan, violations: list) -> None:
+    sc = cfg.scaling
+    if sc.warmup_epochs < 0 or sc.warmup_steps < 0:
+        key, value = ("scaling.warmup_epochs", sc.warmup_epochs) if sc.warmup_epochs < 0 else ("scaling.warmup_steps", sc.warmup_steps)
+        violations.append(Violation(key, value, "a number >= 0", f"{key}=0"))
+    elif sc.warmup_epochs > 0 and sc.warmup_steps > 0:
+        violations.append(
+            Violation(
+                "scaling.warmup_steps",
+                sc.warmup_steps,
+                f"0 when scaling.warmup_epochs is set ({sc.warmup_epochs:g}); set one of the two",
+                "scaling.warmup_steps=0 (or scaling.warmup_epochs=0)",
+            )
+        )
+    has_schedule = sc.warmup_epochs > 0 or sc.warmup_steps > 0 or cfg.optimizer.schedule != LrSchedule.constant
+    if cfg.train.reduce_lr_on_plateau.enabled and has_schedule:
+        violations.append(
+            Violation(
+                "train.reduce_lr_on_plateau.enabled",
+                True,
+                "false while a learning-rate schedule (warmup or cosine) drives the learning rate",
+                "train.reduce_lr_on_plateau.enabled=false, or optimizer.schedule=constant with no warmup",
+            )
+        )
+
+
+def rule_training(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
+    tr = cfg.train
+    if tr.epochs < 1:
+        violations.append(Violation("train.epochs", tr.epochs, "an integer >= 1", "train.epochs=5"))
+    if tr.steps_per_execution < 1:
+        violations.append(Violation("train.steps_per_execution", tr.steps_per_execution, "an integer >= 1", "train.steps_per_execution=16"))
+    else:
+        plan.decide("steps_per_execution", tr.steps_per_execution, "steps run per tf.function call (in-graph loop)")
+    if not 0 < cfg.dataset.validation_split < 1:
+        violations.append(
+            Violation("dataset.validation_split", cfg.dataset.validation_split, "a fraction in (0, 1)", "dataset.validation_split=0.2")
+        )
+    if cfg.deterministic:
+        plan.decide("determinism", True, "requested: op determinism on, seeded; slower kernels")
+    if cfg.checkpoint.enabled and cfg.checkpoint.max_to_keep < 1:
+        violations.append(Violation("checkpoint.max_to_keep", cfg.checkpoint.max_to_keep, "an integer >= 1", "checkpoint.max_to_keep=3"))
+
+
+RULES: tuple[Rule, ...] = (
+    rule_precision,
+    rule_strategy,
+    rule_xla,
+    rule_loss_scale,
+    rule_batch,
+    rule_learning_rate,
+    rule_training,
+)
+
+
+# ---------------------------------------------------------- after the data
+
+
+def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int) -> Plan:
+    """Add the data-dependent decisions (steps per epoch, warmup steps)."""
+    global_batch = plan["batch.global"]
+    drop = plan["batch.drop_remainder"]
+    steps = num_train // global_batch if drop else math.ceil(num_train / global_batch)
+    if steps < 1:
+        raise ConfigError.single(
+            "scaling.batch_size",
+            cfg.scaling.batch_size,
+            f"a global batch ({global_batch}) no larger than the {num_train} training examples",
+            f"scaling.batch_size={max(1, num_train // plan['replicas'] // 2)}",
+        )
+    reason = f"{num_train} training examples / global batch {global_batch}"
+    if cfg.train.max_steps_per_epoch and cfg.train.max_steps_per_epoch < steps:
+        steps = cfg.train.max_steps_per_epoch
+        reason = f"capped by train.max_steps_per_epoch ({reason})"
+    plan.decide("train.steps_per_epoch", steps, reason)
+    val_steps = max(1, math.ceil(num_val / global_batch))
+    plan.decide("train.validation_steps", val_steps, f"{num_val} validation examples, every one evaluated")
+    plan.decide("train.total_steps", steps * cfg.train.epochs, f"{cfg.train.epochs} epoch(s)")
+    sc = cfg.scaling
+    if sc.warmup_epochs > 0:
+        warmup = round(sc.warmup_epochs * steps)
+        plan.decide("warmup.steps", warmup, f"{sc.warmup_epochs:g} epoch(s) x {steps} steps")
+    else:
+        plan.decide("warmup.steps", sc.warmup_steps, "requested" if sc.warmup_steps else "no warmup")
+    return plan

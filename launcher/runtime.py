@@ -1,0 +1,88 @@
+"""Process-wide TensorFlow setup, done once, before the TF runtime starts."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import sys
+import tempfile
+import warnings
+
+import numpy as np
+
+
+def quiet_tensorflow_logs(enabled: bool) -> None:
+    """Hide TensorFlow's C++/absl start-up noise unless tf_logs=true (must run before import)."""
+    if enabled:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "2")
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module="keras")
+    global _QUIET
+    _QUIET = True
+    with quiet_stderr():
+        import tensorflow  # noqa: F401  (its C++ start-up lines bypass every log level)
+
+
+_QUIET = False
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Swallow C++ writes to fd 2 (TensorFlow's pre-absl-init lines); replay them on error."""
+    if not _QUIET:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            sink.seek(0)
+            sys.stderr.write(sink.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def configure(plan, seed: int, deterministic: bool) -> None:
+    """Logical devices, seeds, determinism and the dtype policy, in that order."""
+    import keras
+    import tensorflow as tf
+
+    split_cpu(plan.get("strategy.logical_cpus", 0))
+    keras.utils.set_random_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
+    keras.mixed_precision.set_global_policy(plan["precision.policy"])
+
+
+def split_cpu(count: int) -> None:
+    """Present the CPU as `count` logical devices (MirroredStrategy without GPUs)."""
+    if count <= 1:
+        return
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    wanted = [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
+    current = tf.config.get_logical_device_configuration(cpu)
+    if current is not None and len(current) == count:
+        return
+    try:
+        tf.config.set_logical_device_configuration(cpu, wanted)
+    except RuntimeError as err:
+        raise RuntimeError(
+            f"Cannot split the CPU into {count} logical devices: the TensorFlow runtime already "
+            "started in this process. Run each job in its own process."
+        ) from err

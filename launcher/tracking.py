@@ -1,0 +1,106 @@
+"""MLflow: one run per launch; params, plan tags, per-epoch metrics, artifacts.
+
+Logging is batched (one `log_batch` per epoch), so it never sits in the step loop.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+PARAM_LIMIT = 500  # MLflow's value length limit for params
+
+
+def resolve_uri(uri: str, base: Path) -> str:
+    """Make a relative sqlite/file URI absolute against the launch directory."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        path = (base / uri[len("sqlite:///"):]).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{path}"
+    if "://" not in uri:
+        return (base / uri).resolve().as_uri()
+    return uri
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: tree}
+
+
+class Tracker:
+    """Thin wrapper over MlflowClient for one run."""
+
+    def __init__(self, uri: str, experiment: str, run_name: str, artifact_root: Path):
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        from mlflow.tracking import MlflowClient
+
+        self.uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+        found = self.client.get_experiment_by_name(experiment)
+        if found is None:
+            location = None if uri.startswith("http") else (artifact_root / experiment).resolve().as_uri()
+            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+        else:
+            self.experiment_id = found.experiment_id
+        self.run = self.client.create_run(self.experiment_id, run_name=run_name or None)
+        self.run_id = self.run.info.run_id
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:PARAM_LIMIT]) for k, v in sorted(params.items())]
+        for start in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[start:start + 100])
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        items = [RunTag(k, str(v)[:5000]) for k, v in sorted(tags.items())]
+        for start in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, tags=items[start:start + 100])
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        import time
+
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        self.client.log_batch(self.run_id, metrics=items)
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def end(self, status: str = "FINISHED") -> None:
+        self.client.set_terminated(self.run_id, status=status)
+
+    @property
+    def ui_hint(self) -> str:
+        if self.uri.startswith("sqlite:///"):
+            return f"mlflow ui --backend-store-uri {self.uri}  (run {self.run_id})"
+        return f"{self.uri}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+
+
+class NullTracker:
+    run_id = None
+    ui_hint = "tracking disabled (tracking.enabled=false)"
+
+    def log_params(self, params):
+        pass
+
+    def set_tags(self, tags):
+        pass
+
+    def log_metrics(self, metrics, step):
+        pass
+
+    def log_artifact(self, path, artifact_path=None):
+        pass
+
+    def end(self, status="FINISHED"):
+        pass

@@ -1,0 +1,25 @@
+"""Multi-layer perceptron: flattens any input, a stack of Dense layers."""
+
+from __future__ import annotations
+
+from launcher.errors import ConfigError
+from launcher.model_io import classifier_head, model_input
+
+
+def check(cfg, source) -> None:
+    if not cfg.hidden_units or min(cfg.hidden_units) < 1:
+        raise ConfigError.single("model.hidden_units", list(cfg.hidden_units), "a non-empty list of positive widths", "model.hidden_units=[128,64]")
+    if source.kind == "tokens":
+        raise ConfigError.single("model", "mlp", "a model for token inputs (dataset.kind=tokens)", "model=transformer")
+
+
+def build(cfg, source):
+    import keras
+
+    inputs = model_input(source)
+    x = keras.layers.Flatten()(inputs)
+    for i, units in enumerate(cfg.hidden_units):
+        x = keras.layers.Dense(units, activation=cfg.activation, name=f"dense_{i}")(x)
+        if cfg.dropout:
+            x = keras.layers.Dropout(cfg.dropout)(x)
+    return keras.Model(inputs, classifier_head(x, source.num_classes), name="mlp")
