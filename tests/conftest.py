@@ -1,0 +1,71 @@
+"""Shared fixtures: the real composed config (shrunk), fake environments, a 2-CPU runtime.
+
+The pytest process splits its CPU into 2 logical devices before TensorFlow's
+runtime starts, so default and mirrored strategies both run in-process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = ROOT / "conf"
+
+# Overrides that keep a real run small and fast.
+TINY = [
+    "model.hidden_units=[32]",
+    "train.epochs=2",
+    "scaling.batch_size=32",
+    "train.steps_per_execution=4",
+]
+
+
+def _split_cpu() -> None:
+    from launcher.runtime import split_cpu
+
+    split_cpu(2)
+
+
+_split_cpu()
+
+
+def compose(*overrides: str):
+    """Compose conf/config.yaml with overrides, exactly as the CLI does."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from launcher.schema import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides))
+
+
+def config(*overrides: str):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_object(compose(*overrides))
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """Run the real `python -m launcher` in a subprocess with a temp run dir and MLflow store."""
+
+    def run(*overrides: str, timeout: int = 300, env: dict | None = None, cwd: Path = ROOT):
+        args = [
+            sys.executable, "-m", "launcher",
+            f"hydra.run.dir={tmp_path}/run",
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+            *overrides,
+        ]
+        full_env = {**os.environ, **(env or {})}
+        return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+    return run

@@ -1,0 +1,305 @@
+"""Every resolver rule, against fake environments (no TensorFlow runtime needed)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import config
+from fakes import (
+    CPU_AMX,
+    CPU_AVX512_BF16,
+    CPU_PLAIN,
+    EIGHT_A100,
+    EIGHT_V100,
+    OLD_GPU,
+    ONE_A100,
+    ONE_V100,
+    TWO_A100,
+    TWO_WORKERS,
+)
+
+from launcher.errors import ConfigError
+from launcher.resolve import resolve, schedule
+
+
+def plan_for(env, *overrides):
+    return resolve(config(*overrides), env)
+
+
+# ------------------------------------------------------------- precision
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        (CPU_AMX, "bf16"),
+        (CPU_AVX512_BF16, "bf16"),
+        (CPU_PLAIN, "fp32"),
+        (ONE_V100, "mixed"),
+        (EIGHT_V100, "mixed"),
+        (ONE_A100, "bf16"),
+        (EIGHT_A100, "bf16"),
+        (OLD_GPU, "fp32"),
+    ],
+)
+def test_auto_precision_follows_the_hardware(env, expected):
+    plan = plan_for(env, "precision=auto")
+    assert plan["precision"] == expected
+    assert plan.reason("precision").startswith("precision=auto:")
+
+
+def test_explicit_precision_is_kept_with_policy():
+    plan = plan_for(CPU_PLAIN, "precision=bf16")
+    assert plan["precision"] == "bf16"
+    assert plan["precision.policy"] == "mixed_bfloat16"
+    assert plan["model.output_dtype"] == "float32"
+
+
+def test_mixed_without_fp16_fast_path_warns_and_suggests_bf16():
+    plan = plan_for(CPU_AMX, "precision=mixed")
+    warning = " ".join(plan.warnings)
+    assert "without a float16 fast path" in warning
+    assert "precision=bf16" in warning
+
+
+def test_mixed_on_cpu_without_bf16_warns_without_suggesting_bf16():
+    plan = plan_for(CPU_PLAIN, "precision=mixed")
+    assert any("without a float16 fast path" in w for w in plan.warnings)
+    assert not any("precision=bf16" in w for w in plan.warnings)
+
+
+def test_mixed_on_v100_has_no_speed_warning():
+    plan = plan_for(ONE_V100, "precision=mixed")
+    assert not any("fast path" in w for w in plan.warnings)
+
+
+# ------------------------------------------------------------- loss scale
+
+
+def test_mixed_gets_dynamic_loss_scaling_by_default():
+    plan = plan_for(ONE_V100, "precision=mixed")
+    assert plan["loss_scale.mode"] == "dynamic"
+    assert plan["loss_scale.optimizer"] == "stock"
+
+
+def test_mixed_without_loss_scaling_is_refused():
+    with pytest.raises(ConfigError, match=r"loss_scale='none'.*\n.*fix: loss_scale=dynamic"):
+        plan_for(ONE_V100, "precision=mixed", "loss_scale=none")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("mode", ["dynamic", "fixed"])
+def test_explicit_loss_scale_unused_is_a_warning(precision, mode):
+    plan = plan_for(CPU_AMX, f"precision={precision}", f"loss_scale={mode}")
+    assert plan["loss_scale.mode"] == "none"
+    assert any(f"loss_scale={mode} is unused with precision={precision}" in w for w in plan.warnings)
+
+
+def test_fixed_scale_must_be_positive():
+    with pytest.raises(ConfigError, match=r"loss_scale.value=0.0: expected a number > 0"):
+        plan_for(ONE_V100, "precision=mixed", "loss_scale=fixed", "loss_scale.value=0")
+
+
+def test_fixed_scale_not_power_of_two_warns():
+    plan = plan_for(ONE_V100, "precision=mixed", "loss_scale=fixed", "loss_scale.value=1000")
+    assert plan["loss_scale.mode"] == "fixed"
+    assert plan["loss_scale.optimizer"] == "replica_safe"
+    assert any("not a power of 2" in w for w in plan.warnings)
+
+
+def test_dynamic_params_must_be_ordered_and_all_reported():
+    with pytest.raises(ConfigError) as err:
+        plan_for(
+            ONE_V100, "precision=mixed", "loss_scale=dynamic",
+            "loss_scale.initial_scale=8", "loss_scale.min_scale=16", "loss_scale.growth_interval=0",
+        )
+    keys = [v.key for v in err.value.violations]
+    assert keys == ["loss_scale.initial_scale", "loss_scale.growth_interval"]
+    assert "min_scale (16) <= initial_scale <= max_scale" in str(err.value)
+
+
+def test_multi_replica_xla_mixed_swaps_in_replica_safe_lso():
+    plan = plan_for(CPU_AMX, "precision=mixed", "strategy=mirrored", "xla=true")
+    assert plan["replicas"] == 2
+    assert plan["step"] == "replica_xla"
+    assert plan["loss_scale.optimizer"] == "replica_safe"
+    assert "crashes under XLA" in plan.reason("loss_scale.optimizer")
+
+
+def test_multi_replica_without_xla_still_uses_replica_safe():
+    plan = plan_for(EIGHT_V100, "precision=mixed", "strategy=mirrored", "xla=false")
+    assert plan["loss_scale.optimizer"] == "replica_safe"
+    assert "first replica" in plan.reason("loss_scale.optimizer")
+
+
+def test_stock_lso_with_multi_replica_xla_is_refused():
+    with pytest.raises(ConfigError, match=r"loss_scale.implementation='stock'.*\n.*fix: loss_scale.implementation=auto"):
+        plan_for(TWO_A100, "precision=mixed", "strategy=mirrored", "xla=true", "loss_scale.implementation=stock")
+
+
+def test_stock_lso_with_fixed_mode_is_refused():
+    with pytest.raises(ConfigError, match="has no fixed mode"):
+        plan_for(ONE_V100, "precision=mixed", "loss_scale=fixed", "loss_scale.implementation=stock")
+
+
+def test_stock_lso_multi_replica_without_xla_warns():
+    plan = plan_for(TWO_A100, "precision=mixed", "strategy=mirrored", "xla=false", "loss_scale.implementation=stock")
+    assert plan["loss_scale.optimizer"] == "stock"
+    assert any("first replica" in w for w in plan.warnings)
+
+
+# ------------------------------------------------------------------ XLA
+
+
+def test_xla_true_single_replica_compiles_the_whole_step():
+    plan = plan_for(CPU_PLAIN, "xla=true")
+    assert plan["xla"] is True and plan["step"] == "fused_xla"
+
+
+def test_xla_false_is_graph_step():
+    plan = plan_for(EIGHT_A100, "xla=false", "strategy=mirrored")
+    assert plan["step"] == "graph"
+
+
+@pytest.mark.parametrize(
+    ("env", "precision", "expected"),
+    [(CPU_AMX, "bf16", False), (CPU_AMX, "fp32", True), (CPU_PLAIN, "mixed", False), (ONE_A100, "bf16", True)],
+)
+def test_xla_auto_depends_on_hardware_and_precision(env, precision, expected):
+    plan = plan_for(env, "xla=auto", f"precision={precision}")
+    assert plan["xla"] is expected
+    assert plan.reason("xla").startswith("xla=auto:")
+
+
+def test_xla_accepts_hydra_bool_spelling():
+    assert plan_for(CPU_PLAIN, "xla=True")["xla"] is True
+
+
+def test_xla_typo_is_refused_with_choices():
+    with pytest.raises(ConfigError, match=r"xla='maybe': expected one of \['true', 'false', 'auto'\]"):
+        plan_for(CPU_PLAIN, "xla=maybe")
+
+
+# -------------------------------------------------------------- strategy
+
+
+def test_mirrored_on_cpu_splits_into_logical_devices():
+    plan = plan_for(CPU_AVX512_BF16, "strategy=mirrored")
+    assert plan["strategy.devices"] == ["/cpu:0", "/cpu:1"]
+    assert plan["strategy.logical_cpus"] == 2
+    assert plan.reason("strategy.devices").startswith("adapted: no GPU")
+
+
+def test_mirrored_uses_every_gpu():
+    plan = plan_for(EIGHT_A100, "strategy=mirrored")
+    assert plan["replicas"] == 8
+    assert plan["strategy.logical_cpus"] == 0
+
+
+def test_mirrored_asking_for_more_gpus_than_found_is_refused():
+    with pytest.raises(ConfigError, match=r"strategy.devices=4: expected at most 2 \(found 2 GPU"):
+        plan_for(TWO_A100, "strategy=mirrored", "strategy.devices=4")
+
+
+def test_mirrored_on_one_gpu_warns():
+    plan = plan_for(ONE_A100, "strategy=mirrored")
+    assert plan["replicas"] == 1
+    assert any("single replica" in w for w in plan.warnings)
+
+
+def test_one_device_missing_gpu_is_refused_naming_devices():
+    with pytest.raises(ConfigError, match=r"strategy.device='/gpu:0'.*there is no GPU 0; found no GPU"):
+        plan_for(CPU_PLAIN, "strategy=one_device", "strategy.device=/gpu:0")
+
+
+def test_one_device_auto_picks_gpu():
+    assert plan_for(ONE_V100, "strategy=one_device")["strategy.devices"] == ["/gpu:0"]
+
+
+def test_multi_worker_needs_tf_config():
+    with pytest.raises(ConfigError, match="TF_CONFIG"):
+        plan_for(CPU_PLAIN, "strategy=multi_worker")
+
+
+def test_multi_worker_counts_replicas_across_workers():
+    plan = plan_for(TWO_WORKERS, "strategy=multi_worker")
+    assert plan["replicas"] == 2
+
+
+# ------------------------------------------------------- batch and lr
+
+
+def test_per_replica_batch_scales_global_batch():
+    plan = plan_for(EIGHT_A100, "strategy=mirrored", "scaling=per_replica", "scaling.batch_size=32")
+    assert plan["batch.global"] == 256 and plan["batch.per_replica"] == 32
+    assert plan["batch.drop_remainder"] is True
+
+
+def test_global_batch_must_divide_by_replicas():
+    with pytest.raises(ConfigError, match=r"scaling.batch_size=100: expected a multiple of the 8 replicas.*\n.*fix: scaling.batch_size=96 or 104"):
+        plan_for(EIGHT_A100, "strategy=mirrored", "scaling=global", "scaling.batch_size=100")
+
+
+def test_global_batch_split_across_replicas():
+    plan = plan_for(EIGHT_A100, "strategy=mirrored", "scaling=global", "scaling.batch_size=256")
+    assert plan["batch.per_replica"] == 32
+
+
+def test_single_replica_graph_keeps_ragged_last_batch():
+    assert plan_for(CPU_PLAIN, "xla=false")["batch.drop_remainder"] is False
+
+
+def test_linear_lr_rule():
+    plan = plan_for(EIGHT_A100, "strategy=mirrored", "scaling=linear", "scaling.batch_size=64", "optimizer.learning_rate=0.001")
+    assert plan["lr"] == pytest.approx(0.008)
+    assert "0.001 x 512/64" in plan.reason("lr")
+
+
+def test_sqrt_lr_rule():
+    plan = plan_for(EIGHT_A100, "strategy=mirrored", "scaling.lr_rule=sqrt", "scaling.batch_size=64", "optimizer.learning_rate=0.001")
+    assert plan["lr"] == pytest.approx(0.001 * 8 ** 0.5)
+
+
+def test_warmup_epochs_become_steps_after_the_data_is_known():
+    cfg = config("scaling=linear", "scaling.warmup_epochs=2", "train.epochs=3")
+    plan = schedule(cfg, resolve(cfg, CPU_PLAIN), num_train=640, num_val=100)
+    assert plan["train.steps_per_epoch"] == 10
+    assert plan["warmup.steps"] == 20
+    assert plan["train.total_steps"] == 30
+
+
+def test_warmup_epochs_and_steps_together_are_refused():
+    with pytest.raises(ConfigError, match="scaling.warmup_steps=5"):
+        plan_for(CPU_PLAIN, "scaling.warmup_epochs=1", "scaling.warmup_steps=5")
+
+
+def test_batch_larger_than_data_is_refused():
+    cfg = config("strategy=mirrored", "scaling.batch_size=512")
+    with pytest.raises(ConfigError, match="scaling.batch_size=512"):
+        schedule(cfg, resolve(cfg, CPU_PLAIN), num_train=100, num_val=20)
+
+
+def test_reduce_lr_on_plateau_with_schedule_is_refused():
+    with pytest.raises(ConfigError, match="train.reduce_lr_on_plateau.enabled"):
+        plan_for(CPU_PLAIN, "scaling=linear", "train.reduce_lr_on_plateau.enabled=true")
+
+
+# ------------------------------------------------------------ reporting
+
+
+def test_every_violation_is_reported_at_once():
+    with pytest.raises(ConfigError) as err:
+        plan_for(
+            CPU_PLAIN, "xla=perhaps", "precision=mixed", "loss_scale=none",
+            "optimizer.learning_rate=-1", "train.epochs=0",
+        )
+    keys = {v.key for v in err.value.violations}
+    assert keys == {"xla", "loss_scale", "optimizer.learning_rate", "train.epochs"}
+    assert str(err.value).startswith("Invalid configuration (4 problems):")
+    for violation in err.value.violations:
+        assert violation.fix
+
+
+def test_every_decision_has_a_reason():
+    plan = plan_for(CPU_AMX, "precision=mixed", "strategy=mirrored", "xla=true")
+    assert all(d.reason for d in plan.decisions.values())
+    assert "plan.loss_scale.optimizer" in plan.tags()
