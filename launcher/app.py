@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -15,6 +17,18 @@ from launcher import runtime
 from launcher.errors import ConfigError
 
 EXIT_CONFIG_ERROR = 2
+EXIT_TRAINING_FAILED = 1
+
+
+@dataclass
+class Outcome:
+    """What one launch produced (tests and sweeps read it; the CLI turns it into an exit code)."""
+
+    plan: Any
+    result: Any = None  # engine.FitResult, None for explain=true
+    run_id: str | None = None
+    run_dir: Path | None = None
+    error: str | None = None
 
 
 def main_in_hydra(cfg: DictConfig) -> None:
@@ -33,13 +47,16 @@ def main_in_hydra(cfg: DictConfig) -> None:
 def run(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> int:
     runtime.quiet_tensorflow_logs(bool(cfg.get("tf_logs", False)))
     try:
-        return _run(cfg, run_dir, launch_dir, choices or {})
+        outcome = execute(cfg, run_dir, launch_dir, choices or {})
     except ConfigError as err:
         print(f"\n{err}\n", file=sys.stderr, flush=True)
         return EXIT_CONFIG_ERROR
+    return EXIT_TRAINING_FAILED if outcome.error else 0
 
 
-def _run(cfg_node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict) -> int:
+def execute(cfg_node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> Outcome:
+    """Resolve, print and save the Plan, then train unless explain=true. Raises ConfigError."""
+    choices = choices or {}
     from launcher.environment import probe
     from launcher.resolve import resolve, schedule
 
@@ -56,7 +73,7 @@ def _run(cfg_node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict) -
     print(plan.render(), flush=True)
     if config.explain:
         print(f"\nexplain=true: nothing trained. Plan written to {run_dir / 'plan.yaml'}")
-        return 0
+        return Outcome(plan=plan, run_dir=run_dir)
     return _train(config, cfg_node, plan, source, env, run_dir, launch_dir, choices)
 
 
@@ -68,13 +85,14 @@ def _load_data(config):
     return source
 
 
-def _train(config, cfg_node, plan, source, env, run_dir, launch_dir, choices) -> int:
+def _train(config, cfg_node, plan, source, env, run_dir, launch_dir, choices) -> Outcome:
     from launcher.build import build
     from launcher.callbacks import make_callbacks
     from launcher.checkpoint import Checkpointer
     from launcher.engine import Engine
 
     tracker = _start_tracking(config, cfg_node, plan, env, run_dir, launch_dir, choices)
+    outcome = Outcome(plan=plan, run_id=tracker.run_id, run_dir=run_dir)
     status = "FAILED"
     try:
         built = build(config, plan, source)
@@ -94,17 +112,19 @@ def _train(config, cfg_node, plan, source, env, run_dir, launch_dir, choices) ->
             _export(built.model, path)
             tracker.log_artifact(path, "model")
         status = "FINISHED"
+        outcome.result = result
         _summary(result, plan, run_dir, tracker)
-        return 0
+        return outcome
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     except ConfigError:
         raise
-    except Exception:
+    except Exception as err:
         traceback.print_exc()
         print("\nTraining failed; the MLflow run is marked FAILED.", file=sys.stderr)
-        return 1
+        outcome.error = f"{type(err).__name__}: {err}"
+        return outcome
     finally:
         tracker.end(status)
 
