@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import hydra
@@ -10,20 +11,35 @@ from omegaconf import DictConfig
 from launcher.schema import register_configs
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+COMPOSE_FIX = (
+    "fix: give that key one of the listed options or a value of the expected type. "
+    "`python -m launcher --help` lists "
+    "every config group and its options; `python -m launcher --cfg job` prints every key with "
+    "its current value."
+)
 
 register_configs()
+_task_started = False
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
+    global _task_started
+    _task_started = True
     from launcher.app import main_in_hydra
 
     main_in_hydra(cfg)
 
 
 def entry() -> None:
-    main()
+    """Run Hydra; when composing the config fails, add the fix to Hydra's message."""
+    try:
+        main()
+    except SystemExit as exit_:
+        if exit_.code not in (0, None) and not _task_started:
+            print(COMPOSE_FIX, file=sys.stderr)
+        raise
 
 
 if __name__ == "__main__":
-    main()
+    entry()

@@ -303,11 +303,12 @@ GROUP_SCHEMAS = {
 
 def register_configs() -> None:
     """Store the schemas so `conf/<group>/<option>.yaml` can extend them."""
+    # Under schema/ so they are not offered as choices of the user-facing groups.
     cs = ConfigStore.instance()
-    cs.store(name="config_schema", node=Config)
+    cs.store(group="schema", name="config", node=Config)
     for name, node in MODEL_SCHEMAS.items():
-        cs.store(group="model", name=f"{name}_schema", node=node)
+        cs.store(group="schema/model", name=name, node=node)
     for name, node in DATASET_SCHEMAS.items():
-        cs.store(group="dataset", name=f"{name}_schema", node=node)
+        cs.store(group="schema/dataset", name=name, node=node)
     for group, node in GROUP_SCHEMAS.items():
-        cs.store(group=group, name=f"{group}_schema", node=node)
+        cs.store(group="schema", name=group, node=node)

@@ -1,0 +1,115 @@
+"""The real CLI in a subprocess: default run into MLflow, explain, and every kind of bad input."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from conftest import TINY
+
+
+def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
+    done = cli(*TINY)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Plan:" in done.stdout and "Done." in done.stdout
+    assert "Traceback" not in done.stderr
+    # TensorFlow's C++ start-up lines are quieted by default.
+    assert "oneDNN custom operations" not in done.stderr
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment_by_name("launcher")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == "mlp-digits-auto-default"
+    params = run.data.params
+    assert params["model.hidden_units"] == "[32]"
+    assert params["derived.batch.global"] == "32"
+    assert params["derived.precision.policy"] in {"float32", "mixed_bfloat16"}
+    tags = run.data.tags
+    assert tags["plan.strategy"] == "default"
+    assert tags["plan.step"] in {"graph", "fused_xla"}
+    for metric in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "examples_per_sec"):
+        history = client.get_metric_history(run.info.run_id, metric)
+        assert [m.step for m in history] == [0, 1], metric
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"plan.yaml", "config.yaml", "model"} <= artifacts
+    assert (tmp_path / "run" / "plan.yaml").read_text().startswith("decisions:")
+
+
+def test_exported_model_loads_and_predicts(cli, tmp_path):
+    done = cli(*TINY, "tracking.enabled=false", "precision=fp32")
+    assert done.returncode == 0, done.stderr[-3000:]
+    import keras
+
+    model = keras.saving.load_model(tmp_path / "run" / "model.keras")
+    out = model.predict(np.zeros((2, 8, 8, 1), "float32"), verbose=0)
+    assert out.shape == (2, 10) and out.dtype == np.float32
+
+
+def test_mixed_mirrored_xla_trains_like_the_non_xla_run(cli, tmp_path):
+    losses = {}
+    for xla in ("true", "false"):
+        done = cli(*TINY, "precision=mixed", "strategy=mirrored", f"xla={xla}", "train.epochs=3",
+                   "tracking.enabled=false", "checkpoint.enabled=false", f"hydra.run.dir={tmp_path}/{xla}")
+        assert done.returncode == 0, done.stderr[-3000:]
+        final = [line for line in done.stdout.splitlines() if line.strip().startswith("loss ")]
+        losses[xla] = float(final[-1].split()[-1])
+        if xla == "true":
+            assert re.search(r"loss_scale.optimizer\s+replica_safe\s+float16 with 2 replicas", done.stdout)
+            assert "crashes under XLA" in done.stdout
+            assert re.search(r"step\s+replica_xla", done.stdout)
+    assert losses["true"] == pytest.approx(losses["false"], rel=0.03)
+
+
+def test_explain_prints_the_plan_and_trains_nothing(cli, tmp_path):
+    done = cli("explain=true", "precision=mixed", "strategy=mirrored", "xla=true")
+    assert done.returncode == 0, done.stderr
+    assert "loss_scale.optimizer" in done.stdout
+    assert "explain=true: nothing trained" in done.stdout
+    assert "Epoch" not in done.stdout
+    assert not (tmp_path / "mlflow.db").exists()
+    assert (tmp_path / "run" / "plan.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["model=foo"], ["Could not find 'model/foo'", "Available options in 'model'", "mlp", "transformer", "fix:"]),
+        (["train.epochs=abc"], ["train.epochs", "'abc'", "Integer", "fix:"]),
+        (["dataset=synthetic", "dataset.kind=imagez"], ["dataset.kind", "'imagez'", "[image, tabular, tokens]", "fix:"]),
+        (["precision=mixed", "loss_scale=none"], ["loss_scale='none'", "dynamic or fixed", "fix: loss_scale=dynamic"]),
+        (["xla=maybe", "strategy=mirrored", "strategy.devices=-1"],
+         ["2 problems", "xla='maybe'", "['true', 'false', 'auto']", "strategy.devices=-1", "fix: xla=auto"]),
+        (["dataset=npz", "dataset.path=/nonexistent/data.npz"],
+         ["dataset.path='/nonexistent/data.npz'", "file not found", "fix: dataset.path="]),
+        (["dataset=digits", "dataset.layout=flat", "model=cnn"], ["model='cnn'", "image inputs", "fix: model=mlp"]),
+    ],
+    ids=["unknown-choice", "wrong-type", "enum-typo", "invalid-combination", "several-at-once", "missing-file", "model-data"],
+)
+def test_bad_input_is_a_clear_error_not_a_traceback(cli, tmp_path, overrides, expected):
+    done = cli(*overrides)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    assert "tensorflow" not in done.stderr.lower()
+    for text in expected:
+        assert text in done.stderr, (text, done.stderr)
+    # Nothing was started in MLflow for a refused config.
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_refused_config_keeps_earlier_runs(cli, tmp_path):
+    assert cli(*TINY, "precision=fp32", "train.epochs=1").returncode == 0
+    bad = cli("precision=fp32", "train.epochs=1", "model=transformer", "model.num_heads=3", "model.embed_dim=32")
+    assert bad.returncode == 2
+    assert "model.embed_dim=32: expected a multiple of model.num_heads (3)" in bad.stderr
+    assert "fix: model.embed_dim=30" in bad.stderr
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
+    assert [r.info.status for r in runs] == ["FINISHED"]
