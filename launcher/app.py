@@ -91,13 +91,24 @@ def _train(config, cfg_node, plan, source, env, run_dir, launch_dir, choices) ->
     from launcher.checkpoint import Checkpointer
     from launcher.engine import Engine
 
-    tracker = _start_tracking(config, cfg_node, plan, env, run_dir, launch_dir, choices)
+    # Build and restore first: an incompatible checkpoint is a ConfigError, raised
+    # before MLflow hears of this launch.
+    built = build(config, plan, source)
+    checkpointer = None
+    initial_epoch = 0
+    if config.checkpoint.enabled:
+        model_config = OmegaConf.to_container(cfg_node.model, resolve=True, enum_to_str=True)
+        checkpointer = Checkpointer(config.checkpoint, run_dir / "checkpoints", built, model_config)
+        initial_epoch = checkpointer.restore()
+    resumed_run = checkpointer.previous_state().get("mlflow_run_id") if checkpointer and initial_epoch else None
+    tracker = _start_tracking(config, cfg_node, plan, env, run_dir, launch_dir, choices, resumed_run)
+    if checkpointer:
+        checkpointer.record(tracker.run_id)
+    if initial_epoch:
+        print(f"Resuming from epoch {initial_epoch} ({checkpointer.manager.latest_checkpoint}).", flush=True)
     outcome = Outcome(plan=plan, run_id=tracker.run_id, run_dir=run_dir)
     status = "FAILED"
     try:
-        built = build(config, plan, source)
-        checkpointer = Checkpointer(config.checkpoint, run_dir / "checkpoints", built) if config.checkpoint.enabled else None
-        initial_epoch = checkpointer.restore() if checkpointer else 0
         engine = Engine(built, plan, source, seed=config.seed, shuffle_buffer=config.dataset.shuffle_buffer,
                         callbacks=make_callbacks(config.train))
 
@@ -118,8 +129,6 @@ def _train(config, cfg_node, plan, source, env, run_dir, launch_dir, choices) ->
     except KeyboardInterrupt:
         status = "KILLED"
         raise
-    except ConfigError:
-        raise
     except Exception as err:
         traceback.print_exc()
         print("\nTraining failed; the MLflow run is marked FAILED.", file=sys.stderr)
@@ -129,7 +138,7 @@ def _train(config, cfg_node, plan, source, env, run_dir, launch_dir, choices) ->
         tracker.end(status)
 
 
-def _start_tracking(config, cfg_node, plan, env, run_dir, launch_dir, choices):
+def _start_tracking(config, cfg_node, plan, env, run_dir, launch_dir, choices, resumed_run=None):
     from launcher.tracking import NullTracker, Tracker, flatten, resolve_uri
 
     tr = config.tracking
@@ -139,7 +148,9 @@ def _start_tracking(config, cfg_node, plan, env, run_dir, launch_dir, choices):
     name = tr.run_name or "-".join(
         str(choices.get(k, "?")) for k in ("model", "dataset", "precision", "strategy")
     )
-    tracker = Tracker(uri, tr.experiment, name, launch_dir / "outputs" / "mlartifacts")
+    tracker = Tracker(uri, tr.experiment, name, launch_dir / "outputs" / "mlartifacts", resumed_run)
+    if tracker.resumed:
+        return tracker
     container = OmegaConf.to_container(cfg_node, resolve=True, enum_to_str=True)
     params = flatten(container)
     params.update({f"derived.{k}": plan[k] for k in _DERIVED if k in plan})

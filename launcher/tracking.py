@@ -35,7 +35,8 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 class Tracker:
     """Thin wrapper over MlflowClient for one run."""
 
-    def __init__(self, uri: str, experiment: str, run_name: str, artifact_root: Path):
+    def __init__(self, uri: str, experiment: str, run_name: str, artifact_root: Path,
+                 resume_run_id: str | None = None):
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         from mlflow.tracking import MlflowClient
 
@@ -47,8 +48,21 @@ class Tracker:
             self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
         else:
             self.experiment_id = found.experiment_id
-        self.run = self.client.create_run(self.experiment_id, run_name=run_name or None)
-        self.run_id = self.run.info.run_id
+        self.resumed = False
+        if resume_run_id and self._exists(resume_run_id):
+            # A resumed launch continues the same MLflow run (same params, one metric history).
+            self.client.update_run(resume_run_id, status="RUNNING")
+            self.run_id, self.resumed = resume_run_id, True
+        else:
+            self.run_id = self.client.create_run(self.experiment_id, run_name=run_name or None).info.run_id
+
+    def _exists(self, run_id: str) -> bool:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.client.get_run(run_id).info.experiment_id == self.experiment_id
+        except MlflowException:
+            return False
 
     def log_params(self, params: dict[str, Any]) -> None:
         from mlflow.entities import Param
@@ -88,6 +102,7 @@ class Tracker:
 
 class NullTracker:
     run_id = None
+    resumed = False
     ui_hint = "tracking disabled (tracking.enabled=false)"
 
     def log_params(self, params):

@@ -113,3 +113,30 @@ def test_refused_config_keeps_earlier_runs(cli, tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
     assert [r.info.status for r in runs] == ["FINISHED"]
+
+
+def test_rerun_in_the_same_run_dir_resumes_the_same_mlflow_run(cli, tmp_path):
+    first = cli(*TINY, "precision=fp32", "train.epochs=2")
+    assert first.returncode == 0, first.stderr[-2000:]
+    second = cli(*TINY, "precision=fp32", "train.epochs=4")
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "Resuming from epoch 2" in second.stdout
+    assert "epoch 1/4" not in second.stdout and "epoch 3/4" in second.stdout
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "loss")]
+    assert steps == [0, 1, 2, 3]
+
+
+def test_resuming_with_a_different_model_is_refused(cli, tmp_path):
+    assert cli(*TINY, "precision=fp32", "train.epochs=1").returncode == 0
+    other = cli("model=cnn", "precision=fp32", "train.epochs=2")
+    assert other.returncode == 2
+    assert "model='cnn': expected 'mlp', the model of the checkpoint being resumed" in other.stderr
+    assert "fix: checkpoint.resume=never" in other.stderr
+    wider = cli("model.hidden_units=[48]", "precision=fp32", "train.epochs=2")
+    assert "model.hidden_units=[48]: expected [32]" in wider.stderr
+    assert (tmp_path / "run" / "checkpoints" / "ckpt-1.index").exists()
