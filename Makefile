@@ -19,11 +19,11 @@ explain: $(STAMP)
 	$(PY) -m launcher explain=true $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m ruff check launcher models datasets tests
+	$(PY) -m ruff check launcher models datasets tests benchmarks
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check launcher models datasets tests
+	$(PY) -m ruff check launcher models datasets tests benchmarks
 
 clean:
 	rm -rf outputs multirun .pytest_cache

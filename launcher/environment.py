@@ -35,9 +35,17 @@ class Environment:
         return any(flag.startswith("amx") for flag in self.cpu_flags)
 
     @property
+    def has_avx512_bf16(self) -> bool:
+        return "avx512_bf16" in self.cpu_flags
+
+    @property
     def cpu_has_fast_bf16(self) -> bool:
-        """AMX tiles or AVX-512 BF16: oneDNN runs bfloat16 matmuls natively."""
-        return self.has_amx or "avx512_bf16" in self.cpu_flags
+        """AMX tiles make oneDNN's bfloat16 matmuls several times faster than float32.
+
+        AVX-512 BF16 alone does not: measured on a 2-core AVX-512 BF16 Xeon without
+        AMX, a 2048^3 bfloat16 matmul ran at 157 GFLOP/s against 254 for float32.
+        """
+        return self.has_amx
 
     @property
     def gpu_min_capability(self) -> tuple[int, int] | None:
@@ -50,7 +58,7 @@ class Environment:
                 for g in self.gpus
             )
             return f"{len(self.gpus)} GPU(s): {names}"
-        cpu = "AMX" if self.has_amx else ("AVX-512 BF16" if self.cpu_has_fast_bf16 else "no bf16 fast path")
+        cpu = "AMX" if self.has_amx else ("AVX-512 BF16, no AMX" if self.has_avx512_bf16 else "no bf16 fast path")
         return f"no GPU; 1 CPU with {self.cpu_count} cores ({cpu})"
 
 

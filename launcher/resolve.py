@@ -53,9 +53,13 @@ def _auto_precision(env: Environment) -> tuple[str, str]:
             return "mixed", f"GPU compute capability {capability[0]}.{capability[1]} has float16 tensor cores but no bfloat16"
         return "fp32", f"GPU compute capability {capability[0]}.{capability[1]} < 7.0 has no fast reduced precision"
     if env.cpu_has_fast_bf16:
-        feature = "AMX" if env.has_amx else "AVX-512 BF16"
-        return "bf16", f"CPU has {feature}: oneDNN runs bfloat16 matmuls natively"
-    return "fp32", "CPU has neither AMX nor AVX-512 BF16: reduced precision would be slower"
+        return "bf16", "CPU has AMX: oneDNN runs bfloat16 matmuls several times faster than float32"
+    if env.has_avx512_bf16:
+        return "fp32", (
+            "CPU has AVX-512 BF16 but no AMX: bfloat16 matmuls are slower than float32 there "
+            "(measured 157 vs 254 GFLOP/s)"
+        )
+    return "fp32", "CPU has no AMX: reduced precision would be slower than float32"
 
 
 def rule_precision(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
@@ -248,11 +252,13 @@ def _auto_xla(env: Environment, precision: str) -> tuple[bool, str]:
     if env.gpus:
         return True, "GPU: XLA fuses elementwise ops around the matmuls"
     if precision == "fp32":
-        return True, "CPU float32: XLA fuses the step and its matmuls are fast"
-    return False, (
-        f"CPU {precision}: XLA's CPU backend has no oneDNN bfloat16/float16 kernels "
-        "(measured ~2x slower than the graph step)"
-    )
+        return True, "CPU float32: XLA fuses the step (measured 1.1x the graph step on a 3x2048 MLP)"
+    if env.has_amx:
+        return False, (
+            f"CPU {precision} with AMX: the graph step uses oneDNN's AMX kernels, XLA's CPU "
+            "backend does not (~2x slower)"
+        )
+    return True, f"CPU {precision} without AMX: no oneDNN fast path to lose, XLA fuses the step"
 
 
 # ---------------------------------------------------------------- loss scale

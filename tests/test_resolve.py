@@ -32,7 +32,7 @@ def plan_for(env, *overrides):
     ("env", "expected"),
     [
         (CPU_AMX, "bf16"),
-        (CPU_AVX512_BF16, "bf16"),
+        (CPU_AVX512_BF16, "fp32"),
         (CPU_PLAIN, "fp32"),
         (ONE_V100, "mixed"),
         (EIGHT_V100, "mixed"),
@@ -61,8 +61,9 @@ def test_mixed_without_fp16_fast_path_warns_and_suggests_bf16():
     assert "precision=bf16" in warning
 
 
-def test_mixed_on_cpu_without_bf16_warns_without_suggesting_bf16():
-    plan = plan_for(CPU_PLAIN, "precision=mixed")
+@pytest.mark.parametrize("env", [CPU_PLAIN, CPU_AVX512_BF16], ids=["plain", "avx512-bf16-no-amx"])
+def test_mixed_on_cpu_without_amx_warns_without_suggesting_bf16(env):
+    plan = plan_for(env, "precision=mixed")
     assert any("without a float16 fast path" in w for w in plan.warnings)
     assert not any("precision=bf16" in w for w in plan.warnings)
 
@@ -162,7 +163,13 @@ def test_xla_false_is_graph_step():
 
 @pytest.mark.parametrize(
     ("env", "precision", "expected"),
-    [(CPU_AMX, "bf16", False), (CPU_AMX, "fp32", True), (CPU_PLAIN, "mixed", False), (ONE_A100, "bf16", True)],
+    [
+        (CPU_AMX, "bf16", False),
+        (CPU_AMX, "fp32", True),
+        (CPU_AVX512_BF16, "bf16", True),
+        (CPU_PLAIN, "mixed", True),
+        (ONE_A100, "bf16", True),
+    ],
 )
 def test_xla_auto_depends_on_hardware_and_precision(env, precision, expected):
     plan = plan_for(env, "xla=auto", f"precision={precision}")
