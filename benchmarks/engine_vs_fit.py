@@ -60,7 +60,7 @@ def main():
 
     cfg = launcher_config(args)
     plan = resolve(cfg, probe())
-    runtime.configure(plan, 0, False)
+    strategy = runtime.configure(plan, 0, False)
     source = DATASETS.get("synthetic").load(cfg.dataset)
     schedule(cfg, plan, source.num_train, source.num_val)
     x, y = source.train
@@ -86,7 +86,7 @@ def main():
         return [len(x) / t for t in times[1:]]
 
     def run_engine():
-        built = build(cfg, plan, source)
+        built = build(cfg, plan, source, strategy)
         engine = Engine(built, plan, source, verbose=0)
         result = engine.fit(args.epochs)
         return [e.logs["examples_per_sec"] for e in result.epochs[1:]]

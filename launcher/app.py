@@ -63,7 +63,7 @@ def execute(cfg_node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict
     config = OmegaConf.to_object(cfg_node)
     env = probe()
     plan = resolve(config, env)
-    runtime.configure(plan, config.seed, config.deterministic)
+    strategy = runtime.configure(plan, config.seed, config.deterministic)
     source = _load_data(config)
     schedule(config, plan, source.num_train, source.num_val)
 
@@ -74,7 +74,7 @@ def execute(cfg_node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict
     if config.explain:
         print(f"\nexplain=true: nothing trained. Plan written to {run_dir / 'plan.yaml'}")
         return Outcome(plan=plan, run_dir=run_dir)
-    return _train(config, cfg_node, plan, source, env, run_dir, launch_dir, choices)
+    return _train(config, cfg_node, plan, source, env, strategy, run_dir, launch_dir, choices)
 
 
 def _load_data(config):
@@ -85,7 +85,7 @@ def _load_data(config):
     return source
 
 
-def _train(config, cfg_node, plan, source, env, run_dir, launch_dir, choices) -> Outcome:
+def _train(config, cfg_node, plan, source, env, strategy, run_dir, launch_dir, choices) -> Outcome:
     from launcher.build import build
     from launcher.callbacks import make_callbacks
     from launcher.checkpoint import Checkpointer
@@ -93,7 +93,7 @@ def _train(config, cfg_node, plan, source, env, run_dir, launch_dir, choices) ->
 
     # Build and restore first: an incompatible checkpoint is a ConfigError, raised
     # before MLflow hears of this launch.
-    built = build(config, plan, source)
+    built = build(config, plan, source, strategy)
     checkpointer = None
     initial_epoch = 0
     if config.checkpoint.enabled:
@@ -118,7 +118,7 @@ def _train(config, cfg_node, plan, source, env, run_dir, launch_dir, choices) ->
                 checkpointer.maybe_save(epoch)
 
         result = engine.fit(config.train.epochs, initial_epoch, on_epoch_end)
-        if config.checkpoint.export_model:
+        if config.checkpoint.export_model and plan.get("process.is_chief", True):
             path = run_dir / "model.keras"
             _export(built.model, path)
             tracker.log_artifact(path, "model")
@@ -142,7 +142,7 @@ def _start_tracking(config, cfg_node, plan, env, run_dir, launch_dir, choices, r
     from launcher.tracking import NullTracker, Tracker, flatten, resolve_uri
 
     tr = config.tracking
-    if not tr.enabled:
+    if not tr.enabled or not plan.get("process.is_chief", True):
         return NullTracker()
     uri = resolve_uri(tr.uri, launch_dir)
     name = tr.run_name or "-".join(

@@ -1,6 +1,6 @@
 """Build everything that creates variables, in one place, inside strategy.scope().
 
-The dtype policy is already set (runtime.configure) before this runs.
+The strategy and the dtype policy come from runtime.configure, which runs first.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import keras
-import tensorflow as tf
 
 from launcher import loss_scale
 from launcher.registry import MODELS
@@ -21,22 +20,6 @@ class Built:
     strategy: Any
     model: Any
     optimizer: Any
-
-
-def make_strategy(plan):
-    kind, devices = plan["strategy"], plan["strategy.devices"]
-    if kind == "default":
-        return tf.distribute.get_strategy()
-    if kind == "one_device":
-        return tf.distribute.OneDeviceStrategy(devices[0])
-    if kind == "mirrored":
-        on_cpu = all("cpu" in d.lower() for d in devices)
-        # NCCL is GPU-only; on logical CPUs reduce through one device.
-        ops = tf.distribute.ReductionToOneDevice() if on_cpu else None
-        return tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
-    if kind == "multi_worker":
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    raise ValueError(f"unknown strategy {kind!r}")
 
 
 def make_optimizer(cfg, lr):
@@ -57,8 +40,7 @@ def float32_output(model):
     return keras.Model(model.inputs, out, name=model.name)
 
 
-def build(cfg, plan, source) -> Built:
-    strategy = make_strategy(plan)
+def build(cfg, plan, source, strategy) -> Built:
     with strategy.scope():
         model = float32_output(MODELS.get(cfg.model.name).build(cfg.model, source))
         inner = make_optimizer(cfg.optimizer, learning_rate(plan, cfg.optimizer))

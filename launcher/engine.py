@@ -121,6 +121,10 @@ class Engine:
         # Seed per epoch: the order of epoch e does not depend on earlier epochs (resumable).
         seed = self.seed * 100_003 + epoch if train else None
         ds = self.source.pipeline(split, self.global_batch, drop, seed, self.shuffle_buffer)
+        # Every worker reads the same batches and keeps its replicas' slice of each.
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+        ds = ds.with_options(options)
         return iter(self.strategy.experimental_distribute_dataset(ds))
 
     # --------------------------------------------------------------- fit

@@ -211,11 +211,27 @@ def _multi_worker_strategy(cfg, env, plan, violations) -> None:
             )
         )
         workers = ["localhost"]
+    chief = _is_chief(tf_config or {})
+    plan.decide(
+        "process.is_chief", chief,
+        "this worker logs to MLflow and exports the model" if chief
+        else "not the chief: trains and checkpoints, leaves MLflow and export to the chief",
+    )
     local = max(len(env.gpus), 1)
     device = "/gpu" if env.gpus else "/cpu"
     plan.decide("strategy.devices", [f"{device}:{i}" for i in range(local)], f"per worker; found {env.describe_devices()}")
     plan.decide("strategy.logical_cpus", 0, "one CPU device per worker")
     plan.decide("replicas", len(workers) * local, f"{len(workers)} worker(s) x {local} device(s)")
+
+
+def _is_chief(tf_config: dict) -> bool:
+    task = tf_config.get("task", {}) if isinstance(tf_config, dict) else {}
+    if not isinstance(task, dict):
+        return True
+    if task.get("type") == "chief":
+        return True
+    has_chief = bool(tf_config.get("cluster", {}).get("chief"))
+    return task.get("type", "worker") == "worker" and task.get("index", 0) == 0 and not has_chief
 
 
 # ----------------------------------------------------------------------- XLA

@@ -54,18 +54,42 @@ def quiet_stderr():
             os.close(saved)
 
 
-def configure(plan, seed: int, deterministic: bool) -> None:
-    """Logical devices, seeds, determinism and the dtype policy, in that order."""
+def configure(plan, seed: int, deterministic: bool):
+    """Logical devices, the strategy, seeds, determinism and the dtype policy, in that order.
+
+    The strategy is created right after the devices: MultiWorkerMirroredStrategy
+    must exist before any other TensorFlow op runs. Returns the strategy.
+    """
     import keras
     import tensorflow as tf
 
     split_cpu(plan.get("strategy.logical_cpus", 0))
+    strategy = make_strategy(plan)
     keras.utils.set_random_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
     if deterministic:
         tf.config.experimental.enable_op_determinism()
     keras.mixed_precision.set_global_policy(plan["precision.policy"])
+    return strategy
+
+
+def make_strategy(plan):
+    import tensorflow as tf
+
+    kind, devices = plan["strategy"], plan["strategy.devices"]
+    if kind == "default":
+        return tf.distribute.get_strategy()
+    if kind == "one_device":
+        return tf.distribute.OneDeviceStrategy(devices[0])
+    if kind == "mirrored":
+        on_cpu = all("cpu" in d.lower() for d in devices)
+        # NCCL is GPU-only; on logical CPUs reduce through one device.
+        ops = tf.distribute.ReductionToOneDevice() if on_cpu else None
+        return tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
+    if kind == "multi_worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    raise ValueError(f"unknown strategy {kind!r}")
 
 
 def split_cpu(count: int) -> None:

@@ -230,6 +230,15 @@ def test_multi_worker_needs_tf_config():
 def test_multi_worker_counts_replicas_across_workers():
     plan = plan_for(TWO_WORKERS, "strategy=multi_worker")
     assert plan["replicas"] == 2
+    assert plan["process.is_chief"] is True
+
+
+def test_multi_worker_second_worker_is_not_chief():
+    from dataclasses import replace
+
+    tf_config = {**TWO_WORKERS.tf_config, "task": {"type": "worker", "index": 1}}
+    plan = plan_for(replace(TWO_WORKERS, tf_config=tf_config), "strategy=multi_worker")
+    assert plan["process.is_chief"] is False
 
 
 # ------------------------------------------------------- batch and lr
