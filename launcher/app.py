@@ -74,6 +74,10 @@ def execute(cfg_node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict
     if config.explain:
         print(f"\nexplain=true: nothing trained. Plan written to {run_dir / 'plan.yaml'}")
         return Outcome(plan=plan, run_dir=run_dir)
+    if config.tracking.enabled:
+        from launcher.tracking import check_reachable
+
+        check_reachable(config.tracking.uri)
     return _train(config, cfg_node, plan, source, env, strategy, run_dir, launch_dir, choices)
 
 

@@ -17,6 +17,8 @@ def make_callbacks(train_cfg) -> list:
     rl = train_cfg.reduce_lr_on_plateau
     if rl.enabled:
         callbacks.append(
-            keras.callbacks.ReduceLROnPlateau(monitor=rl.monitor, factor=rl.factor, patience=rl.patience, verbose=1)
+            keras.callbacks.ReduceLROnPlateau(
+                monitor=rl.monitor, factor=rl.factor, patience=rl.patience, mode=rl.mode.value, verbose=1
+            )
         )
     return callbacks

@@ -224,6 +224,7 @@ class ReduceLrConfig:
     monitor: str = "val_loss"
     factor: float = 0.5
     patience: int = 2
+    mode: MonitorMode = MonitorMode.min
 
 
 @dataclass

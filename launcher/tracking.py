@@ -23,6 +23,24 @@ def resolve_uri(uri: str, base: Path) -> str:
     return uri
 
 
+def check_reachable(uri: str, timeout: float = 5.0) -> None:
+    """Fail fast with a ConfigError instead of MLflow's minutes of retries."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import urllib.request
+
+    from launcher.errors import ConfigError
+
+    try:
+        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout).read()
+    except OSError as err:
+        raise ConfigError.single(
+            "tracking.uri", uri, f"a reachable MLflow tracking server ({err})",
+            "start it (mlflow server --host 127.0.0.1 --port 5000), or tracking=mlflow for the local "
+            "SQLite store, or tracking=off",
+        ) from None
+
+
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(tree, dict):
         out: dict[str, Any] = {}

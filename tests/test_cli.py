@@ -88,8 +88,10 @@ def test_explain_prints_the_plan_and_trains_nothing(cli, tmp_path):
         (["dataset=npz", "dataset.path=/nonexistent/data.npz"],
          ["dataset.path='/nonexistent/data.npz'", "file not found", "fix: dataset.path="]),
         (["dataset=digits", "dataset.layout=flat", "model=cnn"], ["model='cnn'", "image inputs", "fix: model=mlp"]),
+        (["tracking.uri=http://127.0.0.1:9"], ["tracking.uri='http://127.0.0.1:9'", "reachable MLflow", "fix: start it"]),
     ],
-    ids=["unknown-choice", "wrong-type", "enum-typo", "invalid-combination", "several-at-once", "missing-file", "model-data"],
+    ids=["unknown-choice", "wrong-type", "enum-typo", "invalid-combination", "several-at-once", "missing-file",
+         "model-data", "unreachable-tracking"],
 )
 def test_bad_input_is_a_clear_error_not_a_traceback(cli, tmp_path, overrides, expected):
     done = cli(*overrides)
