@@ -29,6 +29,8 @@ class Outcome:
     run_id: str | None = None
     run_dir: Path | None = None
     error: str | None = None
+    exit_code: int | None = None
+    model: Any = None
 
 
 def main_in_hydra(cfg: DictConfig) -> None:
@@ -51,6 +53,8 @@ def run(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None =
     except ConfigError as err:
         print(f"\n{err}\n", file=sys.stderr, flush=True)
         return EXIT_CONFIG_ERROR
+    if outcome.exit_code is not None:
+        return outcome.exit_code
     return EXIT_TRAINING_FAILED if outcome.error else 0
 
 
@@ -92,54 +96,74 @@ def _load_data(config):
 def _train(config, cfg_node, plan, source, env, strategy, run_dir, launch_dir, choices) -> Outcome:
     from launcher.build import build
     from launcher.callbacks import make_callbacks
-    from launcher.checkpoint import Checkpointer
-    from launcher.engine import Engine
+    from launcher.engine import Engine, Preempted
+    from launcher.run_hooks import PreemptionGuard, RunHooks, export_model
 
     # Build and restore first: an incompatible checkpoint is a ConfigError, raised
     # before MLflow hears of this launch.
     built = build(config, plan, source, strategy)
-    checkpointer = None
-    initial_epoch = 0
-    if config.checkpoint.enabled:
-        model_config = OmegaConf.to_container(cfg_node.model, resolve=True, enum_to_str=True)
-        checkpointer = Checkpointer(config.checkpoint, run_dir / "checkpoints", built, model_config)
-        initial_epoch = checkpointer.restore()
-    resumed_run = checkpointer.previous_state().get("mlflow_run_id") if checkpointer and initial_epoch else None
+    checkpointer, restored = _restore(config, cfg_node, built, run_dir)
+    position, sidecar = restored if restored else (None, {})
+    resumed_run = sidecar.get("mlflow_run_id") if restored else None
     tracker = _start_tracking(config, cfg_node, plan, env, run_dir, launch_dir, choices, resumed_run)
     if checkpointer:
         checkpointer.record(tracker.run_id)
-    if initial_epoch:
-        print(f"Resuming from epoch {initial_epoch} ({checkpointer.manager.latest_checkpoint}).", flush=True)
-    outcome = Outcome(plan=plan, run_id=tracker.run_id, run_dir=run_dir)
+    is_chief = plan.get("process.is_chief", True)
+    outcome = Outcome(plan=plan, run_id=tracker.run_id, run_dir=run_dir, model=built.model)
     status = "FAILED"
-    try:
-        engine = Engine(built, plan, source, seed=config.seed, shuffle_buffer=config.dataset.shuffle_buffer,
-                        callbacks=make_callbacks(config.train))
+    with PreemptionGuard(config.checkpoint.save_on_preemption) as guard:
+        hooks = RunHooks(
+            checkpointer=checkpointer, tracker=tracker, guard=guard, steps_per_epoch=plan["train.steps_per_epoch"],
+            checkpoint_cfg=config.checkpoint, is_chief=is_chief, run_dir=run_dir, model=built.model,
+            history=sidecar.get("history"), best=sidecar.get("best"), early_stopping=sidecar.get("early_stopping"),
+        )
+        if restored:
+            healed = hooks.heal_metric_gaps()
+            print(f"Resuming at epoch {position.epoch + 1}, step {position.step_in_epoch} "
+                  f"(global step {position.global_step})" + (f"; re-logged {healed} epoch(s) of metrics" if healed else ""),
+                  flush=True)
+        try:
+            engine = Engine(built, plan, source, seed=config.seed, shuffle_buffer=config.dataset.shuffle_buffer,
+                            callbacks=make_callbacks(config.train))
+            result = engine.fit(config.train.epochs, start=position, hooks=hooks)
+            if config.checkpoint.export_model and is_chief:
+                export_model(built.model, run_dir / "model.keras")
+                tracker.log_artifact(run_dir / "model.keras", "model")
+                if hooks.best_model_path:
+                    tracker.log_artifact(hooks.best_model_path, "model")
+            status = "FINISHED"
+            outcome.result = result
+            _summary(result, plan, run_dir, tracker)
+            return outcome
+        except Preempted as stop:
+            status = "KILLED"
+            print(f"\nPreempted: {stop}. Checkpoint saved; re-run the same command to resume.", flush=True)
+            outcome.error = str(stop)
+            outcome.exit_code = 128 + stop.signum
+            return outcome
+        except KeyboardInterrupt:
+            status = "KILLED"
+            raise
+        except Exception as err:
+            traceback.print_exc()
+            print("\nTraining failed; the MLflow run is marked FAILED.", file=sys.stderr)
+            outcome.error = f"{type(err).__name__}: {err}"
+            return outcome
+        finally:
+            tracker.end(status)
 
-        def on_epoch_end(epoch, logs):
-            tracker.log_metrics(logs, step=epoch)
-            if checkpointer:
-                checkpointer.maybe_save(epoch)
 
-        result = engine.fit(config.train.epochs, initial_epoch, on_epoch_end)
-        if config.checkpoint.export_model and plan.get("process.is_chief", True):
-            path = run_dir / "model.keras"
-            _export(built.model, path)
-            tracker.log_artifact(path, "model")
-        status = "FINISHED"
-        outcome.result = result
-        _summary(result, plan, run_dir, tracker)
-        return outcome
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    except Exception as err:
-        traceback.print_exc()
-        print("\nTraining failed; the MLflow run is marked FAILED.", file=sys.stderr)
-        outcome.error = f"{type(err).__name__}: {err}"
-        return outcome
-    finally:
-        tracker.end(status)
+def _restore(config, cfg_node, built, run_dir):
+    from launcher.checkpoint import Checkpointer, set_aside
+
+    if not config.checkpoint.enabled:
+        return None, None
+    directory = run_dir / "checkpoints"
+    if str(config.checkpoint.resume) == "never":
+        set_aside(directory)
+    model_config = OmegaConf.to_container(cfg_node.model, resolve=True, enum_to_str=True)
+    checkpointer = Checkpointer(config.checkpoint, directory, built, model_config)
+    return checkpointer, checkpointer.restore()
 
 
 def _start_tracking(config, cfg_node, plan, env, run_dir, launch_dir, choices, resumed_run=None):
@@ -175,17 +199,10 @@ _DERIVED = (
 )
 
 
-def _export(model, path: Path) -> None:
-    optimizer = model.optimizer
-    model.optimizer = None  # export the trained network, not the training state
-    try:
-        model.save(path)
-    finally:
-        model.optimizer = optimizer
-
-
 def _summary(result, plan, run_dir, tracker) -> None:
     final = result.final
+    if not result.epochs:
+        print("\nNothing to train: the checkpoint already covers every epoch.")
     print("\nDone." + (" (stopped early)" if result.stopped_early else ""))
     for key in ("loss", "accuracy", "val_loss", "val_accuracy", "examples_per_sec"):
         if key in final:

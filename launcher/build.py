@@ -20,6 +20,12 @@ class Built:
     strategy: Any
     model: Any
     optimizer: Any
+    # Builds an independent twin (fresh variables): used to verify checkpoints restore.
+    rebuild: Any = None
+
+
+def rebuild_like(built: Built) -> Built:
+    return built.rebuild()
 
 
 def make_optimizer(cfg, lr):
@@ -46,4 +52,5 @@ def build(cfg, plan, source, strategy) -> Built:
         inner = make_optimizer(cfg.optimizer, learning_rate(plan, cfg.optimizer))
         optimizer = loss_scale.wrap(inner, plan, cfg.loss_scale)
         optimizer.build(model.trainable_variables)
-    return Built(strategy=strategy, model=model, optimizer=optimizer)
+    return Built(strategy=strategy, model=model, optimizer=optimizer,
+                 rebuild=lambda: build(cfg, plan, source, strategy))

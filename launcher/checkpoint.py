@@ -1,33 +1,74 @@
-"""Checkpoints of model, optimizer (slots, iterations, loss scale) and the epoch counter.
+"""Checkpoint policy a run can bet on: exact resume, keep-N, best model, verified restores.
 
-Next to the TF checkpoints, `launcher_state.json` records the model config and
-the MLflow run id, so a resumed run is checked for compatibility *before* any
-variable is touched and continues the same MLflow run.
+A checkpoint holds the model, the optimizer (slots, iterations, loss-scale
+state) and the position: epoch, step inside the epoch and global step. Each
+TF checkpoint `ckpt-<global step>` gets a sidecar `ckpt-<step>.json`, written
+atomically *after* the TF files, with the epoch history, best-metric and
+early-stopping state and the MLflow run id. A checkpoint without its sidecar
+was interrupted while being written and is never resumed from.
+
+Save rule: at every global step that is a multiple of `interval_steps` (when
+> 0) and at the end of every `interval_epochs`-th epoch (when > 0); either,
+both or neither may be set.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
 from pathlib import Path
 
+from launcher.engine import Position
 from launcher.errors import ConfigError, Violation
 
 STATE_FILE = "launcher_state.json"
+FIX_FRESH = "checkpoint.resume=never to start fresh in this run dir, or a new hydra.run.dir"
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as handle:
+        json.dump(data, handle, indent=2)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def set_aside(directory: Path) -> None:
+    """resume=never in a dir that has checkpoints: move them aside, never delete them."""
+    if not directory.exists() or not any(directory.iterdir()):
+        return
+    aside, index = directory.with_name(f"{directory.name}.replaced"), 1
+    while aside.exists():
+        aside, index = directory.with_name(f"{directory.name}.replaced{index}"), index + 1
+    shutil.move(str(directory), str(aside))
+    print(f"WARNING: checkpoint.resume=never: previous checkpoints moved to {aside}", file=sys.stderr, flush=True)
 
 
 class Checkpointer:
-    """Saves every `interval_epochs` epochs, keeps `max_to_keep`, resumes from the latest."""
-
     def __init__(self, cfg, directory: Path, built, model_config: dict):
         import tensorflow as tf
 
         self.cfg = cfg
         self.directory = directory
+        self.built = built
         self.model_config = model_config
+        self.verified = False
         with built.strategy.scope():
-            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-        self.checkpoint = tf.train.Checkpoint(model=built.model, optimizer=built.optimizer, epoch=self.epoch)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, str(directory), max_to_keep=cfg.max_to_keep)
+            self.counters = {
+                name: tf.Variable(0, dtype=tf.int64, trainable=False, name=name)
+                for name in ("epoch", "step_in_epoch", "global_step")
+            }
+        self.checkpoint = tf.train.Checkpoint(model=built.model, optimizer=built.optimizer, **self.counters)
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, str(directory), max_to_keep=cfg.max_to_keep, checkpoint_name="ckpt"
+        )
+        self.best_dir = directory / "best"
+        self.best_manager = tf.train.CheckpointManager(self.checkpoint, str(self.best_dir), max_to_keep=1)
+
+    # -------------------------------------------------------------- state
 
     @property
     def state_path(self) -> Path:
@@ -41,24 +82,113 @@ class Checkpointer:
 
     def record(self, mlflow_run_id: str | None) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        state = {"model": self.model_config, "mlflow_run_id": mlflow_run_id}
-        self.state_path.write_text(json.dumps(state, indent=2))
+        write_json_atomic(self.state_path, {"model": self.model_config, "mlflow_run_id": mlflow_run_id})
 
-    def restore(self) -> int:
-        """Return the epoch to start from (0 when there is nothing to resume)."""
+    # ------------------------------------------------------------- saving
+
+    def steps_until_save(self, position: Position) -> int | None:
+        interval = self.cfg.interval_steps
+        if interval <= 0:
+            return None
+        return interval - position.global_step % interval
+
+    def step_save_due(self, position: Position) -> bool:
+        interval = self.cfg.interval_steps
+        return interval > 0 and position.global_step % interval == 0
+
+    def epoch_save_due(self, epochs_done: int) -> bool:
+        interval = self.cfg.interval_epochs
+        return interval > 0 and epochs_done % interval == 0
+
+    def save(self, position: Position, extra: dict) -> str:
+        """Write checkpoint + sidecar; the sidecar last, so its presence marks completeness."""
+        self.counters["epoch"].assign(position.epoch)
+        self.counters["step_in_epoch"].assign(position.step_in_epoch)
+        self.counters["global_step"].assign(position.global_step)
+        path = self.manager.save(checkpoint_number=position.global_step)
+        sidecar = {"position": vars(position).copy(), **extra}
+        write_json_atomic(Path(f"{path}.json"), sidecar)
+        self._drop_orphan_sidecars()
+        if not self.verified and self.cfg.verify_restore:
+            self.verify(path)
+        return path
+
+    def _drop_orphan_sidecars(self) -> None:
+        """Sidecars of checkpoints the manager rotated out (keep-N) go with them."""
+        kept = {f"{Path(p).name}.json" for p in self.manager.checkpoints}
+        for sidecar in self.directory.glob("ckpt-*.json"):
+            if sidecar.name not in kept:
+                sidecar.unlink(missing_ok=True)
+
+    def save_best(self, position: Position) -> str:
+        self.counters["epoch"].assign(position.epoch)
+        self.counters["step_in_epoch"].assign(position.step_in_epoch)
+        self.counters["global_step"].assign(position.global_step)
+        return self.best_manager.save(checkpoint_number=position.global_step)
+
+    def verify(self, path: str) -> None:
+        """Restore the first checkpoint into fresh objects: a broken restore path shows now, not after a crash."""
+        import tensorflow as tf
+
+        from launcher.build import rebuild_like
+
+        fresh = rebuild_like(self.built)
+        with self.built.strategy.scope():
+            counters = {name: tf.Variable(0, dtype=tf.int64, name=name) for name in self.counters}
+        probe = tf.train.Checkpoint(model=fresh.model, optimizer=fresh.optimizer, **counters)
+        probe.restore(path).assert_consumed()
+        self.verified = True
+
+    # ----------------------------------------------------------- resuming
+
+    def restore(self) -> tuple[Position, dict] | None:
+        """Restore the newest complete checkpoint; None when there is nothing to resume."""
         resume = str(self.cfg.resume)
         if resume == "never":
-            return 0
-        path = self.manager.latest_checkpoint if resume == "auto" else resume
-        if resume != "auto" and not Path(f"{path}.index").exists():
+            return None
+        if resume != "auto":
+            return self._restore_explicit(resume)
+        candidates = list(reversed(self.manager.checkpoints))
+        if candidates:
+            self._check_same_model(candidates[0])
+        for path in candidates:
+            sidecar = self._read_sidecar(path)
+            if sidecar is None:
+                self._warn(f"checkpoint {path} has no sidecar {Path(path).name}.json (interrupted while "
+                           "being written); falling back to the previous one")
+                continue
+            try:
+                self._restore_into_model(path, resume)
+            except _Corrupt as err:
+                self._warn(f"checkpoint {path} is unreadable ({err}); falling back to the previous one")
+                continue
+            return Position(**sidecar["position"]), sidecar
+        if candidates:
+            self._warn("no usable checkpoint found; starting from scratch")
+        return None
+
+    def _restore_explicit(self, resume: str) -> tuple[Position, dict]:
+        if not Path(f"{resume}.index").exists():
             raise ConfigError.single(
                 "checkpoint.resume", resume,
-                "auto, never, or an existing checkpoint prefix such as <run dir>/checkpoints/ckpt-3",
+                "auto, never, or an existing checkpoint prefix such as <run dir>/checkpoints/ckpt-30",
                 "checkpoint.resume=auto",
             )
-        if not path:
-            return 0
-        self._check_same_model(path)
+        sidecar = self._read_sidecar(resume)
+        if sidecar is None:
+            raise ConfigError.single(
+                "checkpoint.resume", resume, f"a complete checkpoint (its sidecar {resume}.json is missing)",
+                "checkpoint.resume=auto to pick the newest complete one",
+            )
+        try:
+            self._restore_into_model(resume, resume)
+        except _Corrupt as err:
+            raise ConfigError.single("checkpoint.resume", resume, f"a readable checkpoint ({err})", FIX_FRESH) from None
+        return Position(**sidecar["position"]), sidecar
+
+    def _restore_into_model(self, path: str, resume: str) -> None:
+        import tensorflow as tf
+
         try:
             self.checkpoint.restore(path).assert_existing_objects_matched()
         except (AssertionError, ValueError) as err:
@@ -66,33 +196,38 @@ class Checkpointer:
                 "checkpoint.resume", resume,
                 f"a checkpoint written by the same model config (restoring {path} failed: "
                 f"{str(err).splitlines()[0][:200]})",
-                "checkpoint.resume=never to start fresh in this run dir, or a new hydra.run.dir",
+                FIX_FRESH,
             ) from None
-        return int(self.epoch.numpy())
+        except (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.InvalidArgumentError,
+                tf.errors.OutOfRangeError) as err:
+            raise _Corrupt(str(err).splitlines()[0][:200]) from None
+
+    def _read_sidecar(self, path: str) -> dict | None:
+        try:
+            return json.loads(Path(f"{path}.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
 
     def _check_same_model(self, path: str) -> None:
         saved = self.previous_state().get("model")
         if saved is None or saved == self.model_config:
             return
-        fix = "checkpoint.resume=never to start fresh in this run dir, or a new hydra.run.dir"
         if saved.get("name") != self.model_config.get("name"):
             raise ConfigError.single(
                 "model", self.model_config.get("name"),
-                f"{saved.get('name')!r}, the model of the checkpoint being resumed ({path})", fix,
+                f"{saved.get('name')!r}, the model of the checkpoint being resumed ({path})", FIX_FRESH,
             )
-        violations = [
-            Violation(
-                f"model.{key}", self.model_config.get(key),
-                f"{saved.get(key)!r} as in the checkpoint being resumed ({path})", fix,
-            )
+        raise ConfigError([
+            Violation(f"model.{key}", self.model_config.get(key),
+                      f"{saved.get(key)!r} as in the checkpoint being resumed ({path})", FIX_FRESH)
             for key in sorted(set(saved) | set(self.model_config))
             if saved.get(key) != self.model_config.get(key)
-        ]
-        raise ConfigError(violations)
+        ])
 
-    def maybe_save(self, epoch: int) -> str | None:
-        interval = self.cfg.interval_epochs
-        if not interval or (epoch + 1) % interval:
-            return None
-        self.epoch.assign(epoch + 1)
-        return self.manager.save(checkpoint_number=epoch + 1)
+    @staticmethod
+    def _warn(message: str) -> None:
+        print(f"WARNING: {message}", file=sys.stderr, flush=True)
+
+
+class _Corrupt(Exception):
+    pass

@@ -24,15 +24,17 @@ class DataSource:
     vocab_size: int = 0
 
     def pipeline(self, split: str, batch: int, drop_remainder: bool, shuffle_seed: int | None,
-                 shuffle_buffer: int = 10_000):
+                 shuffle_buffer: int = 10_000, skip: int = 0):
         import tensorflow as tf
 
         source = self.train if split == "train" else self.val
         ds = source if isinstance(source, tf.data.Dataset) else tf.data.Dataset.from_tensor_slices(source)
         if shuffle_seed is not None:
             size = self.num_train if split == "train" else self.num_val
-            ds = ds.shuffle(min(shuffle_buffer, size), seed=shuffle_seed, reshuffle_each_iteration=True)
+            ds = ds.shuffle(min(shuffle_buffer, size), seed=shuffle_seed, reshuffle_each_iteration=False)
         ds = ds.batch(batch, drop_remainder=drop_remainder)
+        if skip:
+            ds = ds.skip(skip)
         return ds.prefetch(tf.data.AUTOTUNE)
 
 

@@ -28,6 +28,40 @@ SUM = tf.distribute.ReduceOp.SUM
 
 
 @dataclass
+class Position:
+    """Where training is: the data position inside the epoch is part of it (exact resume)."""
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+
+
+class Hooks:
+    """What the engine asks of its owner (checkpointing, tracking, preemption). No-op default."""
+
+    def steps_until_save(self, position: Position) -> int | None:
+        return None
+
+    def after_steps(self, position: Position) -> None:
+        pass
+
+    def on_epoch_end(self, position: Position, logs: dict) -> None:
+        pass
+
+    def on_train_begin(self, callbacks) -> None:
+        pass
+
+
+class Preempted(Exception):
+    """Training stopped at a step boundary because the process was asked to stop."""
+
+    def __init__(self, signum: int, position: Position):
+        super().__init__(f"stopped by signal {signum} at epoch {position.epoch + 1}, step {position.step_in_epoch}")
+        self.signum = signum
+        self.position = position
+
+
+@dataclass
 class EpochResult:
     epoch: int
     logs: dict[str, float]
@@ -115,12 +149,13 @@ class Engine:
 
     # -------------------------------------------------------------- data
 
-    def _iterator(self, split: str, epoch: int):
+    def _iterator(self, split: str, epoch: int, skip: int = 0):
         train = split == "train"
         drop = self.plan["batch.drop_remainder"] if train else False
-        # Seed per epoch: the order of epoch e does not depend on earlier epochs (resumable).
+        # Seed per epoch: the order of epoch e does not depend on earlier epochs, and
+        # skipping the batches already trained on puts a resumed run at the same example.
         seed = self.seed * 100_003 + epoch if train else None
-        ds = self.source.pipeline(split, self.global_batch, drop, seed, self.shuffle_buffer)
+        ds = self.source.pipeline(split, self.global_batch, drop, seed, self.shuffle_buffer, skip=skip)
         # Every worker reads the same batches and keeps its replicas' slice of each.
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
@@ -129,45 +164,57 @@ class Engine:
 
     # --------------------------------------------------------------- fit
 
-    def fit(self, epochs: int, initial_epoch: int = 0, on_epoch_end=None) -> FitResult:
+    def fit(self, epochs: int, start: Position | None = None, hooks: Hooks | None = None) -> FitResult:
+        """Train from `start` (a resumed position) to the end of epoch `epochs`."""
+        hooks = hooks or Hooks()
+        position = start or Position()
         result = FitResult()
         self.model.stop_training = False
         self.callbacks.on_train_begin()
-        for epoch in range(initial_epoch, epochs):
+        hooks.on_train_begin(self.callbacks)
+        for epoch in range(position.epoch, epochs):
+            position.epoch = epoch
             self.callbacks.on_epoch_begin(epoch)
-            logs = self._train_epoch(epoch, epochs)
+            logs = self._train_epoch(position, epochs, hooks)
+            position.epoch, position.step_in_epoch = epoch + 1, 0
             logs.update(self.evaluate(epoch))
             logs.update(self._optimizer_logs())
             self.callbacks.on_epoch_end(epoch, logs)
             result.epochs.append(EpochResult(epoch, dict(logs)))
             if self.verbose:
                 print(_epoch_line(epoch, epochs, logs), flush=True)
-            if on_epoch_end is not None:
-                on_epoch_end(epoch, logs)
+            hooks.on_epoch_end(position, logs)
             if self.model.stop_training:
                 result.stopped_early = epoch + 1 < epochs
                 break
         self.callbacks.on_train_end(result.final)
         return result
 
-    def _train_epoch(self, epoch: int, epochs: int) -> dict[str, float]:
+    def _train_epoch(self, position: Position, epochs: int, hooks: Hooks) -> dict[str, float]:
         steps = self.plan["train.steps_per_epoch"]
         chunk = self.plan["steps_per_execution"]
-        iterator = self._iterator("train", epoch)
+        first = position.step_in_epoch
+        iterator = self._iterator("train", position.epoch, skip=first)
         bar = keras.utils.Progbar(steps, verbose=self.verbose, unit_name="step") if self.verbose else None
         if bar is not None:
-            print(f"Epoch {epoch + 1}/{epochs}", flush=True)
+            print(f"Epoch {position.epoch + 1}/{epochs}", flush=True)
         totals = np.zeros(3)
-        done, start = 0, time.perf_counter()
-        while done < steps:
+        start = time.perf_counter()
+        while position.step_in_epoch < steps:
+            done = position.step_in_epoch
             n = min(chunk, steps - done)
+            until_save = hooks.steps_until_save(position)
+            if until_save:
+                n = min(n, until_save)
             self.callbacks.on_train_batch_begin(done)
             totals += self._train_chunk(iterator, tf.constant(n, tf.int32)).numpy()
-            done += n
+            position.step_in_epoch += n
+            position.global_step += n
             running = _summarise(totals)
-            self.callbacks.on_train_batch_end(done - 1, running)
+            self.callbacks.on_train_batch_end(position.step_in_epoch - 1, running)
             if bar is not None:
-                bar.update(done, values=list(running.items()), finalize=done >= steps)
+                bar.update(position.step_in_epoch, values=list(running.items()), finalize=position.step_in_epoch >= steps)
+            hooks.after_steps(position)
             if self.model.stop_training:
                 break
         elapsed = time.perf_counter() - start

@@ -242,11 +242,22 @@ class TrainConfig:
 @dataclass
 class CheckpointConfig:
     enabled: bool = True
+    # Save at every multiple of interval_steps (global steps) and at the end of every
+    # interval_epochs-th epoch; 0 turns either off.
     interval_epochs: int = 1
     interval_steps: int = 0
     max_to_keep: int = 3
-    # auto: continue from the run dir's latest checkpoint; never; or a path.
+    # auto: continue from the run dir's newest complete checkpoint; never (previous
+    # checkpoints are moved aside, not deleted); or a checkpoint prefix path.
     resume: str = "auto"
+    # Keep the best checkpoint by this epoch metric (e.g. val_loss); "" = off.
+    monitor: str = ""
+    mode: MonitorMode = MonitorMode.min
+    # SIGTERM / SIGINT: save at the next step boundary, mark the MLflow run KILLED, exit 128+signal.
+    save_on_preemption: bool = True
+    # After the first save, restore it into fresh objects and check every variable is consumed.
+    verify_restore: bool = True
+    # Export the final (and best, when monitored) model as .keras and log it to MLflow.
     export_model: bool = True
 
 

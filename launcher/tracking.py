@@ -105,6 +105,9 @@ class Tracker:
         items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
         self.client.log_batch(self.run_id, metrics=items)
 
+    def logged_steps(self, metric: str) -> set[int]:
+        return {m.step for m in self.client.get_metric_history(self.run_id, metric)}
+
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), artifact_path)
 
@@ -134,6 +137,9 @@ class NullTracker:
 
     def log_artifact(self, path, artifact_path=None):
         pass
+
+    def logged_steps(self, metric):
+        return set()
 
     def end(self, status="FINISHED"):
         pass

@@ -36,6 +36,15 @@ def _split_cpu() -> None:
 _split_cpu()
 
 
+@pytest.fixture(autouse=True)
+def float32_policy_after_each_test():
+    """Runs set Keras's global dtype policy; never let one test's policy leak into the next."""
+    yield
+    import keras
+
+    keras.mixed_precision.set_global_policy("float32")
+
+
 def compose(*overrides: str):
     """Compose conf/config.yaml with overrides, exactly as the CLI does."""
     from hydra import compose as hydra_compose

@@ -122,7 +122,7 @@ def test_rerun_in_the_same_run_dir_resumes_the_same_mlflow_run(cli, tmp_path):
     assert first.returncode == 0, first.stderr[-2000:]
     second = cli(*TINY, "precision=fp32", "train.epochs=4")
     assert second.returncode == 0, second.stderr[-2000:]
-    assert "Resuming from epoch 2" in second.stdout
+    assert "Resuming at epoch 3, step 0 (global step " in second.stdout
     assert "epoch 1/4" not in second.stdout and "epoch 3/4" in second.stdout
     from mlflow.tracking import MlflowClient
 
@@ -141,4 +141,4 @@ def test_resuming_with_a_different_model_is_refused(cli, tmp_path):
     assert "fix: checkpoint.resume=never" in other.stderr
     wider = cli("model.hidden_units=[48]", "precision=fp32", "train.epochs=2")
     assert "model.hidden_units=[48]: expected [32]" in wider.stderr
-    assert (tmp_path / "run" / "checkpoints" / "ckpt-1.index").exists()
+    assert list((tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))

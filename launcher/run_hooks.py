@@ -1,0 +1,171 @@
+"""What happens around the engine's steps: checkpoints, best model, MLflow metrics, preemption."""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+from pathlib import Path
+
+from launcher.engine import Hooks, Position, Preempted
+
+EARLY_STOPPING_FIELDS = ("wait", "best", "best_epoch", "stopped_epoch")
+
+
+class PreemptionGuard:
+    """While active, SIGTERM/SIGINT only set a flag; training saves and stops at the next step boundary.
+
+    A second signal falls through to the previous handler (Ctrl-C twice still kills).
+    """
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.signum: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signum, frame):
+        if self.signum is not None:
+            previous = self._previous.get(signum)
+            if callable(previous):
+                previous(signum, frame)
+            raise KeyboardInterrupt
+        self.signum = signum
+        print(f"\nSignal {signal.Signals(signum).name}: saving at the next step boundary, then stopping.", flush=True)
+
+    def __enter__(self):
+        if self.enabled and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        return False
+
+
+class RunHooks(Hooks):
+    def __init__(self, *, checkpointer, tracker, guard, steps_per_epoch, checkpoint_cfg, is_chief,
+                 run_dir: Path, model, history=None, best=None, early_stopping=None):
+        self.checkpointer = checkpointer
+        self.tracker = tracker
+        self.guard = guard
+        self.steps_per_epoch = steps_per_epoch
+        self.cfg = checkpoint_cfg
+        self.is_chief = is_chief
+        self.run_dir = run_dir
+        self.model = model
+        self.history = list(history or [])
+        self.best = dict(best or {})
+        self._early_stopping_state = early_stopping or {}
+        self._callbacks = None
+        self.best_model_path: Path | None = None
+
+    # ----------------------------------------------------------- engine
+
+    def on_train_begin(self, callbacks) -> None:
+        self._callbacks = callbacks
+        for callback in _early_stoppers(callbacks):
+            for field in EARLY_STOPPING_FIELDS:
+                if field in self._early_stopping_state:
+                    setattr(callback, field, self._early_stopping_state[field])
+
+    def steps_until_save(self, position: Position) -> int | None:
+        return self.checkpointer.steps_until_save(position) if self.checkpointer else None
+
+    def after_steps(self, position: Position) -> None:
+        mid_epoch = position.step_in_epoch < self.steps_per_epoch
+        # A step save due on the epoch's last step happens at the epoch end, after evaluation.
+        if self.checkpointer and mid_epoch and self.checkpointer.step_save_due(position):
+            self._save(position)
+        if self.guard.signum is not None:
+            if self.checkpointer and self.cfg.save_on_preemption and mid_epoch:
+                self._save(position)
+            if mid_epoch:
+                raise Preempted(self.guard.signum, position)
+
+    def on_epoch_end(self, position: Position, logs: dict) -> None:
+        epoch = position.epoch - 1
+        self.history.append({"epoch": epoch, **logs})
+        self._track_best(position, logs)
+        if self.checkpointer and (
+            self.checkpointer.epoch_save_due(position.epoch) or self._step_due_during_last_chunk(position)
+            or self.guard.signum is not None
+        ):
+            self._save(position)
+        # Metrics after the save: a kill in between is healed on resume from the sidecar history.
+        self.tracker.log_metrics(logs, step=epoch)
+        if self.guard.signum is not None:
+            raise Preempted(self.guard.signum, position)
+
+    # ------------------------------------------------------------ parts
+
+    def _step_due_during_last_chunk(self, position: Position) -> bool:
+        interval = self.cfg.interval_steps
+        return interval > 0 and position.global_step % interval == 0
+
+    def _save(self, position: Position) -> None:
+        self.checkpointer.save(position, self.extra_state())
+
+    def extra_state(self) -> dict:
+        return {
+            "history": self.history,
+            "best": self.best,
+            "early_stopping": self._early_stopping(),
+            "mlflow_run_id": self.tracker.run_id,
+        }
+
+    def _early_stopping(self) -> dict:
+        for callback in _early_stoppers(self._callbacks):
+            return {f: _plain(getattr(callback, f, None)) for f in EARLY_STOPPING_FIELDS}
+        return {}
+
+    def _track_best(self, position: Position, logs: dict) -> None:
+        monitor = self.cfg.monitor
+        if not monitor or monitor not in logs or not math.isfinite(logs[monitor]):
+            return
+        value = float(logs[monitor])
+        previous = self.best.get("value")
+        better = previous is None or (value < previous if self.cfg.mode.value == "min" else value > previous)
+        if not better:
+            return
+        self.best = {"monitor": monitor, "value": value, "epoch": position.epoch - 1}
+        if self.checkpointer:
+            self.checkpointer.save_best(position)
+        if self.is_chief and self.cfg.export_model:
+            self.best_model_path = self.run_dir / "best.keras"
+            export_model(self.model, self.best_model_path)
+
+    def heal_metric_gaps(self) -> int:
+        """Log epochs the sidecar history has but MLflow does not (killed between save and log)."""
+        logged = self.tracker.logged_steps("loss")
+        missing = [entry for entry in self.history if entry["epoch"] not in logged]
+        for entry in missing:
+            logs = {k: v for k, v in entry.items() if k != "epoch"}
+            self.tracker.log_metrics(logs, step=entry["epoch"])
+        return len(missing)
+
+
+def export_model(model, path: Path) -> None:
+    """Save the trained network as .keras (without the training-only optimizer state)."""
+    optimizer = model.optimizer
+    model.optimizer = None
+    try:
+        model.save(path)
+    finally:
+        model.optimizer = optimizer
+
+
+def _early_stoppers(callbacks):
+    import keras
+
+    if callbacks is None:
+        return []
+    return [c for c in callbacks.callbacks if isinstance(c, keras.callbacks.EarlyStopping)]
+
+
+def _plain(value):
+    try:
+        return float(value) if not isinstance(value, int | type(None)) else value
+    except (TypeError, ValueError):
+        return None
