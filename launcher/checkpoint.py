@@ -198,8 +198,7 @@ class Checkpointer:
                 f"{str(err).splitlines()[0][:200]})",
                 FIX_FRESH,
             ) from None
-        except (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.InvalidArgumentError,
-                tf.errors.OutOfRangeError) as err:
+        except (tf.errors.OpError, IndexError, OSError) as err:  # truncated / overwritten files
             raise _Corrupt(str(err).splitlines()[0][:200]) from None
 
     def _read_sidecar(self, path: str) -> dict | None:

@@ -56,7 +56,10 @@ class Preempted(Exception):
     """Training stopped at a step boundary because the process was asked to stop."""
 
     def __init__(self, signum: int, position: Position):
-        super().__init__(f"stopped by signal {signum} at epoch {position.epoch + 1}, step {position.step_in_epoch}")
+        super().__init__(
+            f"stopped by signal {signum} at epoch {position.epoch + 1}, step {position.step_in_epoch} "
+            f"(global step {position.global_step})"
+        )
         self.signum = signum
         self.position = position
 
