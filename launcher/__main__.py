@@ -23,12 +23,12 @@ _task_started = False
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> float | None:
     global _task_started
     _task_started = True
     from launcher.app import main_in_hydra
 
-    main_in_hydra(cfg)
+    return main_in_hydra(cfg)
 
 
 def entry() -> None:

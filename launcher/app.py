@@ -33,12 +33,19 @@ class Outcome:
     model: Any = None
 
 
-def main_in_hydra(cfg: DictConfig) -> None:
+def main_in_hydra(cfg: DictConfig) -> float | None:
     """Hydra task: the run dir and launch dir come from Hydra; errors become exit codes."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
     from hydra.utils import get_original_cwd
 
     hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        from launcher.sweep import run_job
+
+        # A fresh process per job; a failed job does not stop the sweep. The return value
+        # is the job's objective (what hparams_search sweepers such as Optuna optimise).
+        return run_job(cfg, hydra_cfg)
     run_dir = Path(hydra_cfg.runtime.output_dir)
     choices = dict(hydra_cfg.runtime.choices)
     code = run(cfg, run_dir, Path(get_original_cwd()), choices)
@@ -52,10 +59,22 @@ def run(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None =
         outcome = execute(cfg, run_dir, launch_dir, choices or {})
     except ConfigError as err:
         print(f"\n{err}\n", file=sys.stderr, flush=True)
+        _write_outcome(run_dir, None, "REFUSED", str(err))
         return EXIT_CONFIG_ERROR
+    final = outcome.result.final if outcome.result else {}
+    _write_outcome(run_dir, outcome.run_id, "FAILED" if outcome.error else "FINISHED", outcome.error, final)
     if outcome.exit_code is not None:
         return outcome.exit_code
     return EXIT_TRAINING_FAILED if outcome.error else 0
+
+
+def _write_outcome(run_dir: Path, run_id, status: str, error, metrics: dict | None = None) -> None:
+    """outcome.json in the run dir: how a sweep learns what its job did."""
+    import json
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    data = {"run_id": run_id, "status": status, "error": error, "metrics": metrics or {}}
+    (run_dir / "outcome.json").write_text(json.dumps(data))
 
 
 def execute(cfg_node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> Outcome:
@@ -176,7 +195,8 @@ def _start_tracking(config, cfg_node, plan, env, run_dir, launch_dir, choices, r
     name = tr.run_name or "-".join(
         str(choices.get(k, "?")) for k in ("model", "dataset", "precision", "strategy")
     )
-    tracker = Tracker(uri, tr.experiment, name, launch_dir / "outputs" / "mlartifacts", resumed_run)
+    tracker = Tracker(uri, tr.experiment, name, launch_dir / "outputs" / "mlartifacts", resumed_run,
+                      parent_run_id=tr.parent_run_id or None)
     if tracker.resumed:
         return tracker
     container = OmegaConf.to_container(cfg_node, resolve=True, enum_to_str=True)
@@ -186,6 +206,8 @@ def _start_tracking(config, cfg_node, plan, env, run_dir, launch_dir, choices, r
     tags = plan.tags()
     tags.update({"tf_version": env.tf_version, "keras_version": env.keras_version,
                  "devices": env.describe_devices(), "run_dir": str(run_dir)})
+    if tr.sweep_id:
+        tags.update({"sweep_id": tr.sweep_id, "sweep.role": "child", "sweep.overrides": name})
     tracker.set_tags(tags)
     tracker.log_artifact(run_dir / "plan.yaml")
     tracker.log_artifact(run_dir / "config.yaml")

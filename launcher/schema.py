@@ -267,6 +267,9 @@ class TrackingConfig:
     uri: str = "sqlite:///outputs/mlflow.db"
     experiment: str = "launcher"
     run_name: str = ""
+    # Set by a sweep for its jobs: the parent MLflow run and the sweep's id.
+    parent_run_id: str = ""
+    sweep_id: str = ""
 
 
 @dataclass
@@ -289,6 +292,8 @@ class Config:
     explain: bool = False
     # Show TensorFlow's C++ / absl log lines (quiet by default).
     tf_logs: bool = False
+    # The final epoch metric a sweep job returns (what hparams_search optimises).
+    objective: str = "val_accuracy"
 
 
 MODEL_SCHEMAS = {

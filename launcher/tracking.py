@@ -50,11 +50,25 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: tree}
 
 
+def with_retry(call, *args, attempts: int = 8, **kwargs):
+    """SQLite allows one writer at a time: parallel sweep jobs retry a locked database."""
+    import time
+
+    for attempt in range(attempts):
+        try:
+            return call(*args, **kwargs)
+        except Exception as err:
+            if "database is locked" not in str(err) or attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * 2**attempt)
+    return None
+
+
 class Tracker:
     """Thin wrapper over MlflowClient for one run."""
 
     def __init__(self, uri: str, experiment: str, run_name: str, artifact_root: Path,
-                 resume_run_id: str | None = None):
+                 resume_run_id: str | None = None, parent_run_id: str | None = None):
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         from mlflow.tracking import MlflowClient
 
@@ -72,7 +86,9 @@ class Tracker:
             self.client.update_run(resume_run_id, status="RUNNING")
             self.run_id, self.resumed = resume_run_id, True
         else:
-            self.run_id = self.client.create_run(self.experiment_id, run_name=run_name or None).info.run_id
+            tags = {"mlflow.parentRunId": parent_run_id} if parent_run_id else None
+            run = with_retry(self.client.create_run, self.experiment_id, run_name=run_name or None, tags=tags)
+            self.run_id = run.info.run_id
 
     def _exists(self, run_id: str) -> bool:
         from mlflow.exceptions import MlflowException
@@ -87,14 +103,14 @@ class Tracker:
 
         items = [Param(k, str(v)[:PARAM_LIMIT]) for k, v in sorted(params.items())]
         for start in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, params=items[start:start + 100])
+            with_retry(self.client.log_batch, self.run_id, params=items[start:start + 100])
 
     def set_tags(self, tags: dict[str, str]) -> None:
         from mlflow.entities import RunTag
 
         items = [RunTag(k, str(v)[:5000]) for k, v in sorted(tags.items())]
         for start in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, tags=items[start:start + 100])
+            with_retry(self.client.log_batch, self.run_id, tags=items[start:start + 100])
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         import time
@@ -103,7 +119,7 @@ class Tracker:
 
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
-        self.client.log_batch(self.run_id, metrics=items)
+        with_retry(self.client.log_batch, self.run_id, metrics=items)
 
     def logged_steps(self, metric: str) -> set[int]:
         return {m.step for m in self.client.get_metric_history(self.run_id, metric)}
@@ -112,7 +128,7 @@ class Tracker:
         self.client.log_artifact(self.run_id, str(path), artifact_path)
 
     def end(self, status: str = "FINISHED") -> None:
-        self.client.set_terminated(self.run_id, status=status)
+        with_retry(self.client.set_terminated, self.run_id, status=status)
 
     @property
     def ui_hint(self) -> str:

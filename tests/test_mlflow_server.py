@@ -2,50 +2,8 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
-
 import pytest
 from conftest import TINY
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def mlflow_server(tmp_path):
-    port = free_port()
-    log = open(tmp_path / "server.log", "w")  # noqa: SIM115  (closed below)
-    mlflow = Path(sys.executable).with_name("mlflow")
-    proc = subprocess.Popen(
-        [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{tmp_path}/server.db", "--artifacts-destination", str(tmp_path / "artifacts")],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while True:
-        try:
-            if urllib.request.urlopen(f"{url}/health", timeout=2).read() == b"OK":
-                break
-        except OSError:
-            pass
-        if time.time() > deadline or proc.poll() is not None:
-            proc.kill()
-            log.close()
-            pytest.fail(f"mlflow server did not start: {(tmp_path / 'server.log').read_text()[-2000:]}")
-        time.sleep(0.5)
-    yield url, tmp_path / "artifacts"
-    proc.terminate()
-    proc.wait(timeout=30)
-    log.close()
 
 
 @pytest.mark.slow

@@ -1,0 +1,148 @@
+"""Hydra multirun -> MLflow: one parent run per sweep, one child run per job, a summary at the end.
+
+Job isolation: TensorFlow's devices, dtype policy and strategy cannot be reset
+inside a process, and Hydra's basic launcher runs every job in the sweep's own
+process. So in a multirun each job runs `python -m launcher <its overrides>` in a
+fresh subprocess; the sweep process never imports TensorFlow. This holds for any
+Hydra launcher (basic, joblib, submitit): the launcher decides where a job runs,
+the job always gets a clean TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+SWEEP_FILE = "sweep.json"
+OUTCOME_FILE = "outcome.json"
+
+
+def swept_keys(sweep_overrides: list[str]) -> list[str]:
+    """The keys a sweep varies (`precision=fp32,bf16` -> precision), via Hydra's own parser."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(sweep_overrides))
+    return [o.get_key_element() for o in parsed if o.is_sweep_override()]
+
+
+def job_name(overrides: list[str], keys: list[str] | None = None) -> str:
+    """What differs between jobs, e.g. `precision=bf16,strategy=mirrored`."""
+    chosen = [o for o in overrides if not o.startswith("hydra.")]
+    if keys:
+        chosen = [o for o in chosen if o.split("=", 1)[0] in keys] or chosen
+    return ",".join(chosen) or "defaults"
+
+
+class SweepCallback(Callback):
+    """Creates the parent MLflow run before the jobs start and summarises the sweep after."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        state = {"sweep_id": uuid.uuid4().hex[:12], "parent_run_id": None, "uri": None,
+                 "swept_keys": swept_keys(list(config.hydra.overrides.task))
+                 + list((config.hydra.sweeper.get("params") or {}).keys())}
+        if config.tracking.enabled:
+            from launcher.tracking import Tracker, check_reachable, resolve_uri
+
+            uri = resolve_uri(config.tracking.uri, Path.cwd())
+            check_reachable(uri)
+            overrides = list(config.hydra.overrides.task)
+            parent = Tracker(uri, config.tracking.experiment, f"sweep-{state['sweep_id']}", Path.cwd() / "outputs" / "mlartifacts")
+            parent.set_tags({"sweep_id": state["sweep_id"], "sweep.overrides": " ".join(overrides),
+                             "sweep.dir": str(sweep_dir), "sweep.role": "parent"})
+            state.update(parent_run_id=parent.run_id, uri=uri, experiment=config.tracking.experiment)
+        (sweep_dir / SWEEP_FILE).write_text(json.dumps(state))
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        state = json.loads((sweep_dir / SWEEP_FILE).read_text())
+        if not state.get("parent_run_id"):
+            return
+        from launcher.sweep_summary import summarise
+
+        summarise(state["uri"], state["parent_run_id"], sweep_dir)
+
+
+def run_job(cfg: DictConfig, hydra_cfg) -> float:
+    """Run one multirun job in a fresh Python process; record it as a child run whatever happens.
+
+    Returns the job's final `objective` metric (NaN when it failed), for sweepers that optimise.
+    """
+    sweep_dir = Path(hydra_cfg.sweep.dir)
+    job_dir = Path(hydra_cfg.runtime.output_dir)
+    state = _sweep_state(sweep_dir)
+    overrides = [o for o in hydra_cfg.overrides.task if not o.startswith("hydra.")]
+    name = job_name(overrides, state.get("swept_keys"))
+    extra = [f"hydra.run.dir={job_dir}", f"tracking.sweep_id={state.get('sweep_id', '')}"]
+    if state.get("parent_run_id"):
+        extra += [f"tracking.parent_run_id={state['parent_run_id']}", f"tracking.uri={state['uri']}"]
+    if not cfg.tracking.run_name:
+        extra.append(f"tracking.run_name='{name}'")
+    args = [sys.executable, "-m", "launcher", *overrides, *extra]
+    print(f"[sweep job {hydra_cfg.job.num}] {name}", flush=True)
+    log_path = job_dir / "job.log"
+    job_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log:
+        done = subprocess.run(args, cwd=hydra_cfg.runtime.cwd, stdout=log, stderr=subprocess.STDOUT,
+                              env=dict(os.environ))
+    outcome = _read_outcome(job_dir)
+    if done.returncode != 0 and state.get("parent_run_id") and not outcome.get("run_id"):
+        _record_failed_child(state, name, overrides, log_path, done.returncode)
+    status = "ok" if done.returncode == 0 else f"failed (exit {done.returncode}, see {log_path})"
+    objective = outcome.get("metrics", {}).get(cfg.objective)
+    value = float(objective) if done.returncode == 0 and objective is not None else float("nan")
+    print(f"[sweep job {hydra_cfg.job.num}] {name}: {status}; {cfg.objective}={value:.4g}", flush=True)
+    return value
+
+
+def _sweep_state(sweep_dir: Path) -> dict:
+    for _ in range(50):  # parallel launchers may start a job a moment before the file lands
+        try:
+            return json.loads((sweep_dir / SWEEP_FILE).read_text())
+        except (OSError, json.JSONDecodeError):
+            time.sleep(0.1)
+    return {}
+
+
+def _read_outcome(job_dir: Path) -> dict:
+    try:
+        return json.loads((job_dir / OUTCOME_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _record_failed_child(state: dict, name: str, overrides: list[str], log_path: Path, code: int) -> None:
+    """A job refused before training (ConfigError) still shows in MLflow, as a failed child with its reason."""
+    from mlflow.entities import Param, RunTag
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(state["uri"])
+    parent = client.get_run(state["parent_run_id"])
+    text = log_path.read_text()[-4000:]
+    reason = _error_reason(text)
+    run = client.create_run(parent.info.experiment_id, run_name=name, tags={
+        "mlflow.parentRunId": state["parent_run_id"], "sweep_id": state["sweep_id"],
+        "sweep.overrides": ",".join(overrides), "error": reason[:4900], "exit_code": str(code),
+    })
+    client.log_batch(run.info.run_id, params=[Param(o.split("=", 1)[0], o.split("=", 1)[-1]) for o in overrides],
+                     tags=[RunTag("sweep.role", "child")])
+    client.log_artifact(run.info.run_id, str(log_path))
+    client.set_terminated(run.info.run_id, status="FAILED")
+
+
+def _error_reason(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        if line.startswith(("Invalid configuration", "Error", "In 'config'")):
+            return "\n".join(lines[i:i + 12])
+    return "\n".join(lines[-12:])

@@ -1,0 +1,111 @@
+"""The sweep's comparison artifacts on the parent run: a table (CSV, Markdown) and plots."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+PARAMS = ("derived.precision.policy", "strategy.kind", "derived.replicas", "derived.xla",
+          "derived.batch.global", "derived.lr")
+METRICS = ("loss", "val_loss", "val_accuracy", "examples_per_sec")
+
+
+def children(client, parent_run_id: str):
+    parent = client.get_run(parent_run_id)
+    runs = client.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
+        order_by=["attributes.start_time ASC"],
+    )
+    return parent, runs
+
+
+def table_rows(runs) -> list[dict]:
+    rows = []
+    for run in runs:
+        row = {"job": run.info.run_name, "status": run.info.status, "run_id": run.info.run_id}
+        row.update({p: run.data.params.get(p, "") for p in PARAMS})
+        row.update({m: run.data.metrics.get(m, "") for m in METRICS})
+        row["error"] = run.data.tags.get("error", "").splitlines()[0] if run.data.tags.get("error") else ""
+        rows.append(row)
+    return rows
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["job"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_markdown(rows: list[dict], path: Path) -> None:
+    if not rows:
+        path.write_text("No jobs.\n")
+        return
+    columns = [c for c in rows[0] if c != "run_id"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(_cell(row[c]) for c in columns) + " |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value).replace("|", "/")
+
+
+def plot_curves(client, runs, path: Path, metric: str = "val_loss") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for run in runs:
+        history = client.get_metric_history(run.info.run_id, metric)
+        if history:
+            ax.plot([m.step + 1 for m in history], [m.value for m in history], marker="o", label=run.info.run_name)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} per job")
+    ax.legend(fontsize=7)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_metric_vs_job(rows: list[dict], path: Path, metric: str = "val_accuracy") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [r for r in rows if isinstance(r.get(metric), float)]
+    fig, ax = plt.subplots(figsize=(10, 1.5 + 0.5 * max(len(done), 1)))
+    ax.barh([r["job"] for r in done], [r[metric] for r in done])
+    ax.set_xlabel(f"final {metric}")
+    ax.set_title(f"final {metric} by configuration")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def summarise(uri: str, parent_run_id: str, sweep_dir: Path) -> list[dict]:
+    """Write the table and plots into the sweep dir, log them on the parent, end the parent run."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    _, runs = children(client, parent_run_id)
+    rows = table_rows(runs)
+    out = sweep_dir / "summary"
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "summary.csv")
+    write_markdown(rows, out / "summary.md")
+    plot_curves(client, runs, out / "val_loss_curves.png")
+    plot_metric_vs_job(rows, out / "val_accuracy_by_job.png")
+    for path in sorted(out.iterdir()):
+        client.log_artifact(parent_run_id, str(path), "summary")
+    failed = sum(r["status"] != "FINISHED" for r in rows)
+    client.set_tag(parent_run_id, "sweep.jobs", str(len(rows)))
+    client.set_tag(parent_run_id, "sweep.failed_jobs", str(failed))
+    client.set_terminated(parent_run_id, status="FINISHED")
+    print((out / "summary.md").read_text(), flush=True)
+    return rows

@@ -1,0 +1,158 @@
+"""Hydra multirun into MLflow: parent + children, failed jobs recorded, isolation, summary artifacts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+SMALL = ["model.hidden_units=[16]", "train.epochs=2", "scaling.batch_size=64", "checkpoint.enabled=false"]
+
+
+def sweep(tmp_path: Path, *overrides: str, uri: str | None = None) -> subprocess.CompletedProcess:
+    uri = uri or f"sqlite:///{tmp_path}/mlflow.db"
+    args = [sys.executable, "-m", "launcher", "-m", *overrides, *SMALL,
+            f"hydra.sweep.dir={tmp_path}/sweep", f"tracking.uri={uri}"]
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+def parent_and_children(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("launcher")
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("sweep.role") == "parent"]
+    assert len(parents) == 1
+    parent = parents[0]
+    kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    return client, parent, kids
+
+
+def check_sweep(client, parent, kids, names):
+    assert sorted(k.info.run_name for k in kids) == sorted(names)
+    assert all(k.info.status == "FINISHED" for k in kids)
+    assert parent.info.status == "FINISHED"
+    sweep_id = parent.data.tags["sweep_id"]
+    for kid in kids:
+        assert kid.data.tags["sweep_id"] == sweep_id
+        assert kid.data.tags["sweep.overrides"] == kid.info.run_name
+        assert "derived.batch.global" in kid.data.params
+        assert [m.step for m in client.get_metric_history(kid.info.run_id, "val_loss")] == [0, 1]
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "summary")}
+    assert artifacts == {"summary/summary.csv", "summary/summary.md", "summary/val_loss_curves.png",
+                         "summary/val_accuracy_by_job.png"}
+    local = client.download_artifacts(parent.info.run_id, "summary/summary.csv")
+    rows = list(csv.DictReader(io.StringIO(Path(local).read_text())))
+    by_id = {k.info.run_id: k for k in kids}
+    assert {r["run_id"] for r in rows} == set(by_id)
+    for row in rows:
+        kid = by_id[row["run_id"]]
+        assert float(row["val_accuracy"]) == pytest.approx(kid.data.metrics["val_accuracy"])
+        assert float(row["examples_per_sec"]) == pytest.approx(kid.data.metrics["examples_per_sec"])
+        assert row["status"] == "FINISHED"
+
+
+NAMES = ["precision=fp32,strategy=default", "precision=fp32,strategy=mirrored",
+         "precision=bf16,strategy=default", "precision=bf16,strategy=mirrored"]
+
+
+@pytest.mark.slow
+def test_two_by_two_sweep_is_one_parent_and_four_children(tmp_path):
+    done = sweep(tmp_path, "precision=fp32,bf16", "strategy=default,mirrored")
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, parent, kids = parent_and_children(f"sqlite:///{tmp_path}/mlflow.db")
+    check_sweep(client, parent, kids, NAMES)
+    assert {k.data.tags["plan.replicas"] for k in kids} == {"1", "2"}
+
+
+@pytest.mark.slow
+def test_sweep_against_a_real_tracking_server(tmp_path, mlflow_server):
+    url, _ = mlflow_server
+    done = sweep(tmp_path, "precision=fp32,bf16", "strategy=default,mirrored", uri=url)
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, parent, kids = parent_and_children(url)
+    check_sweep(client, parent, kids, NAMES)
+
+
+@pytest.mark.slow
+def test_failed_job_is_recorded_and_the_sweep_goes_on_and_jobs_are_isolated(tmp_path):
+    # mixed + loss_scale=none is refused; the fp32 job must still run, in float32.
+    done = sweep(tmp_path, "precision=mixed,fp32,bf16", "loss_scale=none")
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, parent, kids = parent_and_children(f"sqlite:///{tmp_path}/mlflow.db")
+    by_name = {k.info.run_name: k for k in kids}
+    assert set(by_name) == {"precision=mixed", "precision=fp32", "precision=bf16"}
+    failed = by_name["precision=mixed"]
+    assert failed.info.status == "FAILED"
+    assert "loss_scale='none'" in failed.data.tags["error"]
+    assert "fix: loss_scale=dynamic" in failed.data.tags["error"]
+    assert by_name["precision=fp32"].info.status == "FINISHED"
+    assert parent.data.tags["sweep.failed_jobs"] == "1"
+    assert by_name["precision=fp32"].data.tags["plan.precision.policy"] == "float32"
+    assert by_name["precision=bf16"].data.tags["plan.precision.policy"] == "mixed_bfloat16"
+
+
+@pytest.mark.slow
+def test_fp32_job_after_a_mixed_job_really_is_float32(tmp_path):
+    done = sweep(tmp_path, "precision=mixed,fp32")
+    assert done.returncode == 0, done.stderr[-3000:]
+    import keras
+
+    policies = {}
+    for job in sorted((tmp_path / "sweep").iterdir()):
+        if (job / "model.keras").exists():
+            model = keras.saving.load_model(job / "model.keras")
+            plan = (job / "plan.yaml").read_text()
+            policy = "float32" if "value: float32" in plan else "mixed_float16"
+            policies[policy] = {layer.dtype_policy.name for layer in model.layers[1:-1]}
+    assert policies == {"mixed_float16": {"mixed_float16"}, "float32": {"float32"}}
+
+
+@pytest.mark.slow
+def test_four_parallel_jobs_into_one_sqlite_store(tmp_path):
+    done = sweep(tmp_path, "hydra/launcher=parallel", "hydra.launcher.n_jobs=4",
+                 "precision=fp32,bf16", "strategy=default,mirrored")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "database is locked" not in done.stdout + done.stderr
+    client, parent, kids = parent_and_children(f"sqlite:///{tmp_path}/mlflow.db")
+    check_sweep(client, parent, kids, NAMES)
+    logs = "".join(p.read_text() for p in (tmp_path / "sweep").glob("*/job.log"))
+    assert "database is locked" not in logs
+
+
+@pytest.mark.slow
+def test_optuna_search_trials_are_children_in_mlflow(tmp_path):
+    done = sweep(tmp_path, "hparams_search=optuna", "hydra.sweeper.n_trials=3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Best value:" in done.stdout + done.stderr
+    client, parent, kids = parent_and_children(f"sqlite:///{tmp_path}/mlflow.db")
+    assert len(kids) == 3 and all(k.info.status == "FINISHED" for k in kids)
+    for kid in kids:
+        assert kid.info.run_name.startswith("optimizer.learning_rate=")
+        assert "scaling=" in kid.info.run_name and "model.hidden_units=" in kid.info.run_name
+
+
+def test_slurm_launcher_config_loads():
+    from hydra import compose, initialize_config_dir
+
+    from launcher.schema import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["hydra/launcher=slurm"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert cfg.hydra.launcher.timeout_min == 240
+
+
+def test_job_names_say_what_differs():
+    from launcher.sweep import job_name, swept_keys
+
+    keys = swept_keys(["precision=fp32,bf16", "strategy=default,mirrored", "train.epochs=2"])
+    assert keys == ["precision", "strategy"]
+    assert job_name(["precision=bf16", "strategy=mirrored", "train.epochs=2"], keys) == "precision=bf16,strategy=mirrored"
