@@ -128,6 +128,7 @@ def _train(config, cfg_node, plan, source, env, strategy, run_dir, launch_dir, c
     if checkpointer:
         checkpointer.record(tracker.run_id)
     is_chief = plan.get("process.is_chief", True)
+    flops, peak = _utilization_inputs(config, plan, built.model, tracker)
     outcome = Outcome(plan=plan, run_id=tracker.run_id, run_dir=run_dir, model=built.model)
     status = "FAILED"
     with PreemptionGuard(config.checkpoint.save_on_preemption) as guard:
@@ -135,6 +136,7 @@ def _train(config, cfg_node, plan, source, env, strategy, run_dir, launch_dir, c
             checkpointer=checkpointer, tracker=tracker, guard=guard, steps_per_epoch=plan["train.steps_per_epoch"],
             checkpoint_cfg=config.checkpoint, is_chief=is_chief, run_dir=run_dir, model=built.model,
             history=sidecar.get("history"), best=sidecar.get("best"), early_stopping=sidecar.get("early_stopping"),
+            flops_per_example=flops, peak_flops=peak,
         )
         if restored:
             healed = hooks.heal_metric_gaps()
@@ -170,6 +172,23 @@ def _train(config, cfg_node, plan, source, env, strategy, run_dir, launch_dir, c
             return outcome
         finally:
             tracker.end(status)
+
+
+def _utilization_inputs(config, plan, model, tracker) -> tuple[float, float]:
+    """Training FLOPs per example and this machine's matmul peak for the compute dtype."""
+    if not config.train.measure_utilization:
+        return 0.0, 0.0
+    from launcher.utilization import COMPUTE_DTYPE, matmul_peak, training_flops_per_example
+
+    flops = training_flops_per_example(model)
+    if not flops:
+        return 0.0, 0.0
+    dtype = COMPUTE_DTYPE[plan["precision.policy"]]
+    peak = matmul_peak(dtype)
+    if not tracker.resumed:
+        tracker.log_params({"derived.train_flops_per_example": int(flops),
+                            f"derived.matmul_peak_{dtype}_gflops": round(peak / 1e9, 1)})
+    return flops, peak
 
 
 def _restore(config, cfg_node, built, run_dir):

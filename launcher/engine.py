@@ -184,9 +184,11 @@ class Engine:
             logs.update(self._optimizer_logs())
             self.callbacks.on_epoch_end(epoch, logs)
             result.epochs.append(EpochResult(epoch, dict(logs)))
-            if self.verbose:
-                print(_epoch_line(epoch, epochs, logs), flush=True)
-            hooks.on_epoch_end(position, logs)
+            try:
+                hooks.on_epoch_end(position, logs)  # may add metrics (utilisation), may stop (preemption)
+            finally:
+                if self.verbose:
+                    print(_epoch_line(epoch, epochs, logs), flush=True)
             if self.model.stop_training:
                 result.stopped_early = epoch + 1 < epochs
                 break
@@ -253,6 +255,7 @@ def _summarise(totals) -> dict[str, float]:
 
 
 def _epoch_line(epoch: int, epochs: int, logs: dict[str, float]) -> str:
-    shown = ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "loss_scale", "examples_per_sec")
+    shown = ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "loss_scale", "examples_per_sec",
+             "model_flops_utilization")
     parts = [f"{k}={logs[k]:.4g}" for k in shown if k in logs]
     return f"  epoch {epoch + 1}/{epochs}: " + " ".join(parts)

@@ -46,7 +46,8 @@ class PreemptionGuard:
 
 class RunHooks(Hooks):
     def __init__(self, *, checkpointer, tracker, guard, steps_per_epoch, checkpoint_cfg, is_chief,
-                 run_dir: Path, model, history=None, best=None, early_stopping=None):
+                 run_dir: Path, model, history=None, best=None, early_stopping=None,
+                 flops_per_example: float = 0.0, peak_flops: float = 0.0):
         self.checkpointer = checkpointer
         self.tracker = tracker
         self.guard = guard
@@ -60,6 +61,10 @@ class RunHooks(Hooks):
         self._early_stopping_state = early_stopping or {}
         self._callbacks = None
         self.best_model_path: Path | None = None
+        self.flops_per_example = flops_per_example
+        self.peak_flops = peak_flops
+        self.time_to_first_step: float | None = None
+        self._first_step_logged = False
 
     # ----------------------------------------------------------- engine
 
@@ -74,6 +79,10 @@ class RunHooks(Hooks):
         return self.checkpointer.steps_until_save(position) if self.checkpointer else None
 
     def after_steps(self, position: Position) -> None:
+        if self.time_to_first_step is None:
+            from launcher.utilization import process_age_seconds
+
+            self.time_to_first_step = process_age_seconds()
         mid_epoch = position.step_in_epoch < self.steps_per_epoch
         # A step save due on the epoch's last step happens at the epoch end, after evaluation.
         if self.checkpointer and mid_epoch and self.checkpointer.step_save_due(position):
@@ -86,6 +95,12 @@ class RunHooks(Hooks):
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
         epoch = position.epoch - 1
+        if self.flops_per_example and self.peak_flops:
+            logs["model_flops_utilization"] = logs["examples_per_sec"] * self.flops_per_example / self.peak_flops
+        if self.time_to_first_step is not None and not self._first_step_logged:
+            # Process start to the end of the first training step (this process: after a resume, its own).
+            logs["time_to_first_step_sec"] = self.time_to_first_step
+            self._first_step_logged = True
         self.history.append({"epoch": epoch, **logs})
         self._track_best(position, logs)
         if self.checkpointer and (

@@ -235,6 +235,9 @@ class TrainConfig:
     # Cap on steps per epoch (0 = the whole training split).
     max_steps_per_epoch: int = 0
     terminate_on_nan: bool = True
+    # Count the model's FLOPs and this machine's matmul peak (measured once, cached) to log
+    # model_flops_utilization per epoch.
+    measure_utilization: bool = True
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     reduce_lr_on_plateau: ReduceLrConfig = field(default_factory=ReduceLrConfig)
 

@@ -33,9 +33,14 @@ def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
     tags = run.data.tags
     assert tags["plan.strategy"] == "default"
     assert tags["plan.step"] in {"graph", "fused_xla"}
-    for metric in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "examples_per_sec"):
+    for metric in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "examples_per_sec",
+                   "model_flops_utilization"):
         history = client.get_metric_history(run.info.run_id, metric)
         assert [m.step for m in history] == [0, 1], metric
+    assert 0 < run.data.metrics["model_flops_utilization"] < 1
+    # 3 x (64*32 + 32*10) multiply-adds x 2 FLOPs, plus bias adds: the MLP's training FLOPs.
+    assert 3 * 2 * (64 * 32 + 32 * 10) <= int(params["derived.train_flops_per_example"]) < 20_000
+    assert 0 < run.data.metrics["time_to_first_step_sec"] < 120
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"plan.yaml", "config.yaml", "model"} <= artifacts
     assert (tmp_path / "run" / "plan.yaml").read_text().startswith("decisions:")
