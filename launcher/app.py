@@ -62,18 +62,20 @@ def run(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None =
         _write_outcome(run_dir, None, "REFUSED", str(err))
         return EXIT_CONFIG_ERROR
     final = outcome.result.final if outcome.result else {}
-    _write_outcome(run_dir, outcome.run_id, "FAILED" if outcome.error else "FINISHED", outcome.error, final)
+    history = [e.logs for e in outcome.result.epochs] if outcome.result else []
+    _write_outcome(run_dir, outcome.run_id, "FAILED" if outcome.error else "FINISHED", outcome.error, final, history)
     if outcome.exit_code is not None:
         return outcome.exit_code
     return EXIT_TRAINING_FAILED if outcome.error else 0
 
 
-def _write_outcome(run_dir: Path, run_id, status: str, error, metrics: dict | None = None) -> None:
-    """outcome.json in the run dir: how a sweep learns what its job did."""
+def _write_outcome(run_dir: Path, run_id, status: str, error, metrics: dict | None = None,
+                   history: list | None = None) -> None:
+    """outcome.json in the run dir: how a sweep (or a benchmark) learns what its job did."""
     import json
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    data = {"run_id": run_id, "status": status, "error": error, "metrics": metrics or {}}
+    data = {"run_id": run_id, "status": status, "error": error, "metrics": metrics or {}, "history": history or []}
     (run_dir / "outcome.json").write_text(json.dumps(data))
 
 

@@ -183,7 +183,7 @@ class Engine:
             logs.update(self.evaluate(epoch))
             logs.update(self._optimizer_logs())
             self.callbacks.on_epoch_end(epoch, logs)
-            result.epochs.append(EpochResult(epoch, dict(logs)))
+            result.epochs.append(EpochResult(epoch, logs))  # hooks below may add to logs
             try:
                 hooks.on_epoch_end(position, logs)  # may add metrics (utilisation), may stop (preemption)
             finally:

@@ -1,0 +1,58 @@
+"""The hand-written script a person would write: Keras `model.fit`, as the TensorFlow guides do.
+
+Same model, data, batch and epochs as the launcher run it is compared with.
+Prints one JSON line: examples/s per epoch, time to first step, peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+
+from launcher.utilization import process_age_seconds
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--workload", required=True, choices=["mlp", "cnn", "small"])
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "mixed"])
+    p.add_argument("--xla", default="false", choices=["true", "false"])
+    p.add_argument("--epochs", type=int, default=3)
+    args = p.parse_args()
+
+    import keras
+    from workloads import WORKLOADS, make_data
+
+    spec = WORKLOADS[args.workload]
+    policy = {"fp32": "float32", "bf16": "mixed_bfloat16", "mixed": "mixed_float16"}[args.precision]
+    keras.mixed_precision.set_global_policy(policy)
+    x, y = make_data(spec)
+    model = spec["keras_model"]()
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"], jit_compile=args.xla == "true")
+    times, first = [], {}
+
+    class Clock(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            first.setdefault("t", process_age_seconds())
+
+        def on_epoch_end(self, epoch, logs=None):
+            times.append(time.perf_counter() - self.start)
+
+    model.fit(x, y, batch_size=spec["batch"], epochs=args.epochs, shuffle=True, verbose=0, callbacks=[Clock()])
+    steps = len(x) // spec["batch"] + (1 if len(x) % spec["batch"] else 0)
+    print(json.dumps({
+        "examples_per_sec": [len(x) / t for t in times],
+        "steps_per_epoch": steps,
+        "time_to_first_step_sec": first.get("t"),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }))
+
+
+if __name__ == "__main__":
+    main()

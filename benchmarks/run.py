@@ -1,0 +1,180 @@
+"""Launcher vs the hand-written `model.fit` script, side by side, interleaved, in one process tree.
+
+    .venv/bin/python benchmarks/run.py                 # every workload and config, 3 repetitions
+    .venv/bin/python benchmarks/run.py --quick         # 1 repetition, fewer configs
+
+Each measurement is a fresh subprocess (launcher: `python -m launcher ...`; baseline:
+benchmarks/baseline_fit.py), alternating launcher and baseline. Prints a table and writes
+JSON (medians over repetitions; examples/s excludes the first, compiling epoch), with:
+throughput ratio, model FLOPs utilisation against a matmul peak measured in this run,
+time to first step, peak RSS, MLflow logging cost per step, replica-safe vs stock LSO.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from workloads import WORKLOADS, launcher_overrides  # noqa: E402
+
+CONFIGS = {  # name -> (precision, xla)
+    "fp32": ("fp32", "false"), "fp32+xla": ("fp32", "true"), "bf16": ("bf16", "false"),
+    "bf16+xla": ("bf16", "true"), "auto": ("auto", "auto"), "mixed": ("mixed", "false"),
+}
+PLAN = {"mlp": ["fp32", "fp32+xla", "bf16", "bf16+xla", "auto"], "cnn": ["fp32", "fp32+xla", "bf16", "bf16+xla", "auto"],
+        "small": ["mixed"]}
+QUICK = {"mlp": ["fp32", "fp32+xla", "bf16", "auto"], "cnn": ["fp32", "auto"], "small": ["mixed"]}
+
+
+def run_child(args: list[str], env=None) -> tuple[str, float]:
+    """Run a subprocess (wrapped by rss.py, which reports its peak RSS on stderr)."""
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[:6])}... failed: {err[-1500:]}")
+    return out, err
+
+
+def launcher_run(workload: str, precision: str, xla: str, epochs: int, extra=()) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [sys.executable, str(HERE / "rss.py"), sys.executable, "-m", "launcher", *launcher_overrides(workload),
+                f"precision={precision}", f"xla={xla}", f"train.epochs={epochs}", "checkpoint=off",
+                "checkpoint.export_model=false", "tracking.enabled=false", "train.steps_per_execution=16",
+                f"hydra.run.dir={tmp}/run", *extra]
+        out, err = run_child(args)
+        outcome = json.loads((Path(tmp) / "run" / "outcome.json").read_text())
+    history = outcome["history"]
+    return {
+        "examples_per_sec": statistics.median(h["examples_per_sec"] for h in history[1:]),
+        "epoch_time_sec": statistics.median(h["epoch_time_sec"] for h in history[1:]),
+        "time_to_first_step_sec": history[0].get("time_to_first_step_sec"),
+        "peak_rss_mb": json.loads(err.strip().splitlines()[-1])["peak_rss_mb"],
+    }
+
+
+def baseline_run(workload: str, precision: str, xla: str, epochs: int) -> dict:
+    args = [sys.executable, str(HERE / "rss.py"), sys.executable, str(HERE / "baseline_fit.py"),
+            f"--workload={workload}", f"--precision={precision}", f"--xla={xla}", f"--epochs={epochs}"]
+    out, err = run_child(args, env={"PYTHONPATH": str(HERE), "TF_CPP_MIN_LOG_LEVEL": "2"})
+    data = json.loads(out.strip().splitlines()[-1])
+    data["peak_rss_mb"] = json.loads(err.strip().splitlines()[-1])["peak_rss_mb"]
+    data["examples_per_sec"] = statistics.median(data["examples_per_sec"][1:])
+    return data
+
+
+def peaks() -> dict:
+    from launcher.utilization import measure_matmul
+
+    return {dtype: measure_matmul(dtype, size=2048, seconds=2.0) for dtype in ("float32", "bfloat16")}
+
+
+def flops_per_example(workload: str) -> float:
+    from launcher.utilization import training_flops_per_example
+
+    return training_flops_per_example(WORKLOADS[workload]["keras_model"]())
+
+
+def logging_cost_per_step(epoch_time: float, steps: int) -> float:
+    """Seconds one epoch's MLflow log_batch costs, spread over the epoch's steps, as a fraction."""
+    from launcher.tracking import Tracker
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tracker = Tracker(f"sqlite:///{tmp}/m.db", "bench", "logging", Path(tmp))
+        logs = {k: 1.0 for k in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "examples_per_sec",
+                                 "epoch_time_sec", "model_flops_utilization")}
+        start = time.perf_counter()
+        for epoch in range(20):
+            tracker.log_metrics(logs, step=epoch)
+        per_epoch = (time.perf_counter() - start) / 20
+    return per_epoch / epoch_time if epoch_time else float("nan")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", default=str(ROOT / "outputs" / "benchmarks.json"))
+    args = parser.parse_args()
+    plan = QUICK if args.quick else PLAN
+    reps = 1 if args.quick else args.reps
+    peak = peaks()
+    print(f"matmul peak (2048^3, this run): float32 {peak['float32'] / 1e9:.0f} GFLOP/s, "
+          f"bfloat16 {peak['bfloat16'] / 1e9:.0f} GFLOP/s", flush=True)
+    results = []
+    for workload, configs in plan.items():
+        flops = flops_per_example(workload)
+        for name in configs:
+            precision, xla = CONFIGS[name]
+            runs = {"launcher": [], "baseline": []}
+            for _ in range(reps):  # interleaved
+                runs["baseline"].append(baseline_run(workload, "fp32" if precision == "auto" else precision,
+                                                     "false" if xla == "auto" else xla, args.epochs))
+                runs["launcher"].append(launcher_run(workload, precision, xla, args.epochs))
+            row = summarise(workload, name, runs, flops, peak)
+            results.append(row)
+            print(format_row(row), flush=True)
+    extra = overheads(results, args.epochs)
+    report = {"peak_flops": peak, "results": results, **extra}
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(report, indent=2))
+    print(json.dumps(extra, indent=2))
+    print(f"JSON written to {args.json}")
+
+
+def summarise(workload, name, runs, flops, peak) -> dict:
+    def median(side, key):
+        values = [r[key] for r in runs[side] if r.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    dtype = "bfloat16" if name.startswith("bf16") else "float32"
+    ours, theirs = median("launcher", "examples_per_sec"), median("baseline", "examples_per_sec")
+    return {
+        "workload": workload, "config": name,
+        "launcher_examples_per_sec": ours, "baseline_examples_per_sec": theirs, "ratio": ours / theirs,
+        "launcher_mfu": ours * flops / peak[dtype], "baseline_mfu": theirs * flops / peak[dtype],
+        "launcher_first_step_sec": median("launcher", "time_to_first_step_sec"),
+        "baseline_first_step_sec": median("baseline", "time_to_first_step_sec"),
+        "launcher_rss_mb": median("launcher", "peak_rss_mb"), "baseline_rss_mb": median("baseline", "peak_rss_mb"),
+        "launcher_epoch_time_sec": median("launcher", "epoch_time_sec"),
+    }
+
+
+def format_row(r) -> str:
+    return (f"{r['workload']:<6}{r['config']:<10} launcher {r['launcher_examples_per_sec']:>9.0f} ex/s  "
+            f"fit {r['baseline_examples_per_sec']:>9.0f} ex/s  ratio {r['ratio']:.2f}  "
+            f"MFU {r['launcher_mfu']:.0%} vs {r['baseline_mfu']:.0%}  "
+            f"first step {r['launcher_first_step_sec']:.1f}s vs {r['baseline_first_step_sec']:.1f}s  "
+            f"RSS {r['launcher_rss_mb']:.0f} vs {r['baseline_rss_mb']:.0f} MB")
+
+
+def overheads(results, epochs) -> dict:
+    out = {}
+    fp32 = [r for r in results if r["config"] == "fp32" and r["workload"] == "mlp"]
+    if fp32:
+        steps = WORKLOADS["mlp"]["examples"] // WORKLOADS["mlp"]["batch"]
+        out["mlflow_logging_fraction_of_step_time"] = logging_cost_per_step(fp32[0]["launcher_epoch_time_sec"], steps)
+    stock = launcher_run("small", "mixed", "false", epochs, ["loss_scale.implementation=stock"])
+    safe = launcher_run("small", "mixed", "false", epochs, ["loss_scale.implementation=replica_safe"])
+    out["replica_safe_vs_stock_step_time"] = stock["examples_per_sec"] / safe["examples_per_sec"]
+    auto = [r for r in results if r["config"] == "auto" and r["workload"] == "mlp"]
+    base = [r for r in results if r["config"] == "fp32" and r["workload"] == "mlp"]
+    if auto and base:
+        out["auto_vs_handwritten_fp32_mlp"] = auto[0]["launcher_examples_per_sec"] / base[0]["baseline_examples_per_sec"]
+    return out
+
+
+if __name__ == "__main__":
+    main()
