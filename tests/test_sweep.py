@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import ROOT
 
 SMALL = ["model.hidden_units=[16]", "train.epochs=2", "scaling.batch_size=64", "checkpoint.enabled=false"]
@@ -108,8 +109,8 @@ def test_fp32_job_after_a_mixed_job_really_is_float32(tmp_path):
     for job in sorted((tmp_path / "sweep").iterdir()):
         if (job / "model.keras").exists():
             model = keras.saving.load_model(job / "model.keras")
-            plan = (job / "plan.yaml").read_text()
-            policy = "float32" if "value: float32" in plan else "mixed_float16"
+            plan = yaml.safe_load((job / "plan.yaml").read_text())
+            policy = plan["decisions"]["precision.policy"]["value"]
             policies[policy] = {layer.dtype_policy.name for layer in model.layers[1:-1]}
     assert policies == {"mixed_float16": {"mixed_float16"}, "float32": {"float32"}}
 
