@@ -125,10 +125,15 @@ def _train(config, cfg_node, plan, source, env, strategy, run_dir, launch_dir, c
     built = build(config, plan, source, strategy)
     checkpointer, restored = _restore(config, cfg_node, built, run_dir)
     position, sidecar = restored if restored else (None, {})
+    layout = {"strategy": plan["strategy"], "replicas": plan["replicas"], "global_batch": plan["batch.global"]}
+    if restored:
+        _explain_resume(plan, position, checkpointer.previous_state().get("layout"), layout, run_dir)
     resumed_run = sidecar.get("mlflow_run_id") if restored else None
     tracker = _start_tracking(config, cfg_node, plan, env, run_dir, launch_dir, choices, resumed_run)
     if checkpointer:
-        checkpointer.record(tracker.run_id)
+        checkpointer.record(tracker.run_id, layout)
+    if restored and tracker.resumed:
+        tracker.set_tags({"plan.resume": plan["resume"]})
     is_chief = plan.get("process.is_chief", True)
     flops, peak = _utilization_inputs(config, plan, built.model, tracker)
     outcome = Outcome(plan=plan, run_id=tracker.run_id, run_dir=run_dir, model=built.model)
@@ -176,6 +181,27 @@ def _train(config, cfg_node, plan, source, env, strategy, run_dir, launch_dir, c
             tracker.end(status)
 
 
+def _explain_resume(plan, position, previous: dict | None, layout: dict, run_dir: Path) -> None:
+    """Resuming under another strategy or replica count is allowed; the Plan says so."""
+    where = f"epoch {position.epoch + 1}, step {position.step_in_epoch} (global step {position.global_step})"
+    if not previous or previous == layout:
+        plan.decide("resume", where, "checkpoint written with the same strategy, replicas and global batch")
+    else:
+        before = ", ".join(f"{k}={previous.get(k)}" for k in layout)
+        now = ", ".join(f"{k}={v}" for k, v in layout.items())
+        reason = f"allowed: checkpoint written with {before}; now {now}. Weights and optimizer state carry over"
+        if previous.get("global_batch") != layout["global_batch"] and position.step_in_epoch:
+            examples = position.step_in_epoch * previous["global_batch"]
+            position.step_in_epoch = examples // layout["global_batch"]
+            reason += (f"; the data position ({examples} examples into the epoch) is rounded down to "
+                       f"{position.step_in_epoch} whole batches of {layout['global_batch']}")
+            plan.warn("Resumed with a different global batch: the run is not step-for-step identical to an "
+                      "uninterrupted one.")
+        plan.decide("resume", where, reason)
+    print(f"  resume  {plan['resume']}  {plan.reason('resume')}", flush=True)
+    (run_dir / "plan.yaml").write_text(plan.to_yaml())
+
+
 def _utilization_inputs(config, plan, model, tracker) -> tuple[float, float]:
     """Training FLOPs per example and this machine's matmul peak for the compute dtype."""
     if not config.train.measure_utilization:
@@ -213,7 +239,7 @@ def _start_tracking(config, cfg_node, plan, env, run_dir, launch_dir, choices, r
     if not tr.enabled or not plan.get("process.is_chief", True):
         return NullTracker()
     uri = resolve_uri(tr.uri, launch_dir)
-    name = tr.run_name or "-".join(
+    name = tr.run_name or config.name or "-".join(
         str(choices.get(k, "?")) for k in ("model", "dataset", "precision", "strategy")
     )
     tracker = Tracker(uri, tr.experiment, name, launch_dir / "outputs" / "mlartifacts", resumed_run,

@@ -80,9 +80,11 @@ class Checkpointer:
         except (OSError, json.JSONDecodeError):
             return {}
 
-    def record(self, mlflow_run_id: str | None) -> None:
+    def record(self, mlflow_run_id: str | None, layout: dict | None = None) -> None:
+        """Remember the model config, MLflow run and layout (strategy, replicas, batch) of this run."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.state_path, {"model": self.model_config, "mlflow_run_id": mlflow_run_id})
+        state = {"model": self.model_config, "mlflow_run_id": mlflow_run_id, "layout": layout}
+        write_json_atomic(self.state_path, state)
 
     # ------------------------------------------------------------- saving
 

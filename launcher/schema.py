@@ -290,6 +290,9 @@ class Config:
     # true | false | auto. A string, not an Enum: Hydra parses `xla=true` as a
     # bool, which an Enum field rejects; the resolver validates it instead.
     xla: str = "auto"
+    # A run name: the run dir becomes outputs/runs/<name>, so re-running the same command
+    # finds its checkpoints (resume=auto); also the MLflow run name. "" = a timestamped dir.
+    name: str = ""
     seed: int = 0
     deterministic: bool = False
     explain: bool = False
@@ -321,8 +324,21 @@ GROUP_SCHEMAS = {
 }
 
 
+def run_dir_name(name: str) -> str:
+    """`${run_dir_name:${name}}` in hydra.run.dir: the given name, else a timestamp."""
+    if name:
+        return str(name)
+    from datetime import datetime
+
+    return datetime.now().strftime("%Y-%m-%d/%H-%M-%S-%f")
+
+
 def register_configs() -> None:
     """Store the schemas so `conf/<group>/<option>.yaml` can extend them."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("run_dir_name"):
+        OmegaConf.register_new_resolver("run_dir_name", run_dir_name, use_cache=True)
     # Under schema/ so they are not offered as choices of the user-facing groups.
     cs = ConfigStore.instance()
     cs.store(group="schema", name="config", node=Config)

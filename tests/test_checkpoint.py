@@ -243,3 +243,26 @@ def test_resume_never_moves_old_checkpoints_aside(tmp_path):
     assert "moved to" in again.stderr
     assert list((tmp_path / "run" / "checkpoints.replaced").glob("ckpt-*.index"))
     assert list((tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))
+
+
+def test_named_run_resumes_under_another_strategy_and_the_plan_says_so(tmp_path):
+    common = [sys.executable, "-m", "launcher", "name=my-run", "model.hidden_units=[16]", "precision=fp32",
+              "scaling=global", "scaling.batch_size=64", f"tracking.uri=sqlite:///{tmp_path}/m.db"]
+    first = subprocess.run([*common, "train.epochs=1"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert (tmp_path / "outputs" / "runs" / "my-run" / "checkpoints").is_dir()
+    second = subprocess.run([*common, "train.epochs=2", "strategy=mirrored"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "allowed: checkpoint written with strategy=default, replicas=1" in second.stdout
+    import yaml
+
+    plan = yaml.safe_load((tmp_path / "outputs" / "runs" / "my-run" / "plan.yaml").read_text())
+    assert "now strategy=mirrored, replicas=2" in plan["decisions"]["resume"]["reason"]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/m.db")
+    runs = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
+    assert [r.info.run_name for r in runs] == ["my-run"]
+    assert [m.step for m in client.get_metric_history(runs[0].info.run_id, "loss")] == [0, 1]
+    assert runs[0].data.tags["plan.resume"].startswith("epoch 2, step 0")

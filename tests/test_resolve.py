@@ -177,6 +177,12 @@ def test_xla_auto_depends_on_hardware_and_precision(env, precision, expected):
     assert plan.reason("xla").startswith("xla=auto:")
 
 
+@pytest.mark.parametrize("model", ["cnn", "resnet"])
+def test_xla_auto_is_off_for_convnets_on_cpu_and_on_for_gpus(model):
+    assert plan_for(CPU_PLAIN, "xla=auto", f"model={model}")["xla"] is False
+    assert plan_for(ONE_A100, "xla=auto", f"model={model}")["xla"] is True
+
+
 def test_xla_accepts_hydra_bool_spelling():
     assert plan_for(CPU_PLAIN, "xla=True")["xla"] is True
 
