@@ -94,6 +94,7 @@ class Engine:
         self.global_batch = plan["batch.global"]
         self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
         self._build_functions()
+        self._stepped = False
         # Callbacks such as ReduceLROnPlateau reach the optimizer through the model.
         self.model.optimizer = self.optimizer
         self.callbacks = keras.callbacks.CallbackList(
@@ -211,6 +212,9 @@ class Engine:
             until_save = hooks.steps_until_save(position)
             if until_save:
                 n = min(n, until_save)
+            if not self._stepped:
+                n = 1  # the first call traces and compiles; one step makes time-to-first-step honest
+                self._stepped = True
             self.callbacks.on_train_batch_begin(done)
             totals += self._train_chunk(iterator, tf.constant(n, tf.int32)).numpy()
             position.step_in_epoch += n
