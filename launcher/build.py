@@ -24,10 +24,6 @@ class Built:
     rebuild: Any = None
 
 
-def rebuild_like(built: Built) -> Built:
-    return built.rebuild()
-
-
 def make_optimizer(cfg, lr):
     name = cfg.name.value
     clip = {"clipnorm": cfg.clipnorm} if cfg.clipnorm else {}

@@ -104,9 +104,7 @@ class Checkpointer:
 
     def save(self, position: Position, extra: dict) -> str:
         """Write checkpoint + sidecar; the sidecar last, so its presence marks completeness."""
-        self.counters["epoch"].assign(position.epoch)
-        self.counters["step_in_epoch"].assign(position.step_in_epoch)
-        self.counters["global_step"].assign(position.global_step)
+        self._set_counters(position)
         path = self.manager.save(checkpoint_number=position.global_step)
         sidecar = {"position": vars(position).copy(), **extra}
         write_json_atomic(Path(f"{path}.json"), sidecar)
@@ -114,6 +112,10 @@ class Checkpointer:
         if not self.verified and self.cfg.verify_restore:
             self.verify(path)
         return path
+
+    def _set_counters(self, position: Position) -> None:
+        for name, variable in self.counters.items():
+            variable.assign(getattr(position, name))
 
     def _drop_orphan_sidecars(self) -> None:
         """Sidecars of checkpoints the manager rotated out (keep-N) go with them."""
@@ -123,18 +125,14 @@ class Checkpointer:
                 sidecar.unlink(missing_ok=True)
 
     def save_best(self, position: Position) -> str:
-        self.counters["epoch"].assign(position.epoch)
-        self.counters["step_in_epoch"].assign(position.step_in_epoch)
-        self.counters["global_step"].assign(position.global_step)
+        self._set_counters(position)
         return self.best_manager.save(checkpoint_number=position.global_step)
 
     def verify(self, path: str) -> None:
         """Restore the first checkpoint into fresh objects: a broken restore path shows now, not after a crash."""
         import tensorflow as tf
 
-        from launcher.build import rebuild_like
-
-        fresh = rebuild_like(self.built)
+        fresh = self.built.rebuild()
         with self.built.strategy.scope():
             counters = {name: tf.Variable(0, dtype=tf.int64, name=name) for name in self.counters}
         probe = tf.train.Checkpoint(model=fresh.model, optimizer=fresh.optimizer, **counters)

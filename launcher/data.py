@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,13 +22,22 @@ class DataSource:
     kind: str
     # Token inputs only: ids are in [0, vocab_size).
     vocab_size: int = 0
+    _base: dict = field(default_factory=dict, repr=False)
+
+    def _dataset(self, split: str):
+        """The split as an unbatched tf.data.Dataset, made from the arrays once and reused every epoch."""
+        import tensorflow as tf
+
+        if split not in self._base:
+            source = self.train if split == "train" else self.val
+            self._base[split] = source if isinstance(source, tf.data.Dataset) else tf.data.Dataset.from_tensor_slices(source)
+        return self._base[split]
 
     def pipeline(self, split: str, batch: int, drop_remainder: bool, shuffle_seed: int | None,
                  shuffle_buffer: int = 10_000, skip: int = 0):
         import tensorflow as tf
 
-        source = self.train if split == "train" else self.val
-        ds = source if isinstance(source, tf.data.Dataset) else tf.data.Dataset.from_tensor_slices(source)
+        ds = self._dataset(split)
         if shuffle_seed is not None:
             size = self.num_train if split == "train" else self.num_val
             ds = ds.shuffle(min(shuffle_buffer, size), seed=shuffle_seed, reshuffle_each_iteration=False)

@@ -20,7 +20,6 @@ import tensorflow as tf
 from keras import ops
 
 STOCK = "stock"
-REPLICA_SAFE = "replica_safe"
 
 
 @keras.saving.register_keras_serializable(package="launcher")

@@ -71,9 +71,7 @@ class Plan:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, list):
+    if isinstance(value, tuple | list):
         return [_plain(v) for v in value]
     if isinstance(value, float):
         return float(f"{value:.6g}")

@@ -104,7 +104,7 @@ class RunHooks(Hooks):
         self.history.append({"epoch": epoch, **logs})
         self._track_best(position, logs)
         if self.checkpointer and (
-            self.checkpointer.epoch_save_due(position.epoch) or self._step_due_during_last_chunk(position)
+            self.checkpointer.epoch_save_due(position.epoch) or self.checkpointer.step_save_due(position)
             or self.guard.signum is not None
         ):
             self._save(position)
@@ -114,10 +114,6 @@ class RunHooks(Hooks):
             raise Preempted(self.guard.signum, position)
 
     # ------------------------------------------------------------ parts
-
-    def _step_due_during_last_chunk(self, position: Position) -> bool:
-        interval = self.cfg.interval_steps
-        return interval > 0 and position.global_step % interval == 0
 
     def _save(self, position: Position) -> None:
         self.checkpointer.save(position, self.extra_state())
