@@ -83,15 +83,15 @@ class RunHooks(Hooks):
             from launcher.utilization import process_age_seconds
 
             self.time_to_first_step = process_age_seconds()
-        mid_epoch = position.step_in_epoch < self.steps_per_epoch
-        # A step save due on the epoch's last step happens at the epoch end, after evaluation.
-        if self.checkpointer and mid_epoch and self.checkpointer.step_save_due(position):
-            self._save(position)
-        if self.guard.signum is not None:
-            if self.checkpointer and self.cfg.save_on_preemption and mid_epoch:
-                self._save(position)
-            if mid_epoch:
-                raise Preempted(self.guard.signum, position)
+        # The guard is only armed when save_on_preemption is on, so a signal here means: save and stop.
+        preempted = self.guard.signum is not None
+        # Saves due on the epoch's last step (and a signal seen there) happen at the epoch end, after evaluation.
+        if position.step_in_epoch >= self.steps_per_epoch:
+            return
+        if self.checkpointer and (preempted or self.checkpointer.step_save_due(position)):
+            self._save(position)  # once, even when a step save and a signal coincide
+        if preempted:
+            raise Preempted(self.guard.signum, position)
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
         epoch = position.epoch - 1
