@@ -143,7 +143,7 @@ def _train(config, cfg_node, plan, source, env, strategy, run_dir, launch_dir, c
             checkpointer=checkpointer, tracker=tracker, guard=guard, steps_per_epoch=plan["train.steps_per_epoch"],
             checkpoint_cfg=config.checkpoint, is_chief=is_chief, run_dir=run_dir, model=built.model,
             history=sidecar.get("history"), best=sidecar.get("best"), early_stopping=sidecar.get("early_stopping"),
-            flops_per_example=flops, peak_flops=peak,
+            flops_per_example=flops, peak_flops=peak, profiler=_profiler(config, run_dir, is_chief),
         )
         if restored:
             healed = hooks.heal_metric_gaps()
@@ -217,6 +217,15 @@ def _utilization_inputs(config, plan, model, tracker) -> tuple[float, float]:
         tracker.log_params({"derived.train_flops_per_example": int(flops),
                             f"derived.matmul_peak_{dtype}_gflops": round(peak / 1e9, 1)})
     return flops, peak
+
+
+def _profiler(config, run_dir: Path, is_chief: bool):
+    profile = config.train.profile
+    if profile.steps <= 0 or not is_chief:
+        return None
+    from launcher.profiling import StepProfiler
+
+    return StepProfiler(run_dir / "profile", profile.skip_steps, profile.steps)
 
 
 def _restore(config, cfg_node, built, run_dir):

@@ -39,7 +39,8 @@ class Position:
 class Hooks:
     """What the engine asks of its owner (checkpointing, tracking, preemption). No-op default."""
 
-    def steps_until_save(self, position: Position) -> int | None:
+    def steps_until_boundary(self, position: Position) -> int | None:
+        """Steps the engine may run before the hooks need control (a save, a trace window)."""
         return None
 
     def after_steps(self, position: Position) -> None:
@@ -49,6 +50,9 @@ class Hooks:
         pass
 
     def on_train_begin(self, callbacks) -> None:
+        pass
+
+    def on_train_end(self, position: Position) -> None:
         pass
 
 
@@ -194,6 +198,7 @@ class Engine:
                 result.stopped_early = epoch + 1 < epochs
                 break
         self.callbacks.on_train_end(result.final)
+        hooks.on_train_end(position)
         return result
 
     def _train_epoch(self, position: Position, epochs: int, hooks: Hooks) -> dict[str, float]:
@@ -209,9 +214,9 @@ class Engine:
         while position.step_in_epoch < steps:
             done = position.step_in_epoch
             n = min(chunk, steps - done)
-            until_save = hooks.steps_until_save(position)
-            if until_save:
-                n = min(n, until_save)
+            until_boundary = hooks.steps_until_boundary(position)
+            if until_boundary:
+                n = min(n, until_boundary)
             if not self._stepped:
                 n = 1  # the first call traces and compiles; one step makes time-to-first-step honest
                 self._stepped = True

@@ -498,6 +498,22 @@ def rule_training(cfg: Config, env: Environment, plan: Plan, violations: list) -
         plan.decide("determinism", True, "requested: op determinism on, seeded; slower kernels")
     if cfg.checkpoint.enabled and cfg.checkpoint.max_to_keep < 1:
         violations.append(Violation("checkpoint.max_to_keep", cfg.checkpoint.max_to_keep, "an integer >= 1", "checkpoint.max_to_keep=3"))
+    rule_profile(cfg, plan, violations)
+
+
+def rule_profile(cfg: Config, plan: Plan, violations: list) -> None:
+    profile = cfg.train.profile
+    for key, value, fix in (("steps", profile.steps, 10), ("skip_steps", profile.skip_steps, 10)):
+        if value < 0:
+            violations.append(Violation(f"train.profile.{key}", value, "an integer >= 0", f"train.profile.{key}={fix}"))
+    if profile.steps > 0 and profile.skip_steps >= 0:
+        chief = "" if plan.get("process.is_chief", True) else " (chief only: this worker does not trace)"
+        plan.decide(
+            "profile",
+            f"steps {profile.skip_steps + 1}-{profile.skip_steps + profile.steps}",
+            "requested: TensorFlow profiler trace + op table in <run dir>/profile, logged to MLflow; "
+            f"the window is rounded to step-execution boundaries{chief}",
+        )
 
 
 RULES: tuple[Rule, ...] = (
@@ -534,6 +550,12 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int) -> Plan:
     val_steps = max(1, math.ceil(num_val / global_batch))
     plan.decide("train.validation_steps", val_steps, f"{num_val} validation examples, every one evaluated")
     plan.decide("train.total_steps", steps * cfg.train.epochs, f"{cfg.train.epochs} epoch(s)")
+    profile = cfg.train.profile
+    if profile.steps > 0 and profile.skip_steps >= steps * cfg.train.epochs:
+        plan.warn(
+            f"train.profile.skip_steps={profile.skip_steps} is not below the run's {steps * cfg.train.epochs} "
+            f"training steps: nothing will be traced. Use train.profile.skip_steps={min(10, steps // 2)}."
+        )
     sc = cfg.scaling
     if sc.warmup_epochs > 0:
         warmup = round(sc.warmup_epochs * steps)

@@ -1,4 +1,4 @@
-"""What happens around the engine's steps: checkpoints, best model, MLflow metrics, preemption."""
+"""What happens around the engine's steps: checkpoints, best model, MLflow metrics, preemption, profiling."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class PreemptionGuard:
 class RunHooks(Hooks):
     def __init__(self, *, checkpointer, tracker, guard, steps_per_epoch, checkpoint_cfg, is_chief,
                  run_dir: Path, model, history=None, best=None, early_stopping=None,
-                 flops_per_example: float = 0.0, peak_flops: float = 0.0):
+                 flops_per_example: float = 0.0, peak_flops: float = 0.0, profiler=None):
         self.checkpointer = checkpointer
         self.tracker = tracker
         self.guard = guard
@@ -65,6 +65,7 @@ class RunHooks(Hooks):
         self.peak_flops = peak_flops
         self.time_to_first_step: float | None = None
         self._first_step_logged = False
+        self.profiler = profiler
 
     # ----------------------------------------------------------- engine
 
@@ -75,14 +76,20 @@ class RunHooks(Hooks):
                 if field in self._early_stopping_state:
                     setattr(callback, field, self._early_stopping_state[field])
 
-    def steps_until_save(self, position: Position) -> int | None:
-        return self.checkpointer.steps_until_save(position) if self.checkpointer else None
+    def steps_until_boundary(self, position: Position) -> int | None:
+        limits = [
+            self.checkpointer.steps_until_save(position) if self.checkpointer else None,
+            self.profiler.steps_until_boundary(position.global_step) if self.profiler else None,
+        ]
+        return min((n for n in limits if n), default=None)
 
     def after_steps(self, position: Position) -> None:
         if self.time_to_first_step is None:
             from launcher.utilization import process_age_seconds
 
             self.time_to_first_step = process_age_seconds()
+        if self.profiler and self.profiler.after_steps(position.global_step):
+            self.report_profile()
         # The guard is only armed when save_on_preemption is on, so a signal here means: save and stop.
         preempted = self.guard.signum is not None
         # Saves due on the epoch's last step (and a signal seen there) happen at the epoch end, after evaluation.
@@ -113,7 +120,18 @@ class RunHooks(Hooks):
         if self.guard.signum is not None:
             raise Preempted(self.guard.signum, position)
 
+    def on_train_end(self, position: Position) -> None:
+        """A trace window cut short by the end of training is still written and reported."""
+        if self.profiler and self.profiler.stop(position.global_step):
+            self.report_profile()
+
     # ------------------------------------------------------------ parts
+
+    def report_profile(self) -> None:
+        text = self.profiler.report(header=f"Profile of {self.profiler.traced_steps} training step(s), "
+                                          f"trace in {self.profiler.logdir}")
+        print(f"\n{text}", flush=True)  # after a progress bar's unfinished line
+        self.tracker.log_artifacts(self.profiler.logdir, "profile")
 
     def _save(self, position: Position) -> None:
         self.checkpointer.save(position, self.extra_state())

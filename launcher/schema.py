@@ -228,6 +228,14 @@ class ReduceLrConfig:
 
 
 @dataclass
+class ProfileConfig:
+    # Trace this many training steps with TensorFlow's profiler (0 = off), after skipping
+    # skip_steps (tracing and compilation). Trace + top_ops.txt go to <run dir>/profile and MLflow.
+    steps: int = 0
+    skip_steps: int = 10
+
+
+@dataclass
 class TrainConfig:
     epochs: int = 5
     # Steps run inside one tf.function call (fewer Python round trips).
@@ -240,6 +248,7 @@ class TrainConfig:
     measure_utilization: bool = True
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     reduce_lr_on_plateau: ReduceLrConfig = field(default_factory=ReduceLrConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
 
 
 @dataclass

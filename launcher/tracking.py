@@ -127,6 +127,9 @@ class Tracker:
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), artifact_path)
 
+    def log_artifacts(self, directory: Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifacts(self.run_id, str(directory), artifact_path)
+
     def end(self, status: str = "FINISHED") -> None:
         with_retry(self.client.set_terminated, self.run_id, status=status)
 
@@ -152,6 +155,9 @@ class NullTracker:
         pass
 
     def log_artifact(self, path, artifact_path=None):
+        pass
+
+    def log_artifacts(self, directory, artifact_path=None):
         pass
 
     def logged_steps(self, metric):

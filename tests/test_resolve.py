@@ -325,3 +325,30 @@ def test_every_decision_has_a_reason():
     plan = plan_for(CPU_AMX, "precision=mixed", "strategy=mirrored", "xla=true")
     assert all(d.reason for d in plan.decisions.values())
     assert "plan.loss_scale.optimizer" in plan.tags()
+
+
+# --------------------------------------------------------------- profile
+
+
+def test_profile_window_is_a_decision_with_where_the_trace_goes():
+    plan = plan_for(CPU_PLAIN, "train.profile.steps=5", "train.profile.skip_steps=3")
+    assert plan["profile"] == "steps 4-8"
+    assert "profile" in plan.decisions["profile"].reason
+
+
+def test_profile_off_by_default():
+    assert "profile" not in plan_for(CPU_PLAIN)
+
+
+def test_negative_profile_steps_are_refused_with_a_fix():
+    with pytest.raises(ConfigError) as err:
+        plan_for(CPU_PLAIN, "train.profile.steps=-1", "train.profile.skip_steps=-2")
+    text = str(err.value)
+    assert "train.profile.steps" in text and "train.profile.skip_steps" in text and "train.profile.steps=10" in text
+
+
+def test_profile_window_after_the_last_step_warns():
+    cfg = config("train.profile.steps=5", "train.profile.skip_steps=50", "train.epochs=2")
+    plan = schedule(cfg, resolve(cfg, CPU_PLAIN), num_train=640, num_val=100)
+    assert plan["train.total_steps"] == 20
+    assert any("nothing will be traced" in w and "train.profile.skip_steps=" in w for w in plan.warnings)
