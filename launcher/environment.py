@@ -43,7 +43,8 @@ class Environment:
         """AMX tiles make oneDNN's bfloat16 matmuls several times faster than float32.
 
         AVX-512 BF16 alone does not: measured on a 2-core AVX-512 BF16 Xeon without
-        AMX, a 2048^3 bfloat16 matmul ran at 157 GFLOP/s against 254 for float32.
+        AMX, a 2048^3 bfloat16 matmul ran at 163 GFLOP/s (oneDNN) / 270 (XLA) against
+        301 for float32.
         """
         return self.has_amx
 

@@ -1,0 +1,86 @@
+"""Where a training step's time goes, per precision: the evidence behind the benchmark's misses.
+
+    .venv/bin/python benchmarks/profile_step.py                       # MLP: fp32, fp32+xla, bf16, bf16+xla
+    .venv/bin/python benchmarks/profile_step.py --configs bf16 --workload cnn
+
+For each config, one launcher run with `train.profile.steps` (TensorFlow profiler trace) on the
+benchmark workload; prints its op table, then each config's matmul/conv time per step against
+the first config's (same FLOPs, so the ratio is the kernels' relative speed). Then, for float32 and bfloat16, the oneDNN matmul
+implementation this CPU gets (ONEDNN_VERBOSE): `avx512_core_amx` kernels are the fast bfloat16
+path; `avx512_core_bf16` converts and runs on the AVX-512 units.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from run import CONFIGS  # noqa: E402
+from workloads import WORKLOADS, launcher_overrides  # noqa: E402
+
+ONEDNN_PROBE = """
+import tensorflow as tf
+a = tf.cast(tf.random.normal((512, 512)), "{dtype}")
+tf.function(lambda a: tf.matmul(a, a))(a).numpy()
+"""
+
+
+def profile_config(workload: str, name: str, steps: int) -> str:
+    precision, xla = CONFIGS[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [sys.executable, "-m", "launcher", *launcher_overrides(workload), f"precision={precision}",
+                f"xla={xla}", "train.epochs=1", "checkpoint=off", "checkpoint.export_model=false",
+                "tracking.enabled=false", "train.steps_per_execution=4", f"train.profile.steps={steps}",
+                "train.profile.skip_steps=4", f"hydra.run.dir={tmp}/run"]
+        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{name}: {done.stderr[-2000:]}")
+        return (Path(tmp) / "run" / "profile" / "top_ops.txt").read_text()
+
+
+def matmul_ms(table: str) -> float | None:
+    found = re.search(r"matmul/conv ([\d.]+) ms", table)
+    return float(found.group(1)) if found else None
+
+
+def onednn_impl(dtype: str) -> str:
+    done = subprocess.run([sys.executable, "-c", ONEDNN_PROBE.format(dtype=dtype)], capture_output=True, text=True,
+                          env={**os.environ, "ONEDNN_VERBOSE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    # onednn_verbose,v1,primitive,exec,cpu,<primitive>,<implementation>,...
+    fields = [line.split(",") for line in done.stdout.splitlines() if line.startswith("onednn_verbose")]
+    kinds = {f"{f[5]} {f[6] or '(no ISA named)'}" for f in fields if len(f) > 6 and f[3] == "exec"
+             and f[5] in ("matmul", "gemm_api")}
+    return ", ".join(sorted(kinds)) or "no oneDNN matmul seen"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workload", default="mlp", choices=sorted(WORKLOADS))
+    parser.add_argument("--configs", nargs="+", default=["fp32", "fp32+xla", "bf16", "bf16+xla"], choices=sorted(CONFIGS))
+    parser.add_argument("--steps", type=int, default=8)
+    args = parser.parse_args()
+    matmul = {}
+    for name in args.configs:
+        table = profile_config(args.workload, name, args.steps)
+        matmul[name] = matmul_ms(table)
+        print(f"\n=== {args.workload} {name}\n{table}", flush=True)
+    base = matmul.get(args.configs[0])
+    print(f"\nmatmul/conv op time per step (same FLOPs in every config), against {args.configs[0]}:")
+    for name, ms in matmul.items():
+        ratio = f"{ms / base:.2f}x" if ms and base else "n/a"
+        print(f"  {name:<10}{ms if ms is not None else float('nan'):>9.1f} ms  {ratio}")
+    for dtype in ("float32", "bfloat16"):
+        print(f"oneDNN matmul implementation for {dtype}: {onednn_impl(dtype)}")
+
+
+if __name__ == "__main__":
+    main()
