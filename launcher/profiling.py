@@ -146,7 +146,12 @@ class StepProfiler:
         if self.started_at is None:
             if global_step >= self.skip:
                 self.logdir.mkdir(parents=True, exist_ok=True)
-                tf.profiler.experimental.start(str(self.logdir))
+                try:
+                    tf.profiler.experimental.start(str(self.logdir))
+                except tf.errors.OpError as err:  # e.g. another trace is running: train on, untraced
+                    print(f"\nProfiling not started ({err.message}); training continues.", flush=True)
+                    self.done = True
+                    return False
                 self.started_at = global_step
             return False
         if global_step - self.started_at >= self.steps:

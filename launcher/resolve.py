@@ -57,7 +57,7 @@ def _auto_precision(env: Environment) -> tuple[str, str]:
     if env.has_avx512_bf16:
         return "fp32", (
             "CPU has AVX-512 BF16 but no AMX: bfloat16 is slower than float32 there (2048^3 matmul: "
-            "oneDNN 163, XLA 270 vs float32 301 GFLOP/s; 3x2048 MLP: bf16+XLA trains at 0.91x fp32+XLA)"
+            "oneDNN 162, XLA 270 vs float32 295 GFLOP/s; 3x2048 MLP: bf16+XLA trains at 0.91-0.95x fp32+XLA)"
         )
     return "fp32", "CPU has no AMX: reduced precision would be slower than float32"
 
@@ -273,11 +273,11 @@ def _auto_xla(env: Environment, precision: str, model: str) -> tuple[bool, str]:
     if model in CONV_MODELS:
         return False, (
             f"CPU, model={model}: XLA's CPU convolutions are slower than oneDNN's "
-            "(measured: the XLA step trains at 0.54x the graph step on the benchmark convnet)"
+            "(measured: the XLA step trains at 0.53x the graph step on the benchmark convnet)"
         )
     if precision == "fp32":
         return True, ("CPU float32: XLA fuses the step, the optimizer update included "
-                      "(measured 1.2x the graph step on a 3x2048 MLP)")
+                      "(measured 1.07-1.2x the graph step on a 3x2048 MLP)")
     if env.has_amx:
         return False, (
             f"CPU {precision} with AMX: the graph step uses oneDNN's AMX kernels, XLA's CPU "

@@ -94,3 +94,16 @@ def test_waiting_is_not_counted_as_work():
     ps = 1_000_000_000
     rows = summarize({"tf_Compute/1": [Event("BlockUntilReady", 0, 9 * ps), Event("dot.3", 10 * ps, ps)]}, steps=1)
     assert [r.kind for r in rows] == ["dot"]
+
+
+def test_a_trace_that_cannot_start_does_not_stop_training(tmp_path, capsys):
+    import tensorflow as tf
+
+    tf.profiler.experimental.start(str(tmp_path / "other"))  # someone else's trace is running
+    try:
+        profiler = StepProfiler(tmp_path / "profile", skip=0, steps=2)
+        assert profiler.after_steps(1) is False
+    finally:
+        tf.profiler.experimental.stop()
+    assert profiler.done and profiler.started_at is None
+    assert "Profiling not started" in capsys.readouterr().out
