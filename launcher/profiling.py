@@ -138,7 +138,7 @@ class StepProfiler:
         return max(self.started_at + self.steps - global_step, 0) or None
 
     def after_steps(self, global_step: int) -> bool:
-        """Start or stop at this boundary; True when the trace has just been written."""
+        """Start or stop at this boundary; True when the trace has just been stopped."""
         import tensorflow as tf
 
         if self.done:

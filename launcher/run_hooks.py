@@ -88,8 +88,8 @@ class RunHooks(Hooks):
             from launcher.utilization import process_age_seconds
 
             self.time_to_first_step = process_age_seconds()
-        if self.profiler and self.profiler.after_steps(position.global_step):
-            self.report_profile()
+        if self.profiler:
+            self.profiler.after_steps(position.global_step)  # reported at the end, outside the timed steps
         # The guard is only armed when save_on_preemption is on, so a signal here means: save and stop.
         preempted = self.guard.signum is not None
         # Saves due on the epoch's last step (and a signal seen there) happen at the epoch end, after evaluation.
@@ -121,8 +121,12 @@ class RunHooks(Hooks):
             raise Preempted(self.guard.signum, position)
 
     def on_train_end(self, position: Position) -> None:
-        """A trace window cut short by the end of training is still written and reported."""
-        if self.profiler and self.profiler.stop(position.global_step):
+        """Report the trace (also a window cut short by the end of training): parsing it and
+        uploading it to MLflow would otherwise land inside an epoch's measured time."""
+        if not self.profiler:
+            return
+        self.profiler.stop(position.global_step)
+        if self.profiler.traced_steps:
             self.report_profile()
 
     # ------------------------------------------------------------ parts
@@ -130,7 +134,7 @@ class RunHooks(Hooks):
     def report_profile(self) -> None:
         text = self.profiler.report(header=f"Profile of {self.profiler.traced_steps} training step(s), "
                                           f"trace in {self.profiler.logdir}")
-        print(f"\n{text}", flush=True)  # after a progress bar's unfinished line
+        print(f"\n{text}", flush=True)
         self.tracker.log_artifacts(self.profiler.logdir, "profile")
 
     def _save(self, position: Position) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from conftest import TINY
 
 from launcher.profiling import (
@@ -52,6 +54,10 @@ def test_summary_is_per_step_over_worker_threads_only():
     assert "__inference" not in table
 
 
+def matmul_ms_per_step(table: str) -> float:
+    return float(re.search(r"of which matmul/conv ([\d.]+) ms", table).group(1))
+
+
 def test_profiler_window_rounds_to_boundaries_and_ends_with_training(tmp_path):
     profiler = StepProfiler(tmp_path / "profile", skip=3, steps=4)
     assert profiler.steps_until_boundary(1) == 2  # run only up to step 3 before starting
@@ -72,6 +78,7 @@ def test_profiled_run_writes_a_trace_and_an_op_table_to_the_run_dir_and_mlflow(c
     table = (profile / "top_ops.txt").read_text()
     assert "traced steps: 4;" in table
     assert "MatMul" in table and "matmul/conv" in table
+    assert matmul_ms_per_step(table) > 0  # op rows were classified as matmuls, not only the header
     assert "Profile of 4 training step(s)" in done.stdout
 
     from mlflow.tracking import MlflowClient
@@ -88,6 +95,8 @@ def test_profiled_xla_run_names_the_compiled_instructions(cli, tmp_path):
     table = (tmp_path / "run" / "profile" / "top_ops.txt").read_text()
     assert "traced steps: 4;" in table
     assert "dot" in table.lower() or "matmul" in table.lower()
+    # The header always says "matmul/conv": the compiled matmul rows must carry time too.
+    assert matmul_ms_per_step(table) > 0
 
 
 def test_waiting_is_not_counted_as_work():
