@@ -24,8 +24,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from run import CONFIGS  # noqa: E402
-from workloads import WORKLOADS, launcher_overrides  # noqa: E402
+from run import CONFIGS, launcher_command  # noqa: E402
+from workloads import WORKLOADS  # noqa: E402
 
 ONEDNN_PROBE = """
 import tensorflow as tf
@@ -37,10 +37,8 @@ tf.function(lambda a: tf.matmul(a, a))(a).numpy()
 def profile_config(workload: str, name: str, steps: int) -> str:
     precision, xla = CONFIGS[name]
     with tempfile.TemporaryDirectory() as tmp:
-        args = [sys.executable, "-m", "launcher", *launcher_overrides(workload), f"precision={precision}",
-                f"xla={xla}", "train.epochs=1", "checkpoint=off", "checkpoint.export_model=false",
-                "tracking.enabled=false", "train.steps_per_execution=4", f"train.profile.steps={steps}",
-                "train.profile.skip_steps=4", f"hydra.run.dir={tmp}/run"]
+        args = launcher_command(workload, precision, xla, 1, f"{tmp}/run", [
+            "train.steps_per_execution=4", f"train.profile.steps={steps}", "train.profile.skip_steps=4"])
         done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"{name}: {done.stderr[-2000:]}")

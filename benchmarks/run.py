@@ -47,12 +47,16 @@ def run_child(args: list[str], env=None) -> tuple[str, float]:
     return out, err
 
 
+def launcher_command(workload: str, precision: str, xla: str, epochs: int, run_dir: str, extra=()) -> list[str]:
+    """`python -m launcher` on a workload, untracked, no checkpoints: only training is measured."""
+    return [sys.executable, "-m", "launcher", *launcher_overrides(workload), f"precision={precision}", f"xla={xla}",
+            f"train.epochs={epochs}", "checkpoint=off", "checkpoint.export_model=false", "tracking.enabled=false",
+            "train.steps_per_execution=16", f"hydra.run.dir={run_dir}", *extra]
+
+
 def launcher_run(workload: str, precision: str, xla: str, epochs: int, extra=()) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        args = [sys.executable, str(HERE / "rss.py"), sys.executable, "-m", "launcher", *launcher_overrides(workload),
-                f"precision={precision}", f"xla={xla}", f"train.epochs={epochs}", "checkpoint=off",
-                "checkpoint.export_model=false", "tracking.enabled=false", "train.steps_per_execution=16",
-                f"hydra.run.dir={tmp}/run", *extra]
+        args = [sys.executable, str(HERE / "rss.py"), *launcher_command(workload, precision, xla, epochs, f"{tmp}/run", extra)]
         out, err = run_child(args)
         outcome = json.loads((Path(tmp) / "run" / "outcome.json").read_text())
     history = outcome["history"]
@@ -76,11 +80,13 @@ def baseline_run(workload: str, precision: str, xla: str, epochs: int) -> dict:
 
 def peaks() -> dict:
     """Per dtype: the graph (oneDNN) and XLA matmul rates; the peak is the faster."""
-    from launcher.utilization import measure_matmul
+    from launcher.utilization import matmul_rates
 
-    rates = {f"{dtype}_{mode}": measure_matmul(dtype, size=2048, seconds=2.0, jit_compile=mode == "xla")
-             for dtype in ("float32", "bfloat16") for mode in ("graph", "xla")}
-    return {**rates, **{dtype: max(rates[f"{dtype}_graph"], rates[f"{dtype}_xla"]) for dtype in ("float32", "bfloat16")}}
+    out = {}
+    for dtype in ("float32", "bfloat16"):
+        rates = matmul_rates(dtype, size=2048, seconds=2.0)
+        out.update({f"{dtype}_{mode}": rate for mode, rate in rates.items()}, **{dtype: max(rates.values())})
+    return out
 
 
 def flops_per_example(workload: str) -> float:

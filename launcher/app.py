@@ -63,7 +63,8 @@ def run(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None =
         return EXIT_CONFIG_ERROR
     final = outcome.result.final if outcome.result else {}
     history = [e.logs for e in outcome.result.epochs] if outcome.result else []
-    _write_outcome(run_dir, outcome.run_id, "FAILED" if outcome.error else "FINISHED", outcome.error, final, history)
+    status = "KILLED" if outcome.exit_code is not None else "FAILED" if outcome.error else "FINISHED"  # as in MLflow
+    _write_outcome(run_dir, outcome.run_id, status, outcome.error, final, history)
     if outcome.exit_code is not None:
         return outcome.exit_code
     return EXIT_TRAINING_FAILED if outcome.error else 0

@@ -504,10 +504,9 @@ def rule_training(cfg: Config, env: Environment, plan: Plan, violations: list) -
         plan.decide("determinism", True, "requested: op determinism on, seeded; slower kernels")
     if cfg.checkpoint.enabled and cfg.checkpoint.max_to_keep < 1:
         violations.append(Violation("checkpoint.max_to_keep", cfg.checkpoint.max_to_keep, "an integer >= 1", "checkpoint.max_to_keep=3"))
-    rule_profile(cfg, plan, violations)
 
 
-def rule_profile(cfg: Config, plan: Plan, violations: list) -> None:
+def rule_profile(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
     profile = cfg.train.profile
     for key, value, fix in (("steps", profile.steps, 10), ("skip_steps", profile.skip_steps, 10)):
         if value < 0:
@@ -530,6 +529,7 @@ RULES: tuple[Rule, ...] = (
     rule_batch,
     rule_learning_rate,
     rule_training,
+    rule_profile,
 )
 
 

@@ -101,8 +101,7 @@ def summarise(uri: str, parent_run_id: str, sweep_dir: Path) -> list[dict]:
     write_markdown(rows, out / "summary.md")
     plot_curves(client, runs, out / "val_loss_curves.png")
     plot_metric_vs_job(rows, out / "val_accuracy_by_job.png")
-    for path in sorted(out.iterdir()):
-        client.log_artifact(parent_run_id, str(path), "summary")
+    client.log_artifacts(parent_run_id, str(out), "summary")
     failed = sum(r["status"] != "FINISHED" for r in rows)
     client.set_tag(parent_run_id, "sweep.jobs", str(len(rows)))
     client.set_tag(parent_run_id, "sweep.failed_jobs", str(failed))

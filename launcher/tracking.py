@@ -61,7 +61,6 @@ def with_retry(call, *args, attempts: int = 8, **kwargs):
             if "database is locked" not in str(err) or attempt == attempts - 1:
                 raise
             time.sleep(0.2 * 2**attempt)
-    return None
 
 
 class Tracker:

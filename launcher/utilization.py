@@ -48,7 +48,7 @@ def matmul_peak(dtype: str, size: int = 2048, seconds: float = 1.0) -> float:
     cache = _read_cache()
     if key in cache:
         return cache[key]
-    peak = max(measure_matmul(dtype, size, seconds / 2, jit_compile=jit) for jit in (False, True))
+    peak = max(matmul_rates(dtype, size, seconds / 2).values())
     cache[key] = peak
     try:
         CACHE.parent.mkdir(parents=True, exist_ok=True)
@@ -56,6 +56,11 @@ def matmul_peak(dtype: str, size: int = 2048, seconds: float = 1.0) -> float:
     except OSError:
         pass
     return peak
+
+
+def matmul_rates(dtype: str, size: int = 2048, seconds: float = 1.0) -> dict[str, float]:
+    """FLOP/s of a size^3 matmul through TensorFlow's kernel ("graph") and through XLA ("xla")."""
+    return {mode: measure_matmul(dtype, size, seconds, jit_compile=mode == "xla") for mode in ("graph", "xla")}
 
 
 def measure_matmul(dtype: str, size: int = 2048, seconds: float = 1.0, jit_compile: bool = False) -> float:

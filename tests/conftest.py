@@ -83,10 +83,19 @@ def cli(tmp_path):
     return run
 
 
-def free_port() -> int:
-    with socket.socket() as s:
+def free_ports(count: int) -> list[int]:
+    """Distinct free ports on 127.0.0.1 (all bound at once, so never the same one twice)."""
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
 
 
 @pytest.fixture
