@@ -11,7 +11,7 @@ import json
 import resource
 import time
 
-from launcher.utilization import process_age_seconds
+from launcher.run.utilization import process_age_seconds
 
 
 def main():

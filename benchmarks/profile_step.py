@@ -1,13 +1,13 @@
 """Where a training step's time goes, per precision: the evidence behind the benchmark's misses.
 
-    .venv/bin/python benchmarks/profile_step.py                       # MLP: fp32, fp32+xla, bf16, bf16+xla
+    .venv/bin/python benchmarks/profile_step.py             # MLP: fp32, fp32+xla, bf16, bf16+xla
     .venv/bin/python benchmarks/profile_step.py --configs bf16 --workload cnn
 
 For each config, one launcher run with `train.profile.steps` (TensorFlow profiler trace) on the
 benchmark workload; prints its op table, then each config's matmul/conv time per step against
-the first config's (same FLOPs, so the ratio is the kernels' relative speed). Then, for float32 and bfloat16, the oneDNN matmul
-implementation this CPU gets (ONEDNN_VERBOSE): `avx512_core_amx` kernels are the fast bfloat16
-path; `avx512_core_bf16` converts and runs on the AVX-512 units.
+the first config's (same FLOPs, so the ratio is the kernels' relative speed). Then, for float32
+and bfloat16, the oneDNN matmul implementation this CPU gets (ONEDNN_VERBOSE): `avx512_core_amx`
+kernels are the fast bfloat16 path; `avx512_core_bf16` converts and runs on the AVX-512 units.
 """
 
 from __future__ import annotations
@@ -63,7 +63,9 @@ def onednn_impl(dtype: str) -> str:
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", default="mlp", choices=sorted(WORKLOADS))
-    parser.add_argument("--configs", nargs="+", default=["fp32", "fp32+xla", "bf16", "bf16+xla"], choices=sorted(CONFIGS))
+    parser.add_argument(
+        "--configs", nargs="+", default=["fp32", "fp32+xla", "bf16", "bf16+xla"], choices=sorted(CONFIGS)
+    )
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args()
     matmul = {}

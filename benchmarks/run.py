@@ -32,8 +32,11 @@ CONFIGS = {  # name -> (precision, xla)
     "fp32": ("fp32", "false"), "fp32+xla": ("fp32", "true"), "bf16": ("bf16", "false"),
     "bf16+xla": ("bf16", "true"), "auto": ("auto", "auto"), "mixed": ("mixed", "false"),
 }
-PLAN = {"mlp": ["fp32", "fp32+xla", "bf16", "bf16+xla", "auto"], "cnn": ["fp32", "fp32+xla", "bf16", "bf16+xla", "auto"],
-        "small": ["mixed"]}
+PLAN = {
+    "mlp": ["fp32", "fp32+xla", "bf16", "bf16+xla", "auto"],
+    "cnn": ["fp32", "fp32+xla", "bf16", "bf16+xla", "auto"],
+    "small": ["mixed"],
+}
 QUICK = {"mlp": ["fp32", "fp32+xla", "bf16", "auto"], "cnn": ["fp32", "auto"], "small": ["mixed"]}
 
 
@@ -56,7 +59,11 @@ def launcher_command(workload: str, precision: str, xla: str, epochs: int, run_d
 
 def launcher_run(workload: str, precision: str, xla: str, epochs: int, extra=()) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        args = [sys.executable, str(HERE / "rss.py"), *launcher_command(workload, precision, xla, epochs, f"{tmp}/run", extra)]
+        args = [
+            sys.executable,
+            str(HERE / "rss.py"),
+            *launcher_command(workload, precision, xla, epochs, f"{tmp}/run", extra),
+        ]
         out, err = run_child(args)
         outcome = json.loads((Path(tmp) / "run" / "outcome.json").read_text())
     history = outcome["history"]
@@ -80,7 +87,7 @@ def baseline_run(workload: str, precision: str, xla: str, epochs: int) -> dict:
 
 def peaks() -> dict:
     """Per dtype: the graph (oneDNN) and XLA matmul rates; the peak is the faster."""
-    from launcher.utilization import matmul_rates
+    from launcher.run.utilization import matmul_rates
 
     out = {}
     for dtype in ("float32", "bfloat16"):
@@ -90,14 +97,14 @@ def peaks() -> dict:
 
 
 def flops_per_example(workload: str) -> float:
-    from launcher.utilization import training_flops_per_example
+    from launcher.run.utilization import training_flops_per_example
 
     return training_flops_per_example(WORKLOADS[workload]["keras_model"]())
 
 
 def logging_cost_per_step(epoch_time: float, steps: int) -> float:
     """Seconds one epoch's MLflow log_batch costs, spread over the epoch's steps, as a fraction."""
-    from launcher.tracking import Tracker
+    from launcher.tracking.tracker import Tracker
 
     with tempfile.TemporaryDirectory() as tmp:
         tracker = Tracker(f"sqlite:///{tmp}/m.db", "bench", "logging", Path(tmp))
@@ -183,7 +190,9 @@ def overheads(results, epochs) -> dict:
     out["replica_safe_vs_stock_step_time"] = stock["examples_per_sec"] / safe["examples_per_sec"]
     auto = [r for r in results if r["config"] == "auto" and r["workload"] == "mlp"]
     # The fp32 script runs as the baseline of both the fp32 and the auto rows: pool them.
-    script = [x for r in results if r["workload"] == "mlp" and r["config"] in ("fp32", "auto") for x in r["baseline_runs"]]
+    script = [
+        x for r in results if r["workload"] == "mlp" and r["config"] in ("fp32", "auto") for x in r["baseline_runs"]
+    ]
     if auto and script:
         out["auto_vs_handwritten_fp32_mlp"] = auto[0]["launcher_examples_per_sec"] / statistics.median(script)
     return out

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from launcher.data import DataSource, split_arrays
-from launcher.errors import ConfigError
+from launcher.config.errors import ConfigError
+from launcher.train.data import DataSource, split_arrays
 
 LAYOUTS = ("image", "flat")
 

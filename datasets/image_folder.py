@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.data import DataSource
-from launcher.errors import ConfigError
+from launcher.config.errors import ConfigError
+from launcher.train.data import DataSource
 
 COLOR_MODES = {"rgb": 3, "grayscale": 1, "rgba": 4}
 
@@ -22,7 +22,9 @@ def load(cfg) -> DataSource:
             "dataset.path=/data/my_images with my_images/<class_name>/*.png",
         )
     if cfg.color_mode not in COLOR_MODES:
-        raise ConfigError.single("dataset.color_mode", cfg.color_mode, f"one of {list(COLOR_MODES)}", "dataset.color_mode=rgb")
+        raise ConfigError.single(
+            "dataset.color_mode", cfg.color_mode, f"one of {list(COLOR_MODES)}", "dataset.color_mode=rgb"
+        )
     train, val = keras.utils.image_dataset_from_directory(
         str(root), validation_split=cfg.validation_split, subset="both", seed=cfg.shuffle_seed,
         image_size=tuple(cfg.image_size), color_mode=cfg.color_mode, batch_size=None, shuffle=True,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from launcher.data import DataSource, split_arrays
-from launcher.errors import ConfigError
+from launcher.config.errors import ConfigError
+from launcher.train.data import DataSource, split_arrays
 
 
 def load(cfg) -> DataSource:
@@ -28,7 +28,12 @@ def load(cfg) -> DataSource:
             )
         x, y = archive[cfg.x_key], archive[cfg.y_key]
     if len(x) != len(y):
-        raise ConfigError.single("dataset.path", str(path), f"x and y of equal length (got {len(x)} and {len(y)})", "re-save the file with matching arrays")
+        raise ConfigError.single(
+            "dataset.path",
+            str(path),
+            f"x and y of equal length (got {len(x)} and {len(y)})",
+            "re-save the file with matching arrays",
+        )
     kind = "tokens" if np.issubdtype(x.dtype, np.integer) and x.ndim == 2 else ("image" if x.ndim == 4 else "tabular")
     if kind != "tokens":
         x = x.astype("float32")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from launcher.data import DataSource, split_arrays
-from launcher.errors import ConfigError
+from launcher.config.errors import ConfigError
+from launcher.train.data import DataSource, split_arrays
 
 
 def load(cfg) -> DataSource:
@@ -37,7 +37,12 @@ def _tokens(rng, y, cfg) -> np.ndarray:
     length = int(cfg.shape[0])
     vocab = int(cfg.vocab_size)
     if vocab < cfg.num_classes:
-        raise ConfigError.single("dataset.vocab_size", vocab, f">= num_classes ({cfg.num_classes})", f"dataset.vocab_size={cfg.num_classes * 10}")
+        raise ConfigError.single(
+            "dataset.vocab_size",
+            vocab,
+            f">= num_classes ({cfg.num_classes})",
+            f"dataset.vocab_size={cfg.num_classes * 10}",
+        )
     # Half the tokens are the class's marker tokens, the rest uniform noise.
     markers = rng.integers(0, vocab, size=(cfg.num_classes, 4))
     noise = rng.integers(0, vocab, size=(len(y), length))

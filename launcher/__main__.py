@@ -1,4 +1,4 @@
-"""`python -m launcher [overrides]`: the thin Hydra entry point."""
+"""`python -m launcher [overrides]`: compose with Hydra, then one launch or one sweep job."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from launcher.schema import register_configs
+from launcher.config.schema import register_configs
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 COMPOSE_FIX = (
@@ -26,9 +26,19 @@ _task_started = False
 def main(cfg: DictConfig) -> float | None:
     global _task_started
     _task_started = True
-    from launcher.app import main_in_hydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
-    return main_in_hydra(cfg)
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        from launcher.sweep.job import run_job
+
+        # A fresh process per job; its return value is the objective sweepers such as Optuna optimise.
+        return run_job(cfg, hydra_cfg)
+    from launcher.run.launch import launch_in_hydra
+
+    launch_in_hydra(cfg, hydra_cfg)
+    return None
 
 
 def entry() -> None:

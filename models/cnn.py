@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from launcher.errors import ConfigError
-from launcher.model_io import classifier_head, model_input
+from launcher.config.errors import ConfigError
+from launcher.train.model_io import classifier_head, model_input
 
 
 def check(cfg, source) -> None:

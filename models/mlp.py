@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from launcher.errors import ConfigError
-from launcher.model_io import classifier_head, model_input
+from launcher.config.errors import ConfigError
+from launcher.train.model_io import classifier_head, model_input
 
 
 def check(cfg, source) -> None:
     if not cfg.hidden_units or min(cfg.hidden_units) < 1:
-        raise ConfigError.single("model.hidden_units", list(cfg.hidden_units), "a non-empty list of positive widths", "model.hidden_units=[128,64]")
+        raise ConfigError.single(
+            "model.hidden_units",
+            list(cfg.hidden_units),
+            "a non-empty list of positive widths",
+            "model.hidden_units=[128,64]",
+        )
     if source.kind == "tokens":
         raise ConfigError.single("model", "mlp", "a model for token inputs (dataset.kind=tokens)", "model=transformer")
 

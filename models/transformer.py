@@ -6,8 +6,8 @@ Token inputs are embedded; images/tabular inputs become a sequence of patches
 
 from __future__ import annotations
 
-from launcher.errors import ConfigError
-from launcher.model_io import PositionEmbedding, classifier_head, model_input
+from launcher.config.errors import ConfigError
+from launcher.train.model_io import PositionEmbedding, classifier_head, model_input
 
 
 def check(cfg, source) -> None:
@@ -32,7 +32,12 @@ def _to_sequence(inputs, cfg, source):
         features = source.input_shape[0]
         patch = cfg.patch_size or max(1, features // 8)
         if features % patch:
-            raise ConfigError.single("model.patch_size", patch, f"a divisor of the {features} input features", "model.patch_size=0 (automatic)")
+            raise ConfigError.single(
+                "model.patch_size",
+                patch,
+                f"a divisor of the {features} input features",
+                "model.patch_size=0 (automatic)",
+            )
         x = keras.layers.Reshape((features // patch, patch))(inputs)
     return keras.layers.Dense(cfg.embed_dim)(x)
 
@@ -44,7 +49,9 @@ def build(cfg, source):
     x = _to_sequence(inputs, cfg, source)
     x = PositionEmbedding()(x)
     for _ in range(cfg.num_layers):
-        attention = keras.layers.MultiHeadAttention(cfg.num_heads, cfg.embed_dim // cfg.num_heads, dropout=cfg.dropout)(x, x)
+        attention = keras.layers.MultiHeadAttention(cfg.num_heads, cfg.embed_dim // cfg.num_heads, dropout=cfg.dropout)(
+            x, x
+        )
         x = keras.layers.LayerNormalization(epsilon=1e-6)(x + attention)
         ff = keras.layers.Dense(cfg.ff_dim, activation="gelu")(x)
         ff = keras.layers.Dense(cfg.embed_dim)(ff)

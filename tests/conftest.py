@@ -31,7 +31,7 @@ TINY = [
 
 
 def _split_cpu() -> None:
-    from launcher.runtime import split_cpu
+    from launcher.train.runtime import split_cpu
 
     split_cpu(2)
 
@@ -53,7 +53,7 @@ def compose(*overrides: str):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from launcher.schema import register_configs
+    from launcher.config.schema import register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -104,9 +104,22 @@ def mlflow_server(tmp_path):
     log = open(tmp_path / "server.log", "w")  # noqa: SIM115  (closed below)
     mlflow = Path(sys.executable).with_name("mlflow")
     proc = subprocess.Popen(
-        [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{tmp_path}/server.db", "--artifacts-destination", str(tmp_path / "artifacts")],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            str(mlflow),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path}/server.db",
+            "--artifacts-destination",
+            str(tmp_path / "artifacts"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 90

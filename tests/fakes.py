@@ -1,6 +1,6 @@
 """Fake environments for resolver tests: the machines users run on."""
 
-from launcher.environment import Environment, Gpu
+from launcher.plan.environment import Environment, Gpu
 
 CPU_AMX = Environment(cpu_count=32, cpu_flags=frozenset({"avx512f", "amx_tile", "amx_bf16", "avx512_bf16"}))
 CPU_AVX512_BF16 = Environment(cpu_count=2, cpu_flags=frozenset({"avx512f", "avx512_bf16"}))

@@ -215,7 +215,7 @@ def test_exported_model_predicts_like_the_trained_one(tmp_path):
     import keras
     from conftest import TINY, compose
 
-    from launcher.app import execute
+    from launcher.run.runner import execute
 
     outcome = execute(compose(*TINY, "precision=bf16", "tracking.enabled=false"), tmp_path / "run", tmp_path)
     x = np.random.default_rng(0).random((16, 8, 8, 1)).astype("float32")
@@ -239,7 +239,9 @@ def test_bad_resume_values_are_clear_errors(tmp_path, resume, message):
 def test_resume_never_moves_old_checkpoints_aside(tmp_path):
     run_dir = tmp_path / "run"
     run_to_end(run_dir, "model.hidden_units=[16]", "train.epochs=1", "precision=fp32")
-    again = run_to_end(run_dir, "model.hidden_units=[16]", "train.epochs=1", "precision=fp32", "checkpoint.resume=never")
+    again = run_to_end(
+        run_dir, "model.hidden_units=[16]", "train.epochs=1", "precision=fp32", "checkpoint.resume=never"
+    )
     assert "moved to" in again.stderr
     assert list((tmp_path / "run" / "checkpoints.replaced").glob("ckpt-*.index"))
     assert list((tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))

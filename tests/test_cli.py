@@ -86,17 +86,35 @@ def test_explain_prints_the_plan_and_trains_nothing(cli, tmp_path):
     [
         (["model=foo"], ["Could not find 'model/foo'", "Available options in 'model'", "mlp", "transformer", "fix:"]),
         (["train.epochs=abc"], ["train.epochs", "'abc'", "Integer", "fix:"]),
-        (["dataset=synthetic", "dataset.kind=imagez"], ["dataset.kind", "'imagez'", "[image, tabular, tokens]", "fix:"]),
+        (
+            ["dataset=synthetic", "dataset.kind=imagez"],
+            ["dataset.kind", "'imagez'", "[image, tabular, tokens]", "fix:"],
+        ),
         (["precision=mixed", "loss_scale=none"], ["loss_scale='none'", "dynamic or fixed", "fix: loss_scale=dynamic"]),
-        (["xla=maybe", "strategy=mirrored", "strategy.devices=-1"],
-         ["2 problems", "xla='maybe'", "['true', 'false', 'auto']", "strategy.devices=-1", "fix: xla=auto"]),
-        (["dataset=npz", "dataset.path=/nonexistent/data.npz"],
-         ["dataset.path='/nonexistent/data.npz'", "file not found", "fix: dataset.path="]),
+        (
+            ["xla=maybe", "strategy=mirrored", "strategy.devices=-1"],
+            ["2 problems", "xla='maybe'", "['true', 'false', 'auto']", "strategy.devices=-1", "fix: xla=auto"],
+        ),
+        (
+            ["dataset=npz", "dataset.path=/nonexistent/data.npz"],
+            ["dataset.path='/nonexistent/data.npz'", "file not found", "fix: dataset.path="],
+        ),
         (["dataset=digits", "dataset.layout=flat", "model=cnn"], ["model='cnn'", "image inputs", "fix: model=mlp"]),
-        (["tracking.uri=http://127.0.0.1:9"], ["tracking.uri='http://127.0.0.1:9'", "reachable MLflow", "fix: start it"]),
+        (
+            ["tracking.uri=http://127.0.0.1:9"],
+            ["tracking.uri='http://127.0.0.1:9'", "reachable MLflow", "fix: start it"],
+        ),
     ],
-    ids=["unknown-choice", "wrong-type", "enum-typo", "invalid-combination", "several-at-once", "missing-file",
-         "model-data", "unreachable-tracking"],
+    ids=[
+        "unknown-choice",
+        "wrong-type",
+        "enum-typo",
+        "invalid-combination",
+        "several-at-once",
+        "missing-file",
+        "model-data",
+        "unreachable-tracking",
+    ],
 )
 def test_bad_input_is_a_clear_error_not_a_traceback(cli, tmp_path, overrides, expected):
     done = cli(*overrides)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from conftest import TINY, compose
+from conftest import TINY, compose, config
 
-from launcher.app import execute
+from launcher.contract import Hook, HookList, Preempted
+from launcher.run.runner import execute
 
 QUIET = ["tracking.enabled=false", "checkpoint.enabled=false", "checkpoint.export_model=false", "precision=fp32"]
 
@@ -58,8 +59,98 @@ def test_cosine_schedule_decays(tmp_path):
 
 
 def test_examples_per_second_and_loss_scale_are_reported(tmp_path):
-    outcome = execute(compose(*TINY, "tracking.enabled=false", "checkpoint.enabled=false",
-                              "checkpoint.export_model=false", "precision=mixed", "xla=false"), tmp_path / "r", tmp_path)
+    outcome = execute(
+        compose(
+            *TINY,
+            "tracking.enabled=false",
+            "checkpoint.enabled=false",
+            "checkpoint.export_model=false",
+            "precision=mixed",
+            "xla=false",
+        ),
+        tmp_path / "r",
+        tmp_path,
+    )
     logs = outcome.result.final
     assert logs["examples_per_sec"] > 0
     assert logs["loss_scale"] == 32768.0
+
+
+# ------------------------------------------------- engine + recording hooks
+
+
+class RecordingHook(Hook):
+    """Asks for control every `every` global steps and records what the engine calls."""
+
+    def __init__(self, every: int, stop_at: int | None = None):
+        self.every, self.stop_at = every, stop_at
+        self.calls: list = []
+
+    def on_train_begin(self, position, callbacks):
+        self.calls.append(("begin", str(position)))
+
+    def steps_until_boundary(self, position):
+        return self.every - position.global_step % self.every
+
+    def after_steps(self, position):
+        self.calls.append(("steps", position.global_step))
+        if self.stop_at is not None and position.global_step >= self.stop_at:
+            raise Preempted(15, position)
+
+    def on_epoch_end(self, position, logs):
+        self.calls.append(("epoch", position.epoch, sorted(k for k in ("loss", "val_loss") if k in logs)))
+
+    def on_train_end(self, position):
+        self.calls.append(("end", position.global_step))
+
+
+def engine_for(tmp_path, *overrides):
+    from launcher.run.runner import Launch
+    from launcher.train.engine import Engine
+
+    launch = Launch(config(*TINY, *QUIET, "xla=false", "train.max_steps_per_epoch=10", *overrides),
+                    tmp_path / "run", tmp_path, {})
+    launch.prepare()
+    launch.build()
+    return Engine(launch.built, launch.plan, launch.source, verbose=0)
+
+
+def test_engine_calls_hooks_in_order_and_cuts_chunks_at_their_boundaries(tmp_path):
+    hook = RecordingHook(every=3)
+    result = engine_for(tmp_path, "train.steps_per_execution=4").fit(2, hooks=HookList([hook]))
+    # The first call runs one step; then chunks of at most 4 end at every multiple of 3 and at
+    # the epoch's end (10 steps per epoch).
+    assert hook.calls == [
+        ("begin", "epoch 1, step 0 (global step 0)"),
+        ("steps", 1), ("steps", 3), ("steps", 6), ("steps", 9), ("steps", 10),
+        ("epoch", 1, ["loss", "val_loss"]),
+        ("steps", 12), ("steps", 15), ("steps", 18), ("steps", 20),
+        ("epoch", 2, ["loss", "val_loss"]),
+        ("end", 20),
+    ]
+    assert len(result.epochs) == 2
+
+
+def test_without_boundaries_chunks_are_steps_per_execution(tmp_path):
+    hook = RecordingHook(every=10_000)
+    engine_for(tmp_path, "train.steps_per_execution=4").fit(1, hooks=hook)
+    assert [c[1] for c in hook.calls if c[0] == "steps"] == [1, 5, 9, 10]
+
+
+def test_a_hook_that_stops_training_stops_it_at_that_step(tmp_path):
+    hook = RecordingHook(every=2, stop_at=4)
+    with pytest.raises(Preempted) as stop:
+        engine_for(tmp_path, "train.steps_per_execution=4").fit(2, hooks=hook)
+    assert stop.value.position.global_step == 4
+    assert ("epoch", 1, ["loss", "val_loss"]) not in hook.calls
+
+
+def test_fit_resumes_from_a_position_inside_an_epoch(tmp_path):
+    from launcher.contract import Position
+
+    hook = RecordingHook(every=10_000)
+    result = engine_for(tmp_path, "train.steps_per_execution=4").fit(
+        2, start=Position(epoch=1, step_in_epoch=6, global_step=16), hooks=hook)
+    assert hook.calls[0] == ("begin", "epoch 2, step 6 (global step 16)")
+    assert [c[1] for c in hook.calls if c[0] == "steps"] == [17, 20]
+    assert [e.epoch for e in result.epochs] == [1]

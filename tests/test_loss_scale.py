@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from launcher.loss_scale import ReplicaSafeLossScaleOptimizer
+from launcher.train.loss_scale import ReplicaSafeLossScaleOptimizer
 
 NAN = float("nan")
 STRATEGIES = ["default", "mirrored"]
@@ -89,7 +89,9 @@ def replica_safe(**kwargs):
 
 def stock(**kwargs):
     defaults = {"initial_scale": 1024.0, "dynamic_growth_steps": 3}
-    return lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1, momentum=0.9), **{**defaults, **kwargs})
+    return lambda: keras.optimizers.LossScaleOptimizer(
+        keras.optimizers.SGD(0.1, momentum=0.9), **{**defaults, **kwargs}
+    )
 
 
 def poison_on(replicas, bad):

@@ -7,7 +7,7 @@ import math
 import pytest
 from conftest import TINY, compose
 
-from launcher.app import execute
+from launcher.run.runner import execute
 
 
 @pytest.mark.parametrize("xla", ["false", "true"])
@@ -15,8 +15,15 @@ from launcher.app import execute
 @pytest.mark.parametrize("precision", ["fp32", "mixed", "bf16"])
 def test_every_combination_trains_and_loss_decreases(precision, strategy, xla, tmp_path):
     cfg = compose(
-        *TINY, f"precision={precision}", f"strategy={strategy}", f"xla={xla}", "train.epochs=3", "optimizer.learning_rate=0.01",
-        "tracking.enabled=false", "checkpoint.enabled=false", "checkpoint.export_model=false",
+        *TINY,
+        f"precision={precision}",
+        f"strategy={strategy}",
+        f"xla={xla}",
+        "train.epochs=3",
+        "optimizer.learning_rate=0.01",
+        "tracking.enabled=false",
+        "checkpoint.enabled=false",
+        "checkpoint.export_model=false",
     )
     outcome = execute(cfg, tmp_path / "run", tmp_path)
     assert outcome.error is None

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from conftest import compose, config
 
-from launcher.app import execute
-from launcher.errors import ConfigError
-from launcher.registry import DATASETS, MODELS
+from launcher.config.errors import ConfigError
+from launcher.config.registry import DATASETS, MODELS
+from launcher.run.runner import execute
 
 QUICK = ["train.epochs=2", "tracking.enabled=false", "checkpoint.enabled=false",
          "checkpoint.export_model=false", "scaling.batch_size=16", "optimizer.learning_rate=0.005"]
@@ -45,7 +45,7 @@ def test_each_model_trains_under_a_mixed_policy_with_float32_logits(overrides, t
 def test_model_output_is_float32_and_layers_follow_the_policy():
     import keras
 
-    from launcher.build import float32_output
+    from launcher.train.build import float32_output
 
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
@@ -61,7 +61,10 @@ def test_model_output_is_float32_and_layers_follow_the_policy():
         keras.mixed_precision.set_global_policy("float32")
 
 
-@pytest.mark.parametrize(("kind", "shape", "expected"), [("image", [6, 6, 2], (6, 6, 2)), ("tabular", [4, 3], (12,)), ("tokens", [10], (10,))])
+@pytest.mark.parametrize(
+    ("kind", "shape", "expected"),
+    [("image", [6, 6, 2], (6, 6, 2)), ("tabular", [4, 3], (12,)), ("tokens", [10], (10,))],
+)
 def test_synthetic_kinds_are_seeded(kind, shape, expected):
     cfg = config("dataset=synthetic", f"dataset.kind={kind}", f"dataset.shape={shape}".replace(" ", "")).dataset
     a, b = DATASETS.get("synthetic").load(cfg), DATASETS.get("synthetic").load(cfg)

@@ -23,7 +23,9 @@ def test_two_workers_train_in_lockstep_and_only_the_chief_tracks(tmp_path):
             sys.executable, "-m", "launcher", *TINY, "strategy=multi_worker", "precision=mixed", "xla=true",
             f"hydra.run.dir={tmp_path}/worker{index}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
         ]
-        procs.append(subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
     outputs = [p.communicate(timeout=300) for p in procs]
     for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err[-3000:]

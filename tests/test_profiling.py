@@ -6,7 +6,7 @@ import re
 
 from conftest import TINY
 
-from launcher.profiling import (
+from launcher.run.profiling import (
     Event,
     OpTime,
     StepProfiler,

@@ -17,8 +17,10 @@ from fakes import (
     TWO_WORKERS,
 )
 
-from launcher.errors import ConfigError
-from launcher.resolve import resolve, schedule
+from launcher.config.bounds import ABSENT, BOUNDS, lookup
+from launcher.config.errors import ConfigError
+from launcher.plan.resolve import resolve
+from launcher.plan.schedule import schedule
 
 
 def plan_for(env, *overrides):
@@ -133,7 +135,9 @@ def test_multi_replica_without_xla_still_uses_replica_safe():
 
 
 def test_stock_lso_with_multi_replica_xla_is_refused():
-    with pytest.raises(ConfigError, match=r"loss_scale.implementation='stock'.*\n.*fix: loss_scale.implementation=auto"):
+    with pytest.raises(
+        ConfigError, match=r"loss_scale.implementation='stock'.*\n.*fix: loss_scale.implementation=auto"
+    ):
         plan_for(TWO_A100, "precision=mixed", "strategy=mirrored", "xla=true", "loss_scale.implementation=stock")
 
 
@@ -257,7 +261,10 @@ def test_per_replica_batch_scales_global_batch():
 
 
 def test_global_batch_must_divide_by_replicas():
-    with pytest.raises(ConfigError, match=r"scaling.batch_size=100: expected a multiple of the 8 replicas.*\n.*fix: scaling.batch_size=96 or 104"):
+    with pytest.raises(
+        ConfigError,
+        match=r"scaling.batch_size=100: expected a multiple of the 8 replicas.*\n.*fix: scaling.batch_size=96 or 104",
+    ):
         plan_for(EIGHT_A100, "strategy=mirrored", "scaling=global", "scaling.batch_size=100")
 
 
@@ -271,13 +278,21 @@ def test_single_replica_graph_keeps_ragged_last_batch():
 
 
 def test_linear_lr_rule():
-    plan = plan_for(EIGHT_A100, "strategy=mirrored", "scaling=linear", "scaling.batch_size=64", "optimizer.learning_rate=0.001")
+    plan = plan_for(
+        EIGHT_A100, "strategy=mirrored", "scaling=linear", "scaling.batch_size=64", "optimizer.learning_rate=0.001"
+    )
     assert plan["lr"] == pytest.approx(0.008)
     assert "0.001 x 512/64" in plan.reason("lr")
 
 
 def test_sqrt_lr_rule():
-    plan = plan_for(EIGHT_A100, "strategy=mirrored", "scaling.lr_rule=sqrt", "scaling.batch_size=64", "optimizer.learning_rate=0.001")
+    plan = plan_for(
+        EIGHT_A100,
+        "strategy=mirrored",
+        "scaling.lr_rule=sqrt",
+        "scaling.batch_size=64",
+        "optimizer.learning_rate=0.001",
+    )
     assert plan["lr"] == pytest.approx(0.001 * 8 ** 0.5)
 
 
@@ -352,3 +367,36 @@ def test_profile_window_after_the_last_step_warns():
     plan = schedule(cfg, resolve(cfg, CPU_PLAIN), num_train=640, num_val=100)
     assert plan["train.total_steps"] == 20
     assert any("nothing will be traced" in w and "train.profile.skip_steps=" in w for w in plan.warnings)
+
+
+# ---------------------------------------------------------------- bounds
+
+BREAKING = {">= 1": 0, ">= 0": -1, "> 0": 0, "(0, 1)": 1, "[0, 1)": 1}
+
+
+def test_every_bound_names_a_key_of_the_default_config():
+    cfg = config()
+    assert [b.key for b in BOUNDS if lookup(cfg, b.key) is ABSENT] == []
+
+
+@pytest.mark.parametrize("bound", BOUNDS, ids=lambda b: b.key)
+def test_each_bound_refuses_a_value_outside_it_with_a_fix(bound):
+    bad = BREAKING[bound.bound]
+    with pytest.raises(ConfigError) as err:
+        plan_for(CPU_PLAIN, f"{bound.key}={bad}")
+    violation = next(v for v in err.value.violations if v.key == bound.key)
+    assert violation.value == bad
+    assert violation.fix == f"{bound.key}={bound.fix}"
+    plan_for(CPU_PLAIN, f"{bound.key}={bound.fix}")  # the suggested fix is accepted
+
+
+def test_bounds_and_rules_are_reported_together():
+    with pytest.raises(ConfigError) as err:
+        plan_for(CPU_PLAIN, "xla=perhaps", "train.max_steps_per_epoch=-1", "optimizer.momentum=1.5",
+                 "checkpoint.interval_steps=-5")
+    assert {v.key for v in err.value.violations} == {
+        "xla", "train.max_steps_per_epoch", "optimizer.momentum", "checkpoint.interval_steps"}
+
+
+def test_max_to_keep_is_only_checked_when_checkpointing():
+    plan_for(CPU_PLAIN, "checkpoint=off", "checkpoint.max_to_keep=0")

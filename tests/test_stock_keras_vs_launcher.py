@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 from conftest import TINY, compose
 
-from launcher.app import execute
+from launcher.run.runner import execute
 
 
 @pytest.fixture
@@ -21,7 +21,9 @@ def mixed_policy():
 
 
 def test_stock_model_fit_with_jit_compile_fails_under_mirrored(mixed_policy):
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(128, 8)).astype("float32"), rng.integers(0, 4, size=128)
     with strategy.scope():

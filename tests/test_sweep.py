@@ -142,7 +142,7 @@ def test_optuna_search_trials_are_children_in_mlflow(tmp_path):
 def test_slurm_launcher_config_loads():
     from hydra import compose, initialize_config_dir
 
-    from launcher.schema import register_configs
+    from launcher.config.schema import register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
@@ -152,8 +152,10 @@ def test_slurm_launcher_config_loads():
 
 
 def test_job_names_say_what_differs():
-    from launcher.sweep import job_name, swept_keys
+    from launcher.sweep.job import job_name, swept_keys
 
     keys = swept_keys(["precision=fp32,bf16", "strategy=default,mirrored", "train.epochs=2"])
     assert keys == ["precision", "strategy"]
-    assert job_name(["precision=bf16", "strategy=mirrored", "train.epochs=2"], keys) == "precision=bf16,strategy=mirrored"
+    assert (
+        job_name(["precision=bf16", "strategy=mirrored", "train.epochs=2"], keys) == "precision=bf16,strategy=mirrored"
+    )

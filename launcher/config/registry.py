@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from launcher.errors import ConfigError
+from launcher.config.errors import ConfigError
 
 
 class Registry:

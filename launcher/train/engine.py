@@ -10,78 +10,22 @@ MultiWorkerMirroredStrategy, so the engine owns the loop:
 
 Steps run `steps_per_execution` at a time in an in-graph loop; per-replica
 loss/accuracy sums are reduced across replicas and returned to Python once per
-chunk. Standard Keras callbacks are driven through `CallbackList`.
+chunk. Standard Keras callbacks are driven through `CallbackList`; the launcher's own
+work around the steps (checkpoints, tracking, preemption...) is a `launcher.contract.HookList`.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from launcher.loss_scale import current_scale
+from launcher.contract import EPOCH_LINE_METRICS, EpochResult, FitResult, Hook, Position
+from launcher.train.loss_scale import current_scale
 
 SUM = tf.distribute.ReduceOp.SUM
-
-
-@dataclass
-class Position:
-    """Where training is: the data position inside the epoch is part of it (exact resume)."""
-
-    epoch: int = 0
-    step_in_epoch: int = 0
-    global_step: int = 0
-
-
-class Hooks:
-    """What the engine asks of its owner (checkpointing, tracking, preemption). No-op default."""
-
-    def steps_until_boundary(self, position: Position) -> int | None:
-        """Steps the engine may run before the hooks need control (a save, a trace window)."""
-        return None
-
-    def after_steps(self, position: Position) -> None:
-        pass
-
-    def on_epoch_end(self, position: Position, logs: dict) -> None:
-        pass
-
-    def on_train_begin(self, callbacks) -> None:
-        pass
-
-    def on_train_end(self, position: Position) -> None:
-        pass
-
-
-class Preempted(Exception):
-    """Training stopped at a step boundary because the process was asked to stop."""
-
-    def __init__(self, signum: int, position: Position):
-        super().__init__(
-            f"stopped by signal {signum} at epoch {position.epoch + 1}, step {position.step_in_epoch} "
-            f"(global step {position.global_step})"
-        )
-        self.signum = signum
-        self.position = position
-
-
-@dataclass
-class EpochResult:
-    epoch: int
-    logs: dict[str, float]
-
-
-@dataclass
-class FitResult:
-    epochs: list[EpochResult] = field(default_factory=list)
-    stopped_early: bool = False
-
-    @property
-    def final(self) -> dict[str, float]:
-        return self.epochs[-1].logs if self.epochs else {}
 
 
 class Engine:
@@ -172,14 +116,14 @@ class Engine:
 
     # --------------------------------------------------------------- fit
 
-    def fit(self, epochs: int, start: Position | None = None, hooks: Hooks | None = None) -> FitResult:
+    def fit(self, epochs: int, start: Position | None = None, hooks: Hook | None = None) -> FitResult:
         """Train from `start` (a resumed position) to the end of epoch `epochs`."""
-        hooks = hooks or Hooks()
+        hooks = hooks or Hook()
         position = start or Position()
         result = FitResult()
         self.model.stop_training = False
         self.callbacks.on_train_begin()
-        hooks.on_train_begin(self.callbacks)
+        hooks.on_train_begin(position, self.callbacks)
         for epoch in range(position.epoch, epochs):
             position.epoch = epoch
             self.callbacks.on_epoch_begin(epoch)
@@ -201,7 +145,7 @@ class Engine:
         hooks.on_train_end(position)
         return result
 
-    def _train_epoch(self, position: Position, epochs: int, hooks: Hooks) -> dict[str, float]:
+    def _train_epoch(self, position: Position, epochs: int, hooks: Hook) -> dict[str, float]:
         steps = self.plan["train.steps_per_epoch"]
         chunk = self.plan["steps_per_execution"]
         first = position.step_in_epoch
@@ -227,7 +171,9 @@ class Engine:
             running = _summarise(totals)
             self.callbacks.on_train_batch_end(position.step_in_epoch - 1, running)
             if bar is not None:
-                bar.update(position.step_in_epoch, values=list(running.items()), finalize=position.step_in_epoch >= steps)
+                bar.update(
+                    position.step_in_epoch, values=list(running.items()), finalize=position.step_in_epoch >= steps
+                )
             hooks.after_steps(position)
             if self.model.stop_training:
                 break
@@ -264,7 +210,5 @@ def _summarise(totals) -> dict[str, float]:
 
 
 def _epoch_line(epoch: int, epochs: int, logs: dict[str, float]) -> str:
-    shown = ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "loss_scale", "examples_per_sec",
-             "model_flops_utilization")
-    parts = [f"{k}={logs[k]:.4g}" for k in shown if k in logs]
+    parts = [f"{k}={logs[k]:.4g}" for k in EPOCH_LINE_METRICS if k in logs]
     return f"  epoch {epoch + 1}/{epochs}: " + " ".join(parts)

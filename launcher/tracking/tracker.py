@@ -1,59 +1,23 @@
-"""MLflow: one run per launch; params, plan tags, per-epoch metrics, artifacts.
+"""One MLflow run: params, tags, metrics and artifacts, batched and retried.
 
 Logging is batched (one `log_batch` per epoch), so it never sits in the step loop.
+A launch's run (`launcher.run`) and a sweep's parent run (`launcher.sweep`) both use it.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
-PARAM_LIMIT = 500  # MLflow's value length limit for params
-
-
-def resolve_uri(uri: str, base: Path) -> str:
-    """Make a relative sqlite/file URI absolute against the launch directory."""
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        path = (base / uri[len("sqlite:///"):]).resolve()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{path}"
-    if "://" not in uri:
-        return (base / uri).resolve().as_uri()
-    return uri
-
-
-def check_reachable(uri: str, timeout: float = 5.0) -> None:
-    """Fail fast with a ConfigError instead of MLflow's minutes of retries."""
-    if not uri.startswith(("http://", "https://")):
-        return
-    import urllib.request
-
-    from launcher.errors import ConfigError
-
-    try:
-        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout).read()
-    except OSError as err:
-        raise ConfigError.single(
-            "tracking.uri", uri, f"a reachable MLflow tracking server ({err})",
-            "start it (mlflow server --host 127.0.0.1 --port 5000), or tracking=mlflow for the local "
-            "SQLite store, or tracking=off",
-        ) from None
-
-
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(tree, dict):
-        out: dict[str, Any] = {}
-        for key, value in tree.items():
-            out.update(flatten(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: tree}
+PARAM_LIMIT = 500  # MLflow's value length limits
+TAG_LIMIT = 5000
+BATCH_LIMIT = 100  # params or tags per log_batch call
 
 
 def with_retry(call, *args, attempts: int = 8, **kwargs):
     """SQLite allows one writer at a time: parallel sweep jobs retry a locked database."""
-    import time
-
     for attempt in range(attempts):
         try:
             return call(*args, **kwargs)
@@ -100,20 +64,19 @@ class Tracker:
     def log_params(self, params: dict[str, Any]) -> None:
         from mlflow.entities import Param
 
-        items = [Param(k, str(v)[:PARAM_LIMIT]) for k, v in sorted(params.items())]
-        for start in range(0, len(items), 100):
-            with_retry(self.client.log_batch, self.run_id, params=items[start:start + 100])
+        self._log_in_batches("params", [Param(k, str(v)[:PARAM_LIMIT]) for k, v in sorted(params.items())])
 
-    def set_tags(self, tags: dict[str, str]) -> None:
+    def set_tags(self, tags: dict[str, Any]) -> None:
         from mlflow.entities import RunTag
 
-        items = [RunTag(k, str(v)[:5000]) for k, v in sorted(tags.items())]
-        for start in range(0, len(items), 100):
-            with_retry(self.client.log_batch, self.run_id, tags=items[start:start + 100])
+        self._log_in_batches("tags", [RunTag(k, str(v)[:TAG_LIMIT]) for k, v in sorted(tags.items())])
+
+    def _log_in_batches(self, kind: str, items: list) -> None:
+        """MLflow takes at most 100 params or tags per `log_batch`."""
+        for start in range(0, len(items), BATCH_LIMIT):
+            with_retry(self.client.log_batch, self.run_id, **{kind: items[start:start + BATCH_LIMIT]})
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        import time
-
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)

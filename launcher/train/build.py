@@ -1,6 +1,6 @@
 """Build everything that creates variables, in one place, inside strategy.scope().
 
-The strategy and the dtype policy come from runtime.configure, which runs first.
+The strategy and the dtype policy come from `runtime.configure`, which runs first.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 import keras
 
-from launcher import loss_scale
-from launcher.registry import MODELS
-from launcher.schedules import learning_rate
+from launcher.config.registry import MODELS
+from launcher.train import loss_scale
+from launcher.train.schedules import learning_rate
 
 
 @dataclass

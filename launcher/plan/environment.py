@@ -101,7 +101,7 @@ def probe() -> Environment:
     import keras
     import tensorflow as tf
 
-    from launcher.runtime import quiet_stderr
+    from launcher.console import quiet_stderr
 
     with quiet_stderr():
         gpus = _probe_gpus()

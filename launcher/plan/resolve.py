@@ -10,10 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from launcher.environment import Environment
-from launcher.errors import ConfigError, Violation, raise_if_any
-from launcher.plan import Plan
-from launcher.schema import (
+from launcher.config.bounds import out_of_bounds
+from launcher.config.errors import Violation, raise_if_any
+from launcher.config.schema import (
     BatchRule,
     Config,
     LossScaleImpl,
@@ -23,6 +22,8 @@ from launcher.schema import (
     PrecisionName,
     StrategyKind,
 )
+from launcher.plan.decisions import Plan
+from launcher.plan.environment import Environment
 
 POLICIES = {"fp32": "float32", "mixed": "mixed_float16", "bf16": "mixed_bfloat16"}
 XLA_CHOICES = ("true", "false", "auto")
@@ -50,7 +51,10 @@ def _auto_precision(env: Environment) -> tuple[str, str]:
         if capability >= (8, 0):
             return "bf16", f"GPU compute capability {capability[0]}.{capability[1]} >= 8.0 has bfloat16 tensor cores"
         if capability >= (7, 0):
-            return "mixed", f"GPU compute capability {capability[0]}.{capability[1]} has float16 tensor cores but no bfloat16"
+            return (
+                "mixed",
+                f"GPU compute capability {capability[0]}.{capability[1]} has float16 tensor cores but no bfloat16",
+            )
         return "fp32", f"GPU compute capability {capability[0]}.{capability[1]} < 7.0 has no fast reduced precision"
     if env.cpu_has_fast_bf16:
         return "bf16", "CPU has AMX: oneDNN runs bfloat16 matmuls several times faster than float32"
@@ -158,11 +162,7 @@ def _device_problem(device: str, env: Environment) -> str | None:
 def _mirrored_strategy(cfg, env, plan, violations) -> None:
     wanted = cfg.strategy.devices
     plan.decide("strategy", "mirrored", "requested: MirroredStrategy (synchronous data parallel)")
-    if wanted < 0:
-        violations.append(
-            Violation("strategy.devices", wanted, "0 (all GPUs / 2 logical CPUs) or a positive count", "strategy.devices=0")
-        )
-        wanted = 0
+    wanted = max(wanted, 0)  # a negative count is reported by the bounds table
     if env.gpus:
         if wanted > len(env.gpus):
             violations.append(
@@ -219,7 +219,9 @@ def _multi_worker_strategy(cfg, env, plan, violations) -> None:
     )
     local = max(len(env.gpus), 1)
     device = "/gpu" if env.gpus else "/cpu"
-    plan.decide("strategy.devices", [f"{device}:{i}" for i in range(local)], f"per worker; found {env.describe_devices()}")
+    plan.decide(
+        "strategy.devices", [f"{device}:{i}" for i in range(local)], f"per worker; found {env.describe_devices()}"
+    )
     plan.decide("strategy.logical_cpus", 0, "one CPU device per worker")
     plan.decide("replicas", len(workers) * local, f"{len(workers)} worker(s) x {local} device(s)")
 
@@ -328,15 +330,11 @@ def rule_loss_scale(cfg: Config, env: Environment, plan: Plan, violations: list)
 
 
 def _check_fixed(ls, plan: Plan, violations: list) -> None:
-    if not ls.value > 0:
-        violations.append(Violation("loss_scale.value", ls.value, "a number > 0", "loss_scale.value=1024"))
-    elif not math.log2(ls.value).is_integer():
+    if ls.value > 0 and not math.log2(ls.value).is_integer():
         plan.warn(f"loss_scale.value={ls.value:g} is not a power of 2: scaling then rounds gradients.")
 
 
 def _check_dynamic(ls, violations: list) -> None:
-    if not ls.min_scale > 0:
-        violations.append(Violation("loss_scale.min_scale", ls.min_scale, "a number > 0", "loss_scale.min_scale=1"))
     if not ls.min_scale <= ls.initial_scale <= ls.max_scale:
         violations.append(
             Violation(
@@ -345,10 +343,6 @@ def _check_dynamic(ls, violations: list) -> None:
                 f"min_scale ({ls.min_scale:g}) <= initial_scale <= max_scale ({ls.max_scale:g})",
                 "loss_scale.initial_scale=32768 loss_scale.min_scale=1 loss_scale.max_scale=16777216",
             )
-        )
-    if ls.growth_interval < 1:
-        violations.append(
-            Violation("loss_scale.growth_interval", ls.growth_interval, "an integer >= 1", "loss_scale.growth_interval=2000")
         )
 
 
@@ -408,8 +402,7 @@ def rule_batch(cfg: Config, env: Environment, plan: Plan, violations: list) -> N
     sc = cfg.scaling
     replicas = plan.get("replicas", 1)
     if sc.batch_size < 1:
-        violations.append(Violation("scaling.batch_size", sc.batch_size, "an integer >= 1", "scaling.batch_size=64"))
-        return
+        return  # reported by the bounds table
     if sc.batch_rule == BatchRule["per_replica"]:
         per_replica, global_batch = sc.batch_size, sc.batch_size * replicas
         plan.decide("batch.global", global_batch, f"batch_rule=per_replica: {per_replica} x {replicas} replica(s)")
@@ -440,12 +433,8 @@ def rule_batch(cfg: Config, env: Environment, plan: Plan, violations: list) -> N
 
 def rule_learning_rate(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
     sc, opt = cfg.scaling, cfg.optimizer
-    if not opt.learning_rate > 0:
-        violations.append(Violation("optimizer.learning_rate", opt.learning_rate, "a number > 0", "optimizer.learning_rate=0.001"))
-        return
-    if sc.reference_batch < 1:
-        violations.append(Violation("scaling.reference_batch", sc.reference_batch, "an integer >= 1", "scaling.reference_batch=64"))
-        return
+    if not opt.learning_rate > 0 or sc.reference_batch < 1:
+        return  # reported by the bounds table
     global_batch = plan.get("batch.global")
     if global_batch is None:
         return
@@ -464,10 +453,7 @@ def rule_learning_rate(cfg: Config, env: Environment, plan: Plan, violations: li
 
 def _warmup(cfg: Config, plan: Plan, violations: list) -> None:
     sc = cfg.scaling
-    if sc.warmup_epochs < 0 or sc.warmup_steps < 0:
-        key, value = ("scaling.warmup_epochs", sc.warmup_epochs) if sc.warmup_epochs < 0 else ("scaling.warmup_steps", sc.warmup_steps)
-        violations.append(Violation(key, value, "a number >= 0", f"{key}=0"))
-    elif sc.warmup_epochs > 0 and sc.warmup_steps > 0:
+    if sc.warmup_epochs > 0 and sc.warmup_steps > 0:
         violations.append(
             Violation(
                 "scaling.warmup_steps",
@@ -490,35 +476,27 @@ def _warmup(cfg: Config, plan: Plan, violations: list) -> None:
 
 def rule_training(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
     tr = cfg.train
-    if tr.epochs < 1:
-        violations.append(Violation("train.epochs", tr.epochs, "an integer >= 1", "train.epochs=5"))
-    if tr.steps_per_execution < 1:
-        violations.append(Violation("train.steps_per_execution", tr.steps_per_execution, "an integer >= 1", "train.steps_per_execution=16"))
-    else:
+    if tr.steps_per_execution >= 1:
         plan.decide("steps_per_execution", tr.steps_per_execution, "steps run per tf.function call (in-graph loop)")
-    if not 0 < cfg.dataset.validation_split < 1:
-        violations.append(
-            Violation("dataset.validation_split", cfg.dataset.validation_split, "a fraction in (0, 1)", "dataset.validation_split=0.2")
-        )
     if cfg.deterministic:
         plan.decide("determinism", True, "requested: op determinism on, seeded; slower kernels")
-    if cfg.checkpoint.enabled and cfg.checkpoint.max_to_keep < 1:
-        violations.append(Violation("checkpoint.max_to_keep", cfg.checkpoint.max_to_keep, "an integer >= 1", "checkpoint.max_to_keep=3"))
 
 
 def rule_profile(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
     profile = cfg.train.profile
-    for key, value, fix in (("steps", profile.steps, 10), ("skip_steps", profile.skip_steps, 10)):
-        if value < 0:
-            violations.append(Violation(f"train.profile.{key}", value, "an integer >= 0", f"train.profile.{key}={fix}"))
     if profile.steps > 0 and profile.skip_steps >= 0:
-        chief = "" if plan.get("process.is_chief", True) else " (chief only: this worker does not trace)"
+        chief = "" if plan.is_chief else " (chief only: this worker does not trace)"
         plan.decide(
             "profile",
             f"steps {profile.skip_steps + 1}-{profile.skip_steps + profile.steps}",
             "requested: TensorFlow profiler trace + op table in <run dir>/profile, logged to MLflow; "
             f"the window is rounded to step-execution boundaries{chief}",
         )
+
+
+def rule_bounds(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
+    """The plain range checks of `launcher.config.bounds`, reported with the rules' findings."""
+    violations.extend(out_of_bounds(cfg))
 
 
 RULES: tuple[Rule, ...] = (
@@ -530,42 +508,5 @@ RULES: tuple[Rule, ...] = (
     rule_learning_rate,
     rule_training,
     rule_profile,
+    rule_bounds,
 )
-
-
-# ---------------------------------------------------------- after the data
-
-
-def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int) -> Plan:
-    """Add the data-dependent decisions (steps per epoch, warmup steps)."""
-    global_batch = plan["batch.global"]
-    drop = plan["batch.drop_remainder"]
-    steps = num_train // global_batch if drop else math.ceil(num_train / global_batch)
-    if steps < 1:
-        raise ConfigError.single(
-            "scaling.batch_size",
-            cfg.scaling.batch_size,
-            f"a global batch ({global_batch}) no larger than the {num_train} training examples",
-            f"scaling.batch_size={max(1, num_train // plan['replicas'] // 2)}",
-        )
-    reason = f"{num_train} training examples / global batch {global_batch}"
-    if cfg.train.max_steps_per_epoch and cfg.train.max_steps_per_epoch < steps:
-        steps = cfg.train.max_steps_per_epoch
-        reason = f"capped by train.max_steps_per_epoch ({reason})"
-    plan.decide("train.steps_per_epoch", steps, reason)
-    val_steps = max(1, math.ceil(num_val / global_batch))
-    plan.decide("train.validation_steps", val_steps, f"{num_val} validation examples, every one evaluated")
-    plan.decide("train.total_steps", steps * cfg.train.epochs, f"{cfg.train.epochs} epoch(s)")
-    profile = cfg.train.profile
-    if profile.steps > 0 and profile.skip_steps >= steps * cfg.train.epochs:
-        plan.warn(
-            f"train.profile.skip_steps={profile.skip_steps} is not below the run's {steps * cfg.train.epochs} "
-            f"training steps: nothing will be traced. Use train.profile.skip_steps={min(10, steps // 2)}."
-        )
-    sc = cfg.scaling
-    if sc.warmup_epochs > 0:
-        warmup = round(sc.warmup_epochs * steps)
-        plan.decide("warmup.steps", warmup, f"{sc.warmup_epochs:g} epoch(s) x {steps} steps")
-    else:
-        plan.decide("warmup.steps", sc.warmup_steps, "requested" if sc.warmup_steps else "no warmup")
-    return plan

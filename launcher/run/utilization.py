@@ -16,6 +16,8 @@ import platform
 import time
 from pathlib import Path
 
+from launcher.files import read_json
+
 CACHE = Path(os.environ.get("LAUNCHER_CACHE", Path.home() / ".cache" / "launcher")) / "matmul_peak.json"
 COMPUTE_DTYPE = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
 
@@ -81,10 +83,7 @@ def measure_matmul(dtype: str, size: int = 2048, seconds: float = 1.0, jit_compi
 
 
 def _read_cache() -> dict:
-    try:
-        return json.loads(CACHE.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
+    return read_json(CACHE, {})
 
 
 def process_age_seconds() -> float | None:

@@ -75,43 +75,58 @@ class MonitorMode(Enum):
 
 
 # --------------------------------------------------------------------- model
+# Each field's docstring says what it does, its unit and its range; `launcher.config.bounds`
+# holds the range checks the resolver runs.
 
 
 @dataclass
 class MlpConfig:
     name: str = "mlp"
     hidden_units: list[int] = field(default_factory=lambda: [128, 64])
+    """Width of each hidden Dense layer, input to output; each >= 1."""
     activation: str = "relu"
+    """Keras activation name for the hidden layers."""
     dropout: float = 0.0
+    """Dropout rate after each hidden layer, in [0, 1)."""
 
 
 @dataclass
 class CnnConfig:
     name: str = "cnn"
     filters: list[int] = field(default_factory=lambda: [16, 32])
+    """Filters of each conv block (conv + pool), input to output; each >= 1."""
     kernel_size: int = 3
+    """Square kernel side in pixels, >= 1."""
     dense_units: int = 64
+    """Width of the Dense layer before the classifier, >= 1."""
     dropout: float = 0.0
+    """Dropout rate before the classifier, in [0, 1)."""
 
 
 @dataclass
 class ResnetConfig:
     name: str = "resnet"
-    # Any keras.applications ResNet family member; weights are never downloaded.
     variant: str = "ResNet50"
+    """Any keras.applications ResNet family member; built with weights=None (never downloaded)."""
     min_input_size: int = 32
+    """Inputs are resized up to at least max(this, 32) pixels per side (ResNet's minimum)."""
 
 
 @dataclass
 class TransformerConfig:
     name: str = "transformer"
     embed_dim: int = 32
+    """Token embedding width, >= 1 and a multiple of num_heads."""
     num_heads: int = 2
+    """Attention heads per layer, >= 1."""
     ff_dim: int = 64
+    """Hidden width of each feed-forward block, >= 1."""
     num_layers: int = 2
+    """Encoder layers, >= 1."""
     dropout: float = 0.0
-    # Used for non-token inputs: each image row / feature chunk becomes a token.
+    """Dropout rate in attention and feed-forward blocks, in [0, 1)."""
     patch_size: int = 0
+    """Tabular inputs: features per token, >= 0 (0 = features // 8); images: a token per row."""
 
 
 # ------------------------------------------------------------------- dataset
@@ -121,44 +136,59 @@ class TransformerConfig:
 class DatasetBase:
     name: str = MISSING
     validation_split: float = 0.2
+    """Fraction of the examples held out for validation, in (0, 1)."""
     shuffle_seed: int = 0
+    """Seed of the one-time shuffle before the train/validation split."""
     shuffle_buffer: int = 10_000
-    # Keep at most this many training examples (0 = all); handy for smoke runs.
+    """Examples in the per-epoch shuffle buffer (capped at the split's size), >= 1."""
     limit: int = 0
+    """Keep at most this many training examples (0 = all), >= 0; handy for smoke runs."""
 
 
 @dataclass
 class DigitsConfig(DatasetBase):
     name: str = "digits"
-    # "image" gives (8, 8, 1) inputs for convnets, "flat" gives 64 features.
     layout: str = "image"
+    """"image" gives (8, 8, 1) inputs for convnets, "flat" gives 64 features."""
 
 
 @dataclass
 class SyntheticConfig(DatasetBase):
     name: str = "synthetic"
     kind: SyntheticKind = SyntheticKind.image
+    """image (H, W, C floats), tabular (features) or tokens (integer ids)."""
     num_examples: int = 2048
+    """Examples generated (train + validation), >= 2."""
     num_classes: int = 10
+    """Label classes, >= 2."""
     shape: list[int] = field(default_factory=lambda: [16, 16, 3])
+    """Shape of one example: [H, W, C] for images, [features], [length] for tokens."""
     vocab_size: int = 1000
+    """tokens only: ids are drawn from [0, vocab_size), >= 2."""
     seed: int = 0
+    """Seed of the generated data (a different seed gives different data)."""
 
 
 @dataclass
 class NpzConfig(DatasetBase):
     name: str = "npz"
     path: str = MISSING
+    """Path to a .npz file (relative to the launch directory)."""
     x_key: str = "x"
+    """Array name of the inputs in the file."""
     y_key: str = "y"
+    """Array name of the integer labels in the file."""
 
 
 @dataclass
 class ImageFolderConfig(DatasetBase):
     name: str = "image_folder"
     path: str = MISSING
+    """A folder with one sub-folder of images per class."""
     image_size: list[int] = field(default_factory=lambda: [32, 32])
+    """[height, width] in pixels every image is resized to."""
     color_mode: str = "rgb"
+    """rgb (3 channels) or grayscale (1)."""
 
 
 # ---------------------------------------------------------------- the how
@@ -167,85 +197,115 @@ class ImageFolderConfig(DatasetBase):
 @dataclass
 class PrecisionConfig:
     name: PrecisionName = PrecisionName.fp32
+    """fp32, mixed (float16 compute), bf16 (bfloat16 compute) or auto (the resolver picks)."""
 
 
 @dataclass
 class StrategyConfig:
     kind: StrategyKind = StrategyKind.default
-    # mirrored: replicas wanted (0 = every GPU; on a CPU-only machine the CPU is
-    # split into this many logical devices, 2 when 0).
+    """default, one_device, mirrored (one machine, several devices) or multi_worker."""
     devices: int = 0
-    # one_device: "auto" (first GPU, else CPU) or a device string like "/cpu:0".
+    """mirrored: replicas wanted, >= 0 (0 = every GPU; without GPUs, 2 logical CPU devices)."""
     device: str = "auto"
+    """one_device: "auto" (first GPU, else CPU) or a device string such as /cpu:0 or /gpu:1."""
 
 
 @dataclass
 class LossScaleConfig:
     mode: LossScaleMode = LossScaleMode.auto
+    """auto (dynamic under float16, else none), dynamic, fixed or none."""
     implementation: LossScaleImpl = LossScaleImpl.auto
+    """auto (the resolver picks), stock (Keras's) or replica_safe (ours)."""
     initial_scale: float = 32768.0
+    """dynamic: starting scale, in [min_scale, max_scale]."""
     growth_interval: int = 2000
+    """dynamic: finite steps after which the scale doubles, >= 1."""
     min_scale: float = 1.0
+    """dynamic: the scale never halves below this, > 0."""
     max_scale: float = 16777216.0
+    """dynamic: the scale never doubles above this, >= initial_scale."""
     value: float = 1024.0
+    """fixed: the constant scale, > 0 (a power of 2 keeps gradients exact)."""
 
 
 @dataclass
 class ScalingConfig:
     batch_rule: BatchRule = BatchRule["per_replica"]  # type: ignore[valid-type]
+    """per_replica (batch_size per replica) or global (batch_size split over replicas)."""
     batch_size: int = 64
+    """Examples per step, per replica or global by batch_rule, >= 1."""
     lr_rule: LrRule = LrRule.none
+    """How the learning rate follows the global batch: none, linear or sqrt."""
     reference_batch: int = 64
+    """The global batch optimizer.learning_rate was tuned for, >= 1."""
     warmup_epochs: float = 0.0
+    """Linear warmup length in epochs, >= 0 (exclusive with warmup_steps)."""
     warmup_steps: int = 0
+    """Linear warmup length in global steps, >= 0 (exclusive with warmup_epochs)."""
 
 
 @dataclass
 class OptimizerConfig:
     name: OptimizerName = OptimizerName.adam
+    """adam, adamw or sgd."""
     learning_rate: float = 1e-3
+    """Peak learning rate at reference_batch, > 0 (scaled by scaling.lr_rule)."""
     schedule: LrSchedule = LrSchedule.constant
+    """After warmup: constant, or cosine decay to 0 at the last step."""
     momentum: float = 0.9
+    """sgd: momentum, in [0, 1)."""
     weight_decay: float = 0.0
+    """adamw: decoupled weight decay, >= 0 (0 = Keras's default 0.004)."""
     clipnorm: float = 0.0
+    """Clip each gradient to this L2 norm, >= 0 (0 = no clipping)."""
 
 
 @dataclass
 class EarlyStoppingConfig:
     enabled: bool = False
+    """Stop when `monitor` has not improved for `patience` epochs."""
     monitor: str = "val_loss"
+    """An epoch metric name, e.g. val_loss or val_accuracy."""
     patience: int = 3
+    """Epochs without improvement before stopping, >= 0."""
     mode: MonitorMode = MonitorMode.min
+    """min (lower is better) or max."""
 
 
 @dataclass
 class ReduceLrConfig:
     enabled: bool = False
+    """Multiply the learning rate by `factor` when `monitor` plateaus (constant schedules only)."""
     monitor: str = "val_loss"
+    """An epoch metric name."""
     factor: float = 0.5
+    """Multiplier applied on a plateau, in (0, 1)."""
     patience: int = 2
+    """Epochs without improvement before reducing, >= 0."""
     mode: MonitorMode = MonitorMode.min
+    """min (lower is better) or max."""
 
 
 @dataclass
 class ProfileConfig:
-    # Trace this many training steps with TensorFlow's profiler (0 = off), after skipping
-    # skip_steps (tracing and compilation). Trace + top_ops.txt go to <run dir>/profile and MLflow.
     steps: int = 0
+    """Training steps to trace with TensorFlow's profiler, >= 0 (0 = off); to <run dir>/profile."""
     skip_steps: int = 10
+    """Steps to skip before tracing (past tracing and compilation), >= 0."""
 
 
 @dataclass
 class TrainConfig:
     epochs: int = 5
-    # Steps run inside one tf.function call (fewer Python round trips).
+    """Epochs to train, >= 1 (a resumed run trains up to this epoch)."""
     steps_per_execution: int = 16
-    # Cap on steps per epoch (0 = the whole training split).
+    """Steps run inside one tf.function call (fewer Python round trips), >= 1."""
     max_steps_per_epoch: int = 0
+    """Cap on steps per epoch, >= 0 (0 = the whole training split)."""
     terminate_on_nan: bool = True
-    # Count the model's FLOPs and this machine's matmul peak (measured once, cached) to log
-    # model_flops_utilization per epoch.
+    """Stop at the end of a chunk of steps whose loss is NaN or inf."""
     measure_utilization: bool = True
+    """Log model_flops_utilization per epoch (model FLOPs vs this machine's cached matmul peak)."""
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     reduce_lr_on_plateau: ReduceLrConfig = field(default_factory=ReduceLrConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
@@ -254,34 +314,41 @@ class TrainConfig:
 @dataclass
 class CheckpointConfig:
     enabled: bool = True
-    # Save at every multiple of interval_steps (global steps) and at the end of every
-    # interval_epochs-th epoch; 0 turns either off.
+    """Save checkpoints into <run dir>/checkpoints and resume from them."""
     interval_epochs: int = 1
+    """Save at the end of every interval_epochs-th epoch, >= 0 (0 = never at epoch ends)."""
     interval_steps: int = 0
+    """Save at every multiple of this many global steps, >= 0 (0 = off)."""
     max_to_keep: int = 3
-    # auto: continue from the run dir's newest complete checkpoint; never (previous
-    # checkpoints are moved aside, not deleted); or a checkpoint prefix path.
+    """Newest checkpoints kept on disk, >= 1 (older ones are deleted with their sidecars)."""
     resume: str = "auto"
-    # Keep the best checkpoint by this epoch metric (e.g. val_loss); "" = off.
+    """auto (newest complete checkpoint), never (old ones moved aside) or a ckpt-N prefix path."""
     monitor: str = ""
+    """Keep the best checkpoint (and best.keras) by this epoch metric, e.g. val_loss; "" = off."""
     mode: MonitorMode = MonitorMode.min
-    # SIGTERM / SIGINT: save at the next step boundary, mark the MLflow run KILLED, exit 128+signal.
+    """min (lower is better) or max, for `monitor`."""
     save_on_preemption: bool = True
-    # After the first save, restore it into fresh objects and check every variable is consumed.
+    """SIGTERM / SIGINT: save at the next step boundary, mark the run KILLED, exit 128 + signal."""
     verify_restore: bool = True
-    # Export the final (and best, when monitored) model as .keras and log it to MLflow.
+    """After the first save, restore it into fresh objects and check every variable is consumed."""
     export_model: bool = True
+    """Export the final (and best, when monitored) model as .keras and log it to MLflow."""
 
 
 @dataclass
 class TrackingConfig:
     enabled: bool = True
+    """Log the run to MLflow."""
     uri: str = "sqlite:///outputs/mlflow.db"
+    """MLflow tracking URI: sqlite:///<path> (relative to the launch dir), a folder or http://."""
     experiment: str = "launcher"
+    """MLflow experiment name (created when missing)."""
     run_name: str = ""
-    # Set by a sweep for its jobs: the parent MLflow run and the sweep's id.
+    """MLflow run name; "" = `name`, else model-dataset-precision-strategy."""
     parent_run_id: str = ""
+    """Set by a sweep for its jobs: the sweep's parent MLflow run."""
     sweep_id: str = ""
+    """Set by a sweep for its jobs: the sweep's id."""
 
 
 @dataclass
@@ -296,19 +363,22 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    # true | false | auto. A string, not an Enum: Hydra parses `xla=true` as a
-    # bool, which an Enum field rejects; the resolver validates it instead.
     xla: str = "auto"
-    # A run name: the run dir becomes outputs/runs/<name>, so re-running the same command
-    # finds its checkpoints (resume=auto); also the MLflow run name. "" = a timestamped dir.
+    """true, false or auto. A string, not an Enum: Hydra parses `xla=true` as a bool, which an
+    Enum field rejects; the resolver validates it instead."""
     name: str = ""
+    """A run name: the run dir becomes outputs/runs/<name>, so re-running the same command
+    resumes it; also the MLflow run name. "" = a timestamped run dir."""
     seed: int = 0
+    """Seeds weights, data order and dropout."""
     deterministic: bool = False
+    """TensorFlow op determinism (slower kernels): a resumed run matches an uninterrupted one bit for bit."""
     explain: bool = False
-    # Show TensorFlow's C++ / absl log lines (quiet by default).
+    """Print and save the Plan, then exit without training."""
     tf_logs: bool = False
-    # The final epoch metric a sweep job returns (what hparams_search optimises).
+    """Show TensorFlow's C++ / absl log lines (quiet by default)."""
     objective: str = "val_accuracy"
+    """The final epoch metric a sweep job returns (what hparams_search optimises)."""
 
 
 MODEL_SCHEMAS = {
@@ -331,6 +401,13 @@ GROUP_SCHEMAS = {
     "checkpoint": CheckpointConfig,
     "tracking": TrackingConfig,
 }
+
+
+def as_dict(config: Config) -> dict:
+    """The typed config as plain data (Enums as their names): for config.yaml and MLflow params."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.structured(config), enum_to_str=True)
 
 
 def run_dir_name(name: str) -> str:

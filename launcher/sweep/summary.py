@@ -5,9 +5,11 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from launcher.contract import SUMMARY_METRICS
+
 PARAMS = ("derived.precision.policy", "strategy.kind", "derived.replicas", "derived.xla",
           "derived.batch.global", "derived.lr")
-METRICS = ("loss", "val_loss", "val_accuracy", "examples_per_sec")
+METRICS = SUMMARY_METRICS
 
 
 def children(client, parent_run_id: str):

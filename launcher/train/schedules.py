@@ -31,7 +31,12 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return ops.where(step < self.warmup_steps, warmup, after)
 
     def get_config(self):
-        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps, "decay": self.decay}
+        return {
+            "peak": self.peak,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+            "decay": self.decay,
+        }
 
 
 def learning_rate(plan, optimizer_cfg):

@@ -40,6 +40,11 @@ class Plan:
     def __contains__(self, key: str) -> bool:
         return key in self.decisions
 
+    @property
+    def is_chief(self) -> bool:
+        """This process tracks and exports (one process, or the chief of a multi-worker job)."""
+        return bool(self.get("process.is_chief", True))
+
     def reason(self, key: str) -> str:
         return self.decisions[key].reason
 

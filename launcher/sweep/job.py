@@ -1,4 +1,4 @@
-"""Hydra multirun -> MLflow: one parent run per sweep, one child run per job, a summary at the end.
+"""One sweep job: a fresh `python -m launcher` process, recorded as a child run whatever happens.
 
 Job isolation: TensorFlow's devices, dtype policy and strategy cannot be reset
 inside a process, and Hydra's basic launcher runs every job in the sweep's own
@@ -10,20 +10,15 @@ the job always gets a clean TensorFlow.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
-from typing import Any
 
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-SWEEP_FILE = "sweep.json"
-OUTCOME_FILE = "outcome.json"
+from launcher.files import OUTCOME_FILE, SWEEP_FILE, read_json
 
 
 def swept_keys(sweep_overrides: list[str]) -> list[str]:
@@ -40,37 +35,6 @@ def job_name(overrides: list[str], keys: list[str] | None = None) -> str:
     if keys:
         chosen = [o for o in chosen if o.split("=", 1)[0] in keys] or chosen
     return ",".join(chosen) or "defaults"
-
-
-class SweepCallback(Callback):
-    """Creates the parent MLflow run before the jobs start and summarises the sweep after."""
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        state = {"sweep_id": uuid.uuid4().hex[:12], "parent_run_id": None, "uri": None,
-                 "swept_keys": swept_keys(list(config.hydra.overrides.task))
-                 + list((config.hydra.sweeper.get("params") or {}).keys())}
-        if config.tracking.enabled:
-            from launcher.tracking import Tracker, check_reachable, resolve_uri
-
-            uri = resolve_uri(config.tracking.uri, Path.cwd())
-            check_reachable(uri)
-            overrides = list(config.hydra.overrides.task)
-            parent = Tracker(uri, config.tracking.experiment, f"sweep-{state['sweep_id']}", Path.cwd() / "outputs" / "mlartifacts")
-            parent.set_tags({"sweep_id": state["sweep_id"], "sweep.overrides": " ".join(overrides),
-                             "sweep.dir": str(sweep_dir), "sweep.role": "parent"})
-            state.update(parent_run_id=parent.run_id, uri=uri, experiment=config.tracking.experiment)
-        (sweep_dir / SWEEP_FILE).write_text(json.dumps(state))
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
-        state = json.loads((sweep_dir / SWEEP_FILE).read_text())
-        if not state.get("parent_run_id"):
-            return
-        from launcher.sweep_summary import summarise
-
-        summarise(state["uri"], state["parent_run_id"], sweep_dir)
 
 
 def run_job(cfg: DictConfig, hydra_cfg) -> float:
@@ -95,7 +59,7 @@ def run_job(cfg: DictConfig, hydra_cfg) -> float:
     with open(log_path, "w") as log:
         done = subprocess.run(args, cwd=hydra_cfg.runtime.cwd, stdout=log, stderr=subprocess.STDOUT,
                               env=dict(os.environ))
-    outcome = _read_outcome(job_dir)
+    outcome = read_json(job_dir / OUTCOME_FILE, {})
     if done.returncode != 0 and state.get("parent_run_id") and not outcome.get("run_id"):
         _record_failed_child(state, name, overrides, log_path, done.returncode)
     status = "ok" if done.returncode == 0 else f"failed (exit {done.returncode}, see {log_path})"
@@ -107,18 +71,11 @@ def run_job(cfg: DictConfig, hydra_cfg) -> float:
 
 def _sweep_state(sweep_dir: Path) -> dict:
     for _ in range(50):  # parallel launchers may start a job a moment before the file lands
-        try:
-            return json.loads((sweep_dir / SWEEP_FILE).read_text())
-        except (OSError, json.JSONDecodeError):
-            time.sleep(0.1)
+        state = read_json(sweep_dir / SWEEP_FILE)
+        if state is not None:
+            return state
+        time.sleep(0.1)
     return {}
-
-
-def _read_outcome(job_dir: Path) -> dict:
-    try:
-        return json.loads((job_dir / OUTCOME_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
 
 
 def _record_failed_child(state: dict, name: str, overrides: list[str], log_path: Path, code: int) -> None:

@@ -30,7 +30,9 @@ class DataSource:
 
         if split not in self._base:
             source = self.train if split == "train" else self.val
-            self._base[split] = source if isinstance(source, tf.data.Dataset) else tf.data.Dataset.from_tensor_slices(source)
+            self._base[split] = (
+                source if isinstance(source, tf.data.Dataset) else tf.data.Dataset.from_tensor_slices(source)
+            )
         return self._base[split]
 
     def pipeline(self, split: str, batch: int, drop_remainder: bool, shuffle_seed: int | None,

@@ -1,4 +1,4 @@
-"""Checkpoint policy a run can bet on: exact resume, keep-N, best model, verified restores.
+"""Checkpoints a run can bet on: exact resume, keep-N, best model, verified restores.
 
 A checkpoint holds the model, the optimizer (slots, iterations, loss-scale
 state) and the position: epoch, step inside the epoch and global step. Each
@@ -7,33 +7,21 @@ atomically *after* the TF files, with the epoch history, best-metric and
 early-stopping state and the MLflow run id. A checkpoint without its sidecar
 was interrupted while being written and is never resumed from.
 
-Save rule: at every global step that is a multiple of `interval_steps` (when
-> 0) and at the end of every `interval_epochs`-th epoch (when > 0); either,
-both or neither may be set.
+When to save is `checkpoint_policy.SavePolicy`; `hooks.checkpoint.CheckpointHook` applies it.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import sys
 from pathlib import Path
 
-from launcher.engine import Position
-from launcher.errors import ConfigError, Violation
+from launcher.config.errors import ConfigError, Violation
+from launcher.contract import Position
+from launcher.files import read_json, write_json_atomic
 
 STATE_FILE = "launcher_state.json"
 FIX_FRESH = "checkpoint.resume=never to start fresh in this run dir, or a new hydra.run.dir"
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=2)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def set_aside(directory: Path) -> None:
@@ -75,10 +63,7 @@ class Checkpointer:
         return self.directory / STATE_FILE
 
     def previous_state(self) -> dict:
-        try:
-            return json.loads(self.state_path.read_text())
-        except (OSError, json.JSONDecodeError):
-            return {}
+        return read_json(self.state_path, {})
 
     def record(self, mlflow_run_id: str | None, layout: dict | None = None) -> None:
         """Remember the model config, MLflow run and layout (strategy, replicas, batch) of this run."""
@@ -87,20 +72,6 @@ class Checkpointer:
         write_json_atomic(self.state_path, state)
 
     # ------------------------------------------------------------- saving
-
-    def steps_until_save(self, position: Position) -> int | None:
-        interval = self.cfg.interval_steps
-        if interval <= 0:
-            return None
-        return interval - position.global_step % interval
-
-    def step_save_due(self, position: Position) -> bool:
-        interval = self.cfg.interval_steps
-        return interval > 0 and position.global_step % interval == 0
-
-    def epoch_save_due(self, epochs_done: int) -> bool:
-        interval = self.cfg.interval_epochs
-        return interval > 0 and epochs_done % interval == 0
 
     def save(self, position: Position, extra: dict) -> str:
         """Write checkpoint + sidecar; the sidecar last, so its presence marks completeness."""
@@ -202,10 +173,8 @@ class Checkpointer:
             raise _Corrupt(str(err).splitlines()[0][:200]) from None
 
     def _read_sidecar(self, path: str) -> dict | None:
-        try:
-            return json.loads(Path(f"{path}.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            return None
+        """The sidecar's state; None when missing (the checkpoint was interrupted mid-write)."""
+        return read_json(Path(f"{path}.json"))
 
     def _check_same_model(self, path: str) -> None:
         saved = self.previous_state().get("model")

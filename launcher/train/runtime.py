@@ -2,56 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
 import random
-import sys
-import tempfile
-import warnings
 
 import numpy as np
-
-
-def quiet_tensorflow_logs(enabled: bool) -> None:
-    """Hide TensorFlow's C++/absl start-up noise unless tf_logs=true (must run before import)."""
-    if enabled:
-        return
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "2")
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)
-    logging.getLogger("absl").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", module="keras")
-    global _QUIET
-    _QUIET = True
-    with quiet_stderr():
-        import tensorflow  # noqa: F401  (its C++ start-up lines bypass every log level)
-
-
-_QUIET = False
-
-
-@contextlib.contextmanager
-def quiet_stderr():
-    """Swallow C++ writes to fd 2 (TensorFlow's pre-absl-init lines); replay them on error."""
-    if not _QUIET:
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        except BaseException:
-            os.dup2(saved, 2)
-            sink.seek(0)
-            sys.stderr.write(sink.read().decode(errors="replace"))
-            raise
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
 
 
 def configure(plan, seed: int, deterministic: bool):

@@ -1,0 +1,9 @@
+"""What a person can set, and how a wrong setting is reported.
+
+`schema` holds the structured configs Hydra composes into (every field documented where it is
+declared), `bounds` the plain range checks the resolver walks, `errors` the `ConfigError` that
+lists every problem with its fix, `registry` the built-in models and datasets by name.
+
+May import: Hydra, OmegaConf and the standard library. Never TensorFlow, never another
+launcher package: every other stage imports this one.
+"""

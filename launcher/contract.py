@@ -1,0 +1,131 @@
+"""The engine's contract: where training is, what it asks of its hooks, what it returns.
+
+A leaf that imports no TensorFlow, so the checkpoint policy, the hooks' pure logic, the
+sweep and the tests can use it without starting a runtime. The engine (train/engine.py)
+drives a `HookList`; each hook does one job (run/hooks/), as Keras's `CallbackList` and
+Orbit's actions do. Adding behaviour around the steps means adding a `Hook`, not editing one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+# The epoch metrics a person compares runs by (console summary, sweep table), in reading order.
+SUMMARY_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy", "examples_per_sec")
+# What the one-line epoch report shows, when present.
+EPOCH_LINE_METRICS = (
+    "loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "loss_scale",
+    "examples_per_sec", "model_flops_utilization",
+)
+
+
+@dataclass
+class Position:
+    """Where training is. The data position inside the epoch is part of it (exact resume).
+
+    `epoch` is the 0-based epoch in progress (after an epoch ends: the epochs finished);
+    `step_in_epoch` counts the batches of that epoch already trained on.
+    """
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+
+    def __str__(self) -> str:
+        return f"epoch {self.epoch + 1}, step {self.step_in_epoch} (global step {self.global_step})"
+
+
+class Hook:
+    """One job around the training steps. Every method is a no-op by default.
+
+    Order of calls in one fit: `load_state` (when resuming) and `on_train_begin`; per chunk
+    of steps `steps_until_boundary` (may shorten the chunk) then `after_steps`; per epoch
+    `on_epoch_end` (may add to `logs`, may raise `Preempted`); finally `on_train_end`.
+    `state()` is what the hook needs back after a resume; the checkpoint hook stores the
+    merged state of the list beside every checkpoint.
+    """
+
+    def on_train_begin(self, position: Position, callbacks) -> None:
+        """Training starts at `position`; `callbacks` is the engine's Keras CallbackList."""
+
+    def steps_until_boundary(self, position: Position) -> int | None:
+        """Steps the engine may run before this hook needs control (a save, a trace window)."""
+        return None
+
+    def after_steps(self, position: Position) -> None:
+        """A chunk of steps ended at `position`."""
+
+    def on_epoch_end(self, position: Position, logs: dict) -> None:
+        """The epoch ended (evaluated); `position` is at the start of the next one."""
+
+    def on_train_end(self, position: Position) -> None:
+        """The last epoch ended, or training stopped early."""
+
+    def state(self) -> dict:
+        return {}
+
+    def load_state(self, state: dict) -> None:
+        """Take back what `state()` returned before the interruption."""
+
+
+class HookList(Hook):
+    """Calls its hooks in order; the chunk boundary is the nearest any hook asks for."""
+
+    def __init__(self, hooks: Iterable[Hook] = ()):
+        self.hooks = list(hooks)
+
+    def on_train_begin(self, position: Position, callbacks) -> None:
+        for hook in self.hooks:
+            hook.on_train_begin(position, callbacks)
+
+    def steps_until_boundary(self, position: Position) -> int | None:
+        wanted = (hook.steps_until_boundary(position) for hook in self.hooks)
+        return min((n for n in wanted if n), default=None)
+
+    def after_steps(self, position: Position) -> None:
+        for hook in self.hooks:
+            hook.after_steps(position)
+
+    def on_epoch_end(self, position: Position, logs: dict) -> None:
+        for hook in self.hooks:
+            hook.on_epoch_end(position, logs)
+
+    def on_train_end(self, position: Position) -> None:
+        for hook in self.hooks:
+            hook.on_train_end(position)
+
+    def state(self) -> dict:
+        merged: dict = {}
+        for hook in self.hooks:
+            merged.update(hook.state())
+        return merged
+
+    def load_state(self, state: dict) -> None:
+        for hook in self.hooks:
+            hook.load_state(state)
+
+
+class Preempted(Exception):
+    """Training stopped at a step boundary because the process was asked to stop."""
+
+    def __init__(self, signum: int, position: Position):
+        super().__init__(f"stopped by signal {signum} at {position}")
+        self.signum = signum
+        self.position = position
+
+
+@dataclass
+class EpochResult:
+    epoch: int
+    logs: dict[str, float]
+
+
+@dataclass
+class FitResult:
+    epochs: list[EpochResult] = field(default_factory=list)
+    stopped_early: bool = False
+
+    @property
+    def final(self) -> dict[str, float]:
+        return self.epochs[-1].logs if self.epochs else {}

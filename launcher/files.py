@@ -1,0 +1,39 @@
+"""The files one stage leaves for another, and the two ways they are read and written.
+
+A leaf: imports nothing from the launcher, so the sweep (which never imports TensorFlow),
+the checkpointer and the runner all share one spelling of each file name and one
+"read it, or fall back" rule.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+PLAN_FILE = "plan.yaml"
+CONFIG_FILE = "config.yaml"
+# What a launch did (run id, status, error, final metrics): read by sweeps and benchmarks.
+OUTCOME_FILE = "outcome.json"
+# A sweep's shared state (its id, the parent MLflow run), written before any job starts.
+SWEEP_FILE = "sweep.json"
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    """The file's JSON, or `default` when it is missing, unreadable or half-written."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return default
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write to a temporary file, fsync, rename: a reader sees the old file or the new one."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as handle:
+        json.dump(data, handle, indent=2)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)

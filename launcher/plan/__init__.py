@@ -1,0 +1,9 @@
+"""From a config and a machine to a Plan: every decision the launcher makes, with its reason.
+
+`environment` probes the machine into plain data, `resolve` checks the combination and decides
+(a table of pure rules), `schedule` adds what depends on the data's size, `resume` decides how a
+checkpoint's position maps onto this launch, `decisions` is the Plan itself.
+
+May import: `launcher.config`, `launcher.contract` and the standard library. Pure: no TensorFlow at import time
+(only `environment.probe()` asks TensorFlow for its GPUs, when called), no files written.
+"""

@@ -1,0 +1,47 @@
+"""The decisions that depend on the data's size: steps per epoch, validation steps, warmup.
+
+Pure, like the resolver; called once the dataset is loaded and its split sizes are known.
+"""
+
+from __future__ import annotations
+
+import math
+
+from launcher.config.errors import ConfigError
+from launcher.config.schema import Config
+from launcher.plan.decisions import Plan
+
+
+def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int) -> Plan:
+    """Add the data-dependent decisions (steps per epoch, warmup steps)."""
+    global_batch = plan["batch.global"]
+    drop = plan["batch.drop_remainder"]
+    steps = num_train // global_batch if drop else math.ceil(num_train / global_batch)
+    if steps < 1:
+        raise ConfigError.single(
+            "scaling.batch_size",
+            cfg.scaling.batch_size,
+            f"a global batch ({global_batch}) no larger than the {num_train} training examples",
+            f"scaling.batch_size={max(1, num_train // plan['replicas'] // 2)}",
+        )
+    reason = f"{num_train} training examples / global batch {global_batch}"
+    if cfg.train.max_steps_per_epoch and cfg.train.max_steps_per_epoch < steps:
+        steps = cfg.train.max_steps_per_epoch
+        reason = f"capped by train.max_steps_per_epoch ({reason})"
+    plan.decide("train.steps_per_epoch", steps, reason)
+    val_steps = max(1, math.ceil(num_val / global_batch))
+    plan.decide("train.validation_steps", val_steps, f"{num_val} validation examples, every one evaluated")
+    plan.decide("train.total_steps", steps * cfg.train.epochs, f"{cfg.train.epochs} epoch(s)")
+    profile = cfg.train.profile
+    if profile.steps > 0 and profile.skip_steps >= steps * cfg.train.epochs:
+        plan.warn(
+            f"train.profile.skip_steps={profile.skip_steps} is not below the run's {steps * cfg.train.epochs} "
+            f"training steps: nothing will be traced. Use train.profile.skip_steps={min(10, steps // 2)}."
+        )
+    sc = cfg.scaling
+    if sc.warmup_epochs > 0:
+        warmup = round(sc.warmup_epochs * steps)
+        plan.decide("warmup.steps", warmup, f"{sc.warmup_epochs:g} epoch(s) x {steps} steps")
+    else:
+        plan.decide("warmup.steps", sc.warmup_steps, "requested" if sc.warmup_steps else "no warmup")
+    return plan

@@ -1,0 +1,49 @@
+"""Tracks the best epoch by a monitored metric: a `best/` checkpoint and `best.keras`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from launcher.contract import Hook, Position
+
+
+def improved(value: float, previous: float | None, mode: str) -> bool:
+    """Is `value` better than `previous` (None: nothing yet) for mode min or max?"""
+    if previous is None:
+        return True
+    return value < previous if mode == "min" else value > previous
+
+
+class BestModelHook(Hook):
+    """On a new best `monitor` value: save the best checkpoint and export the model."""
+
+    def __init__(self, monitor: str, mode: str, checkpointer=None, model=None, export_path: Path | None = None):
+        self.monitor = monitor
+        self.mode = mode
+        self.checkpointer = checkpointer
+        self.model = model
+        self.export_path = export_path
+        self.best: dict = {}
+        self.exported: Path | None = None
+
+    def on_epoch_end(self, position: Position, logs: dict) -> None:
+        value = logs.get(self.monitor)
+        if value is None or not math.isfinite(value):
+            return
+        if not improved(float(value), self.best.get("value"), self.mode):
+            return
+        self.best = {"monitor": self.monitor, "value": float(value), "epoch": position.epoch - 1}
+        if self.checkpointer is not None:
+            self.checkpointer.save_best(position)
+        if self.model is not None and self.export_path is not None:
+            from launcher.run.export import export_model
+
+            export_model(self.model, self.export_path)
+            self.exported = self.export_path
+
+    def state(self) -> dict:
+        return {"best": self.best}
+
+    def load_state(self, state: dict) -> None:
+        self.best = dict(state.get("best") or {})

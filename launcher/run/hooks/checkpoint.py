@@ -1,0 +1,44 @@
+"""Saves a checkpoint when the save rule says so, or when a stop was requested.
+
+The sidecar state is gathered from the hooks that need something back after a resume
+(history, best metric, early-stopping state, MLflow run id), at the moment of the save.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from launcher.contract import Hook, Position
+from launcher.run.checkpoint_policy import SavePolicy
+
+
+class CheckpointHook(Hook):
+    def __init__(self, checkpointer, policy: SavePolicy, guard, steps_per_epoch: int,
+                 stateful: Sequence[Hook] = ()):
+        self.checkpointer = checkpointer
+        self.policy = policy
+        self.guard = guard
+        self.steps_per_epoch = steps_per_epoch
+        self.stateful = list(stateful)
+
+    def steps_until_boundary(self, position: Position) -> int | None:
+        return self.policy.steps_until_save(position)
+
+    def after_steps(self, position: Position) -> None:
+        # A save due on the epoch's last step (or a signal seen there) waits for the epoch end,
+        # so the checkpoint holds that epoch's evaluation and history.
+        if position.step_in_epoch >= self.steps_per_epoch:
+            return
+        if self.guard.requested or self.policy.step_save_due(position):
+            self.save(position)  # once, even when a step save and a signal coincide
+
+    def on_epoch_end(self, position: Position, logs: dict) -> None:
+        if (self.policy.epoch_save_due(position.epoch) or self.policy.step_save_due(position)
+                or self.guard.requested):
+            self.save(position)
+
+    def save(self, position: Position) -> None:
+        state: dict = {}
+        for hook in self.stateful:
+            state.update(hook.state())
+        self.checkpointer.save(position, state)

@@ -1,0 +1,68 @@
+"""Preemption: SIGTERM / SIGINT stop training at the next step boundary, after a save.
+
+`PreemptionGuard` turns the first signal into a request; `CheckpointHook` saves on it and
+`PreemptionHook`, last in the list, raises `Preempted` so the runner marks the run KILLED
+and exits 128 + signal.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from launcher.contract import Hook, Position, Preempted
+
+
+class PreemptionGuard:
+    """While active, SIGTERM/SIGINT only set a flag; training saves and stops at the next step boundary.
+
+    A second signal falls through to the previous handler (Ctrl-C twice still kills).
+    """
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.signum: int | None = None
+        self._previous: dict[int, object] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def _handle(self, signum, frame):
+        if self.signum is not None:
+            previous = self._previous.get(signum)
+            if callable(previous):
+                previous(signum, frame)
+            raise KeyboardInterrupt
+        self.signum = signum
+        print(f"\nSignal {signal.Signals(signum).name}: saving at the next step boundary, then stopping.",
+              flush=True)
+
+    def __enter__(self):
+        if self.enabled and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        return False
+
+
+class PreemptionHook(Hook):
+    """Stops training once a stop was requested. Last in the list: the save and the metrics
+    of that boundary happen first."""
+
+    def __init__(self, guard: PreemptionGuard, steps_per_epoch: int):
+        self.guard = guard
+        self.steps_per_epoch = steps_per_epoch
+
+    def after_steps(self, position: Position) -> None:
+        # On the epoch's last step the stop waits for the epoch end (evaluation, save, metrics).
+        if self.guard.requested and position.step_in_epoch < self.steps_per_epoch:
+            raise Preempted(self.guard.signum, position)
+
+    def on_epoch_end(self, position: Position, logs: dict) -> None:
+        if self.guard.requested:
+            raise Preempted(self.guard.signum, position)

@@ -1,0 +1,58 @@
+"""The Hydra task for one launch: run it, write outcome.json, turn the result into an exit code.
+
+Exit codes: 0 finished; 2 config refused (ConfigError); 1 training failed; 128 + signal when
+preempted (130 SIGINT, 143 SIGTERM). Hydra's own compose errors exit 1 before this runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from launcher.config.errors import ConfigError
+from launcher.console import quiet_tensorflow_logs
+from launcher.files import OUTCOME_FILE, write_json_atomic
+
+EXIT_CONFIG_ERROR = 2
+EXIT_TRAINING_FAILED = 1
+
+
+def launch_in_hydra(cfg: DictConfig, hydra_cfg) -> None:
+    """The run dir and launch dir come from Hydra; a non-zero result exits the process."""
+    from hydra.utils import get_original_cwd
+
+    code = run(cfg, Path(hydra_cfg.runtime.output_dir), Path(get_original_cwd()), dict(hydra_cfg.runtime.choices))
+    if code:
+        sys.exit(code)
+
+
+def run(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> int:
+    """One launch; returns its exit code and leaves outcome.json in the run dir."""
+    quiet_tensorflow_logs(bool(cfg.get("tf_logs", False)))
+    from launcher.run.runner import execute
+
+    try:
+        outcome = execute(cfg, run_dir, launch_dir, choices or {})
+    except ConfigError as err:
+        print(f"\n{err}\n", file=sys.stderr, flush=True)
+        write_outcome(run_dir, None, "REFUSED", str(err))
+        return EXIT_CONFIG_ERROR
+    result = outcome.result
+    final = result.final if result else {}
+    history = [e.logs for e in result.epochs] if result else []
+    # Statuses as MLflow names them.
+    status = "KILLED" if outcome.exit_code is not None else "FAILED" if outcome.error else "FINISHED"
+    write_outcome(run_dir, outcome.run_id, status, outcome.error, final, history)
+    if outcome.exit_code is not None:
+        return outcome.exit_code
+    return EXIT_TRAINING_FAILED if outcome.error else 0
+
+
+def write_outcome(run_dir: Path, run_id: str | None, status: str, error: str | None,
+                  metrics: dict | None = None, history: list | None = None) -> None:
+    """outcome.json in the run dir: how a sweep (or a benchmark) learns what its job did."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    data = {"run_id": run_id, "status": status, "error": error, "metrics": metrics or {}, "history": history or []}
+    write_json_atomic(run_dir / OUTCOME_FILE, data)

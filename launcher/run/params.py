@@ -1,0 +1,44 @@
+"""What a launch tells MLflow about itself: its name, params (config + derived) and tags (the Plan)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+# Plan decisions logged as `derived.<key>` params: the numbers a run is compared by.
+DERIVED = (
+    "replicas", "batch.global", "batch.per_replica", "lr", "warmup.steps",
+    "train.steps_per_epoch", "train.total_steps", "precision.policy", "xla", "step",
+    "loss_scale.optimizer",
+)
+NAME_GROUPS = ("model", "dataset", "precision", "strategy")
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}"""
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: tree}
+
+
+def run_name(config, choices: dict) -> str:
+    """tracking.run_name, else the run's `name`, else model-dataset-precision-strategy."""
+    return config.tracking.run_name or config.name or "-".join(str(choices.get(k, "?")) for k in NAME_GROUPS)
+
+
+def run_params(settings: dict, plan) -> dict[str, Any]:
+    params = flatten(settings)
+    params.update({f"derived.{k}": plan[k] for k in DERIVED if k in plan})
+    return params
+
+
+def run_tags(plan, env, run_dir: Path, tracking_cfg, name: str) -> dict[str, str]:
+    tags = plan.tags()
+    tags.update({"tf_version": env.tf_version, "keras_version": env.keras_version,
+                 "devices": env.describe_devices(), "run_dir": str(run_dir)})
+    if tracking_cfg.sweep_id:
+        tags.update({"sweep_id": tracking_cfg.sweep_id, "sweep.role": "child", "sweep.overrides": name})
+    return tags

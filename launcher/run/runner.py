@@ -1,0 +1,277 @@
+"""One launch in named steps: prepare, build, restore, start tracking, fit (and finish).
+
+    config -> probe -> resolve -> Plan -> runtime -> data -> build -> restore -> MLflow -> engine
+
+Every step that can refuse the config (resolve, data, schedule, the tracking server, a
+checkpoint from another model) runs before MLflow hears of the launch, and a refusal is a
+`ConfigError`, never a TensorFlow traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from launcher.config.schema import Config, as_dict
+from launcher.contract import SUMMARY_METRICS, FitResult, HookList, Position, Preempted
+from launcher.files import CONFIG_FILE, PLAN_FILE
+from launcher.plan.decisions import Plan
+
+
+@dataclass
+class Outcome:
+    """What one launch produced (tests and sweeps read it; the CLI turns it into an exit code)."""
+
+    plan: Plan
+    result: FitResult | None = None  # None for explain=true
+    run_id: str | None = None
+    run_dir: Path | None = None
+    error: str | None = None
+    exit_code: int | None = None
+    model: Any = None
+
+
+def execute(cfg_node, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> Outcome:
+    """Resolve, print and save the Plan, then train unless explain=true. Raises ConfigError."""
+    return Launch(OmegaConf.to_object(cfg_node), run_dir, launch_dir, choices or {}).execute()
+
+
+class Launch:
+    def __init__(self, config: Config, run_dir: Path, launch_dir: Path, choices: dict):
+        self.config = config
+        self.run_dir = run_dir
+        self.launch_dir = launch_dir
+        self.choices = choices
+        self.settings = as_dict(config)
+        self.position: Position | None = None
+        self.sidecar: dict = {}
+        self.checkpointer = None
+
+    def execute(self) -> Outcome:
+        self.prepare()
+        if self.config.explain:
+            print(f"\nexplain=true: nothing trained. Plan written to {self.run_dir / PLAN_FILE}")
+            return Outcome(plan=self.plan, run_dir=self.run_dir)
+        self.build()
+        self.restore()
+        self.start_tracking()
+        return self.fit()
+
+    # ------------------------------------------------------------------ steps
+
+    def prepare(self) -> None:
+        """Probe, resolve, set up the runtime, load the data, schedule; print and save the Plan."""
+        from launcher.plan.environment import probe
+        from launcher.plan.resolve import resolve
+        from launcher.plan.schedule import schedule
+        from launcher.train import runtime
+
+        config = self.config
+        self.env = probe()
+        self.plan = resolve(config, self.env)
+        self.strategy = runtime.configure(self.plan, config.seed, config.deterministic)
+        self.source = _load_data(config)
+        schedule(config, self.plan, self.source.num_train, self.source.num_val)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._write_plan()
+        (self.run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(self.settings))
+        print(self.plan.render(), flush=True)
+        if config.tracking.enabled and not config.explain:
+            from launcher.tracking.uri import check_reachable
+
+            check_reachable(config.tracking.uri)
+
+    def build(self) -> None:
+        """Model, optimizer (+ loss-scale optimizer) and metrics, inside the strategy scope."""
+        from launcher.train.build import build
+
+        self.built = build(self.config, self.plan, self.source, self.strategy)
+
+    def restore(self) -> None:
+        """Resume from the run dir's checkpoints, deciding (in the Plan) where training continues.
+
+        Before tracking starts: a checkpoint of another model is a ConfigError MLflow never sees.
+        """
+        from launcher.plan.resume import decide_resume, layout_of
+        from launcher.run.checkpoint import Checkpointer, set_aside
+
+        cfg = self.config.checkpoint
+        if not cfg.enabled:
+            return
+        directory = self.run_dir / "checkpoints"
+        if str(cfg.resume) == "never":
+            set_aside(directory)
+        self.checkpointer = Checkpointer(cfg, directory, self.built, self.settings["model"])
+        restored = self.checkpointer.restore()
+        if not restored:
+            return
+        saved_position, self.sidecar = restored
+        decision = decide_resume(saved_position, self.checkpointer.previous_state().get("layout"),
+                                 layout_of(self.plan))
+        self.position = decision.position
+        self.plan.decide("resume", decision.value, decision.reason)
+        if decision.warning:
+            self.plan.warn(decision.warning)
+        print(f"  resume  {decision.value}  {decision.reason}", flush=True)
+        self._write_plan()
+
+    def start_tracking(self) -> None:
+        """Continue the checkpoint's MLflow run, or open a new one with params, tags and the Plan."""
+        from launcher.run.params import run_name, run_params, run_tags
+        from launcher.tracking.tracker import NullTracker, Tracker
+        from launcher.tracking.uri import resolve_uri
+
+        tr, plan = self.config.tracking, self.plan
+        if not tr.enabled or not plan.is_chief:
+            self.tracker = NullTracker()
+        else:
+            name = run_name(self.config, self.choices)
+            self.tracker = Tracker(resolve_uri(tr.uri, self.launch_dir), tr.experiment, name,
+                                   self.launch_dir / "outputs" / "mlartifacts", self.sidecar.get("mlflow_run_id"),
+                                   parent_run_id=tr.parent_run_id or None)
+            if self.tracker.resumed:
+                self.tracker.set_tags({"plan.resume": plan["resume"]})
+            else:
+                self.tracker.log_params(run_params(self.settings, plan))
+                self.tracker.set_tags(run_tags(plan, self.env, self.run_dir, tr, name))
+                self.tracker.log_artifact(self.run_dir / PLAN_FILE)
+                self.tracker.log_artifact(self.run_dir / CONFIG_FILE)
+        if self.checkpointer:
+            from launcher.plan.resume import layout_of
+
+            self.checkpointer.record(self.tracker.run_id, layout_of(plan))
+
+    def fit(self) -> Outcome:
+        """Train with the hooks; mark the MLflow run FINISHED, KILLED or FAILED whatever happens."""
+        from launcher.run.hooks.preemption import PreemptionGuard
+        from launcher.train.callbacks import make_callbacks
+        from launcher.train.engine import Engine
+
+        config = self.config
+        outcome = Outcome(plan=self.plan, run_id=self.tracker.run_id, run_dir=self.run_dir, model=self.built.model)
+        status = "FAILED"
+        with PreemptionGuard(config.checkpoint.save_on_preemption) as guard:
+            hooks = self._hooks(guard)
+            if self.position is not None:
+                hooks.load_state(self.sidecar)
+                healed = self.metrics_hook.healed
+                print(f"Resuming at {self.position}" + (f"; re-logged {healed} epoch(s) of metrics" if healed else ""),
+                      flush=True)
+            try:
+                engine = Engine(self.built, self.plan, self.source, seed=config.seed,
+                                shuffle_buffer=config.dataset.shuffle_buffer, callbacks=make_callbacks(config.train))
+                outcome.result = engine.fit(config.train.epochs, start=self.position, hooks=hooks)
+                self.finish(outcome.result)
+                status = "FINISHED"
+            except Preempted as stop:
+                status = "KILLED"
+                print(f"\nPreempted: {stop}. Checkpoint saved; re-run the same command to resume.", flush=True)
+                outcome.error, outcome.exit_code = str(stop), 128 + stop.signum
+            except KeyboardInterrupt:
+                status = "KILLED"
+                raise
+            except Exception as err:
+                traceback.print_exc()
+                print("\nTraining failed; the MLflow run is marked FAILED.", file=sys.stderr)
+                outcome.error = f"{type(err).__name__}: {err}"
+            finally:
+                self.tracker.end(status)
+        return outcome
+
+    def finish(self, result: FitResult) -> None:
+        """Export the model (and the best one) to the run dir and MLflow; print the summary."""
+        if self.config.checkpoint.export_model and self.plan.is_chief:
+            from launcher.run.export import export_model
+
+            export_model(self.built.model, self.run_dir / "model.keras")
+            self.tracker.log_artifact(self.run_dir / "model.keras", "model")
+            if self.best_hook is not None and self.best_hook.exported:
+                self.tracker.log_artifact(self.best_hook.exported, "model")
+        _print_summary(result, self.run_dir, self.tracker)
+
+    # ---------------------------------------------------------------- helpers
+
+    def _hooks(self, guard) -> HookList:
+        """One hook per job, in the order their work must happen at an epoch end."""
+        from launcher.run.checkpoint_policy import SavePolicy
+        from launcher.run.hooks.best_model import BestModelHook
+        from launcher.run.hooks.callback_state import EarlyStoppingStateHook
+        from launcher.run.hooks.checkpoint import CheckpointHook
+        from launcher.run.hooks.history import HistoryHook
+        from launcher.run.hooks.metrics import MetricsHook
+        from launcher.run.hooks.preemption import PreemptionHook
+
+        cfg, steps = self.config.checkpoint, self.plan["train.steps_per_epoch"]
+        history, early_stopping = HistoryHook(), EarlyStoppingStateHook()
+        self.metrics_hook = MetricsHook(self.tracker)
+        self.best_hook = None
+        if cfg.monitor:
+            export = self.run_dir / "best.keras" if cfg.export_model and self.plan.is_chief else None
+            self.best_hook = BestModelHook(cfg.monitor, cfg.mode.value, self.checkpointer, self.built.model, export)
+        stateful = [h for h in (history, self.best_hook, early_stopping, self.metrics_hook) if h is not None]
+        hooks = [self._utilization_hook(), self._profiler_hook(), history, self.best_hook, early_stopping]
+        if self.checkpointer:
+            hooks.append(CheckpointHook(self.checkpointer, SavePolicy.from_config(cfg), guard, steps, stateful))
+        hooks += [self.metrics_hook, PreemptionHook(guard, steps)]
+        return HookList(h for h in hooks if h is not None)
+
+    def _utilization_hook(self):
+        from launcher.run.hooks.utilization import UtilizationHook
+        from launcher.run.utilization import process_age_seconds
+
+        flops, peak = _utilization_inputs(self.config, self.plan, self.built.model, self.tracker)
+        return UtilizationHook(flops, peak, process_age_seconds)
+
+    def _profiler_hook(self):
+        profile = self.config.train.profile
+        if profile.steps <= 0 or not self.plan.is_chief:
+            return None
+        from launcher.run.hooks.profiling import ProfilerHook
+        from launcher.run.profiling import StepProfiler
+
+        return ProfilerHook(StepProfiler(self.run_dir / "profile", profile.skip_steps, profile.steps), self.tracker)
+
+    def _write_plan(self) -> None:
+        (self.run_dir / PLAN_FILE).write_text(self.plan.to_yaml())
+
+
+def _load_data(config):
+    from launcher.config.registry import DATASETS, MODELS
+
+    source = DATASETS.get(config.dataset.name).load(config.dataset)
+    MODELS.get(config.model.name).check(config.model, source)
+    return source
+
+
+def _utilization_inputs(config, plan, model, tracker) -> tuple[float, float]:
+    """Training FLOPs per example and this machine's matmul peak for the compute dtype."""
+    if not config.train.measure_utilization:
+        return 0.0, 0.0
+    from launcher.run.utilization import COMPUTE_DTYPE, matmul_peak, training_flops_per_example
+
+    flops = training_flops_per_example(model)
+    if not flops:
+        return 0.0, 0.0
+    dtype = COMPUTE_DTYPE[plan["precision.policy"]]
+    peak = matmul_peak(dtype)
+    if not tracker.resumed:
+        tracker.log_params({"derived.train_flops_per_example": int(flops),
+                            f"derived.matmul_peak_{dtype}_gflops": round(peak / 1e9, 1)})
+    return flops, peak
+
+
+def _print_summary(result: FitResult, run_dir: Path, tracker) -> None:
+    final = result.final
+    if not result.epochs:
+        print("\nNothing to train: the checkpoint already covers every epoch.")
+    print("\nDone." + (" (stopped early)" if result.stopped_early else ""))
+    for key in SUMMARY_METRICS:
+        if key in final:
+            print(f"  {key:<17}{final[key]:.4f}")
+    print(f"  run dir          {run_dir}")
+    print(f"  MLflow           {tracker.ui_hint}")

@@ -1,0 +1,11 @@
+"""Build inside the strategy scope and train: runtime setup, build, engine, loss scaling, data.
+
+`runtime` configures devices, strategy, seeds and the dtype policy before the TF runtime starts;
+`build` creates every variable (model, optimizer, loss-scale state) inside `strategy.scope()`;
+`engine` owns the training loop for every strategy, precision and XLA mode, and drives the
+hooks through `launcher.contract`; `loss_scale`, `data`, `schedules`, `callbacks` and
+`model_io` are the pieces it is built from.
+
+May import: TensorFlow, Keras, `launcher.config`, `launcher.contract`, `launcher.console`.
+Never `launcher.run` or `launcher.sweep`; it takes the Plan as data.
+"""

@@ -1,0 +1,301 @@
+"""Each hook alone, with fakes: the save rule, best model, metrics batching, preemption,
+utilisation, the hook list, and the pure resume decision. No TensorFlow, no subprocess."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from launcher.contract import Hook, HookList, Position, Preempted
+from launcher.plan.resume import decide_resume
+from launcher.run.checkpoint_policy import SavePolicy
+from launcher.run.hooks.best_model import BestModelHook
+from launcher.run.hooks.checkpoint import CheckpointHook
+from launcher.run.hooks.history import HistoryHook
+from launcher.run.hooks.metrics import MetricsHook
+from launcher.run.hooks.preemption import PreemptionHook
+from launcher.run.hooks.utilization import UtilizationHook
+
+
+class FakeCheckpointer:
+    def __init__(self):
+        self.saves: list[tuple[int, dict]] = []
+        self.best: list[int] = []
+
+    def save(self, position, extra):
+        self.saves.append((position.global_step, extra))
+
+    def save_best(self, position):
+        self.best.append(position.global_step)
+
+
+class FakeGuard:
+    def __init__(self, signum=None):
+        self.signum = signum
+
+    @property
+    def requested(self):
+        return self.signum is not None
+
+
+class FakeTracker:
+    run_id = "run-1"
+
+    def __init__(self, logged_steps=()):
+        self.calls: list[tuple[dict, int]] = []
+        self._logged = set(logged_steps)
+
+    def log_metrics(self, metrics, step):
+        self.calls.append((dict(metrics), step))
+
+    def logged_steps(self, metric):
+        return set(self._logged)
+
+
+# ------------------------------------------------------------- position
+
+
+def test_position_prints_as_people_count():
+    assert str(Position(epoch=2, step_in_epoch=5, global_step=50)) == "epoch 3, step 5 (global step 50)"
+
+
+# ------------------------------------------------------------ save rule
+
+
+@pytest.mark.parametrize(("interval", "global_step", "until", "due"), [
+    (5, 0, 5, True), (5, 3, 2, False), (5, 5, 5, True), (5, 7, 3, False), (0, 7, None, False),
+])
+def test_step_save_rule(interval, global_step, until, due):
+    policy = SavePolicy(interval_steps=interval, interval_epochs=0)
+    position = Position(global_step=global_step)
+    assert policy.steps_until_save(position) == until
+    assert policy.step_save_due(position) is due
+
+
+@pytest.mark.parametrize(("interval", "epochs_done", "due"), [(1, 1, True), (2, 1, False), (2, 4, True), (0, 3, False)])
+def test_epoch_save_rule(interval, epochs_done, due):
+    assert SavePolicy(interval_steps=0, interval_epochs=interval).epoch_save_due(epochs_done) is due
+
+
+def checkpoint_hook(interval_steps=5, interval_epochs=1, signum=None, stateful=()):
+    fake = FakeCheckpointer()
+    hook = CheckpointHook(fake, SavePolicy(interval_steps, interval_epochs), FakeGuard(signum), 10, stateful)
+    return hook, fake
+
+
+def test_checkpoint_hook_saves_at_step_multiples_inside_the_epoch_only():
+    hook, fake = checkpoint_hook(interval_steps=5, interval_epochs=0)
+    for step in (3, 5, 7, 10):  # step 10 is the epoch's last: its save waits for the epoch end
+        hook.after_steps(Position(epoch=0, step_in_epoch=step, global_step=step))
+    assert [s for s, _ in fake.saves] == [5]
+    hook.on_epoch_end(Position(epoch=1, step_in_epoch=0, global_step=10), {})
+    assert [s for s, _ in fake.saves] == [5, 10]
+
+
+def test_checkpoint_hook_saves_once_when_a_signal_and_a_step_save_coincide():
+    hook, fake = checkpoint_hook(interval_steps=5, signum=15)
+    hook.after_steps(Position(epoch=0, step_in_epoch=5, global_step=5))
+    assert len(fake.saves) == 1
+
+
+def test_checkpoint_hook_saves_on_a_signal_between_save_points():
+    hook, fake = checkpoint_hook(interval_steps=0, interval_epochs=0, signum=15)
+    hook.after_steps(Position(epoch=0, step_in_epoch=3, global_step=3))
+    assert [s for s, _ in fake.saves] == [3]
+
+
+def test_checkpoint_hook_epoch_rule():
+    hook, fake = checkpoint_hook(interval_steps=0, interval_epochs=2)
+    hook.on_epoch_end(Position(epoch=1, global_step=10), {})
+    hook.on_epoch_end(Position(epoch=2, global_step=20), {})
+    assert [s for s, _ in fake.saves] == [20]
+
+
+def test_checkpoint_sidecar_holds_the_state_of_every_stateful_hook_at_save_time():
+    history = HistoryHook()
+    hook, fake = checkpoint_hook(interval_steps=0, stateful=[history, MetricsHook(FakeTracker())])
+    hooks = HookList([history, hook])
+    hooks.on_epoch_end(Position(epoch=1, global_step=10), {"loss": 0.5})
+    extra = fake.saves[0][1]
+    assert extra == {"history": [{"epoch": 0, "loss": 0.5}], "mlflow_run_id": "run-1"}
+
+
+# ----------------------------------------------------------- best model
+
+
+@pytest.mark.parametrize(("mode", "values", "saved_epochs"), [
+    ("min", [0.9, 0.7, 0.8, 0.6, float("nan")], [1, 2, 4]),
+    ("max", [0.1, 0.3, 0.2, 0.3, 0.5], [1, 2, 5]),
+])
+def test_best_model_hook_saves_only_on_improvement(mode, values, saved_epochs):
+    fake = FakeCheckpointer()
+    hook = BestModelHook("val_x", mode, checkpointer=fake)
+    for epoch, value in enumerate(values, start=1):
+        hook.on_epoch_end(Position(epoch=epoch, global_step=epoch * 10), {"val_x": value})
+    assert fake.best == [e * 10 for e in saved_epochs]
+    finite = [v for v in values if math.isfinite(v)]
+    assert hook.best["value"] == (min(finite) if mode == "min" else max(finite))
+    assert hook.best["epoch"] == saved_epochs[-1] - 1
+
+
+def test_best_model_hook_resumes_against_the_saved_best():
+    fake = FakeCheckpointer()
+    hook = BestModelHook("val_loss", "min", checkpointer=fake)
+    hook.load_state({"best": {"monitor": "val_loss", "value": 0.5, "epoch": 3}})
+    hook.on_epoch_end(Position(epoch=5, global_step=50), {"val_loss": 0.6})
+    assert fake.best == []
+    assert hook.state()["best"]["value"] == 0.5
+
+
+def test_best_model_hook_ignores_epochs_without_the_metric():
+    fake = FakeCheckpointer()
+    BestModelHook("val_loss", "min", checkpointer=fake).on_epoch_end(Position(epoch=1), {"loss": 0.1})
+    assert fake.best == []
+
+
+# -------------------------------------------------------------- metrics
+
+
+def test_metrics_hook_logs_each_epoch_in_one_batch_keyed_by_epoch():
+    tracker = FakeTracker()
+    hook = MetricsHook(tracker)
+    hook.on_epoch_end(Position(epoch=1, global_step=10), {"loss": 1.0, "val_loss": 1.1, "accuracy": 0.5})
+    hook.on_epoch_end(Position(epoch=2, global_step=20), {"loss": 0.8, "val_loss": 0.9, "accuracy": 0.6})
+    assert tracker.calls == [({"loss": 1.0, "val_loss": 1.1, "accuracy": 0.5}, 0),
+                             ({"loss": 0.8, "val_loss": 0.9, "accuracy": 0.6}, 1)]
+
+
+def test_metrics_hook_relogs_only_the_epochs_mlflow_missed():
+    tracker = FakeTracker(logged_steps={0})
+    hook = MetricsHook(tracker)
+    hook.load_state({"history": [{"epoch": 0, "loss": 1.0}, {"epoch": 1, "loss": 0.8}]})
+    assert tracker.calls == [({"loss": 0.8}, 1)]
+    assert hook.healed == 1
+
+
+def test_tracker_sends_params_and_tags_in_batches_of_at_most_100(tmp_path):
+    from launcher.tracking.tracker import Tracker
+
+    tracker = Tracker(f"sqlite:///{tmp_path}/m.db", "batches", "r", tmp_path / "artifacts")
+    sent = []
+    real = tracker.client.log_batch
+    tracker.client.log_batch = lambda run_id, **kw: (sent.append({k: len(v) for k, v in kw.items()}),
+                                                     real(run_id, **kw))
+    tracker.log_params({f"p{i:03d}": i for i in range(250)})
+    tracker.set_tags({f"t{i}": "x" for i in range(101)})
+    assert sent == [{"params": 100}, {"params": 100}, {"params": 50}, {"tags": 100}, {"tags": 1}]
+    run = tracker.client.get_run(tracker.run_id)
+    assert len(run.data.params) == 250 and run.data.params["p249"] == "249"
+
+
+# ----------------------------------------------------------- preemption
+
+
+def test_preemption_hook_stops_mid_epoch_and_at_the_epoch_end_but_not_on_the_last_step():
+    quiet = PreemptionHook(FakeGuard(None), steps_per_epoch=10)
+    quiet.after_steps(Position(step_in_epoch=3))
+    quiet.on_epoch_end(Position(epoch=1), {})
+    hook = PreemptionHook(FakeGuard(15), steps_per_epoch=10)
+    hook.after_steps(Position(step_in_epoch=10, global_step=10))  # waits for the epoch end
+    with pytest.raises(Preempted, match="signal 15 at epoch 1, step 3") as stop:
+        hook.after_steps(Position(step_in_epoch=3, global_step=3))
+    assert stop.value.signum == 15
+    with pytest.raises(Preempted):
+        hook.on_epoch_end(Position(epoch=1, global_step=10), {})
+
+
+# ---------------------------------------------------------- utilisation
+
+
+def test_utilization_hook_adds_mfu_every_epoch_and_time_to_first_step_once():
+    ticks = iter([4.5, 99.0])
+    hook = UtilizationHook(flops_per_example=2e6, peak_flops=1e9, clock=lambda: next(ticks))
+    hook.after_steps(Position(global_step=1))
+    hook.after_steps(Position(global_step=2))
+    first, second = {"examples_per_sec": 100.0}, {"examples_per_sec": 250.0}
+    hook.on_epoch_end(Position(epoch=1), first)
+    hook.on_epoch_end(Position(epoch=2), second)
+    assert first == {"examples_per_sec": 100.0, "model_flops_utilization": 0.2, "time_to_first_step_sec": 4.5}
+    assert second == {"examples_per_sec": 250.0, "model_flops_utilization": 0.5}
+
+
+def test_utilization_hook_without_flops_adds_no_mfu():
+    logs = {"examples_per_sec": 100.0}
+    UtilizationHook(0.0, 0.0, clock=lambda: None).on_epoch_end(Position(epoch=1), logs)
+    assert logs == {"examples_per_sec": 100.0}
+
+
+# ------------------------------------------------------------ hook list
+
+
+class Recorder(Hook):
+    def __init__(self, name, calls, boundary=None, state=None):
+        self.name, self.calls, self.boundary, self._state = name, calls, boundary, state or {}
+
+    def steps_until_boundary(self, position):
+        return self.boundary
+
+    def on_epoch_end(self, position, logs):
+        self.calls.append(self.name)
+        logs[self.name] = len(self.calls)
+
+    def state(self):
+        return self._state
+
+    def load_state(self, state):
+        self.calls.append(("load", self.name, dict(state)))
+
+
+def test_hook_list_calls_in_order_takes_the_nearest_boundary_and_merges_state():
+    calls: list = []
+    hooks = HookList([Recorder("a", calls, boundary=None, state={"x": 1}),
+                      Recorder("b", calls, boundary=7, state={"y": 2}),
+                      Recorder("c", calls, boundary=3)])
+    logs: dict = {}
+    hooks.on_epoch_end(Position(epoch=1), logs)
+    assert calls == ["a", "b", "c"]
+    assert logs == {"a": 1, "b": 2, "c": 3}  # later hooks see what earlier ones added
+    assert hooks.steps_until_boundary(Position()) == 3
+    assert hooks.state() == {"x": 1, "y": 2}
+    hooks.load_state({"x": 5})
+    assert calls[-3:] == [("load", n, {"x": 5}) for n in "abc"]
+    assert HookList([Recorder("a", [])]).steps_until_boundary(Position()) is None
+
+
+# --------------------------------------------------------------- resume
+
+
+LAYOUT = {"strategy": "default", "replicas": 1, "global_batch": 64}
+
+
+def test_resume_with_the_same_layout_continues_where_it_stopped():
+    saved = Position(epoch=1, step_in_epoch=5, global_step=27)
+    decision = decide_resume(saved, dict(LAYOUT), dict(LAYOUT))
+    assert decision.position == saved
+    assert decision.value == "epoch 2, step 5 (global step 27)"
+    assert "same strategy" in decision.reason and decision.warning is None
+
+
+def test_resume_under_more_replicas_with_the_same_global_batch_keeps_the_data_position():
+    now = {"strategy": "mirrored", "replicas": 2, "global_batch": 64}
+    decision = decide_resume(Position(epoch=1, step_in_epoch=5, global_step=27), dict(LAYOUT), now)
+    assert decision.position.step_in_epoch == 5
+    assert "allowed" in decision.reason and "replicas=1" in decision.reason and "replicas=2" in decision.reason
+    assert decision.warning is None
+
+
+def test_resume_with_another_global_batch_rounds_the_data_position_down_and_warns():
+    now = {"strategy": "mirrored", "replicas": 2, "global_batch": 128}
+    saved = Position(epoch=1, step_in_epoch=5, global_step=27)
+    decision = decide_resume(saved, dict(LAYOUT), now)
+    assert decision.position == Position(epoch=1, step_in_epoch=2, global_step=27)  # 320 examples -> 2 x 128
+    assert "320 examples" in decision.reason and "2 whole batches of 128" in decision.reason
+    assert "not step-for-step identical" in decision.warning
+    assert saved.step_in_epoch == 5  # the saved position is not mutated
+
+
+def test_resume_at_an_epoch_boundary_needs_no_rounding():
+    now = {"strategy": "default", "replicas": 1, "global_batch": 128}
+    decision = decide_resume(Position(epoch=2, step_in_epoch=0, global_step=44), dict(LAYOUT), now)
+    assert decision.position.step_in_epoch == 0 and decision.warning is None
