@@ -50,7 +50,12 @@ class Hook:
         """Training starts at `position`; `callbacks` is the engine's Keras CallbackList."""
 
     def steps_until_boundary(self, position: Position) -> int | None:
-        """Steps the engine may run before this hook needs control (a save, a trace window)."""
+        """Steps the engine may run before this hook needs control (a save, a trace window).
+
+        Must be the same on every worker of a multi-worker job: chunks that end at different
+        steps on different workers deadlock the collectives (measured: the profiler's window,
+        cut on the chief only, hung a two-worker run).
+        """
         return None
 
     def after_steps(self, position: Position) -> None:

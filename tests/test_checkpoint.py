@@ -7,12 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import ROOT
+
+from launcher.contract import Position
 
 # digits: 1438 training examples / batch 32 -> 45 steps per epoch (xla=false keeps the ragged last batch).
 STEPS_PER_EPOCH = 45
@@ -33,23 +34,6 @@ def run_to_end(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
     done = subprocess.run(command(run_dir, *overrides), cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
-
-
-def start(run_dir: Path, *overrides: str) -> subprocess.Popen:
-    return subprocess.Popen(command(run_dir, *overrides), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-
-
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
-    deadline = time.time() + timeout
-    while not path.exists():
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"run ended before {path.name} appeared: {err[-2000:]}")
-        if time.time() > deadline:
-            proc.kill()
-            pytest.fail(f"{path} never appeared")
-        time.sleep(0.01)
 
 
 def checkpoint_tensors(run_dir: Path, step: int | None = None) -> dict[str, np.ndarray]:
@@ -87,33 +71,46 @@ def reference(tmp_path_factory):
     return checkpoint_tensors(run_dir, TOTAL)
 
 
+def run_with_fault(run_dir: Path, fault: str, *overrides: str) -> subprocess.CompletedProcess:
+    """Run until the test-only fault (LAUNCHER_FAULT, see launcher/run/faults.py) fires at its exact point."""
+    env = {**os.environ, "LAUNCHER_FAULT": fault}
+    return subprocess.run(command(run_dir, *overrides), cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env=env)
+
+
+def newest_checkpoint(run_dir: Path, suffix: str = ".index") -> int:
+    return max(int(p.name[5:-len(suffix)]) for p in (run_dir / "checkpoints").glob(f"ckpt-*{suffix}"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("kill_after", "damage"),
-    [(20, None), (STEPS_PER_EPOCH, None), (65, "mid-write"), (80, "corrupt")],
+    ("fault", "newest", "resumed_from"),
+    [
+        ("KILL@steps:22", 20, 20),  # two steps after the last save: they are trained again
+        ("KILL@after_save:45", 45, 45),  # the epoch-end save done, its metrics not yet in MLflow
+        ("KILL@before_sidecar:65", 65, 60),  # TF files written, sidecar not: the previous one is used
+        ("KILL@steps:82", 80, 75),  # then the newest checkpoint's data is overwritten on disk
+    ],
     ids=["mid-epoch", "epoch-boundary", "during-checkpoint-write", "corrupt-newest"],
 )
-def test_sigkill_and_resume_reaches_identical_state(reference, tmp_path, kill_after, damage):
+def test_sigkill_and_resume_reaches_identical_state(reference, tmp_path, fault, newest, resumed_from):
     run_dir = tmp_path / "run"
-    proc = start(run_dir, *EXACT, "precision=mixed")
-    wait_for(run_dir / "checkpoints" / f"ckpt-{kill_after}.json", proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    newest = max(int(p.name[5:-6]) for p in (run_dir / "checkpoints").glob("ckpt-*.index"))
-    data = run_dir / "checkpoints" / f"ckpt-{newest}.data-00000-of-00001"
-    if damage == "mid-write":
-        # What a kill during a write leaves: data without its sidecar, possibly truncated.
-        (run_dir / "checkpoints" / f"ckpt-{newest}.json").unlink(missing_ok=True)
-        data.write_bytes(data.read_bytes()[:100])
-    elif damage == "corrupt":
-        # A complete-looking checkpoint whose data file was overwritten on disk.
-        data.write_bytes(b"\0" * 64)
+    killed = run_with_fault(run_dir, fault, *EXACT, "precision=mixed")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert newest_checkpoint(run_dir) == newest
+    if fault == "KILL@steps:82":
+        (run_dir / "checkpoints" / f"ckpt-{newest}.data-00000-of-00001").write_bytes(b"\0" * 64)
     resumed = run_to_end(run_dir, *EXACT, "precision=mixed")
-    assert "Resuming at epoch" in resumed.stdout
-    if damage == "mid-write":
+    assert f"global step {resumed_from})" in resumed.stdout
+    assert f"Resuming at epoch {resumed_from // STEPS_PER_EPOCH + 1}, step {resumed_from % STEPS_PER_EPOCH}" \
+        in resumed.stdout
+    if "before_sidecar" in fault:
         assert f"ckpt-{newest} has no sidecar" in resumed.stderr and "falling back" in resumed.stderr
-    elif damage == "corrupt":
+    if "steps:82" in fault:
         assert f"ckpt-{newest} is unreadable" in resumed.stderr and "falling back" in resumed.stderr
+    if "after_save" in fault:
+        # Killed between the save and the MLflow log: the sidecar's history fills the gap.
+        assert "re-logged 1 epoch(s) of metrics" in resumed.stdout
     final = checkpoint_tensors(run_dir, TOTAL)
     assert "optimizer/dynamic_scale/.ATTRIBUTES/VARIABLE_VALUE" in final  # loss scale is part of the state
     assert_identical(final, reference)
@@ -128,10 +125,7 @@ def test_sigkill_and_resume_reaches_identical_state(reference, tmp_path, kill_af
 @pytest.mark.slow
 def test_negative_control_without_the_data_position_the_weights_differ(reference, tmp_path):
     run_dir = tmp_path / "run"
-    proc = start(run_dir, *EXACT, "precision=mixed")
-    wait_for(run_dir / "checkpoints" / "ckpt-20.json", proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    assert run_with_fault(run_dir, "KILL@steps:22", *EXACT, "precision=mixed").returncode == -signal.SIGKILL
     for sidecar in (run_dir / "checkpoints").glob("ckpt-*.json"):
         state = json.loads(sidecar.read_text())
         state["position"]["step_in_epoch"] = 0  # forget where in the epoch we were
@@ -145,46 +139,55 @@ def test_negative_control_without_the_data_position_the_weights_differ(reference
 
 
 @pytest.mark.slow
-def test_mirrored_resume_is_all_close(tmp_path):
+def test_mirrored_resume_reaches_identical_state(tmp_path):
     mirrored = [*EXACT, "strategy=mirrored", "precision=fp32"]
     steps = 1438 // 64  # global batch 64, remainder dropped
     total = steps * EPOCHS
     reference_dir = tmp_path / "ref"
     run_to_end(reference_dir, *mirrored)
     run_dir = tmp_path / "run"
-    proc = start(run_dir, *mirrored)
-    wait_for(run_dir / "checkpoints" / "ckpt-30.json", proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    run_to_end(run_dir, *mirrored)
-    a, b = checkpoint_tensors(reference_dir, total), checkpoint_tensors(run_dir, total)
-    assert a.keys() == b.keys()
-    for name in a:
-        np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    assert run_with_fault(run_dir, "KILL@steps:32", *mirrored).returncode == -signal.SIGKILL
+    assert newest_checkpoint(run_dir) == 30
+    resumed = run_to_end(run_dir, *mirrored)
+    assert f"Resuming at epoch 2, step {30 - steps} (global step 30)" in resumed.stdout
+    final = checkpoint_tensors(run_dir, total)
+    assert_identical(final, checkpoint_tensors(reference_dir, total))
+    assert int(final["global_step/.ATTRIBUTES/VARIABLE_VALUE"]) == total
+    client, runs = mlflow_runs(run_dir)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(runs[0].info.run_id, "loss")] == list(range(EPOCHS))
 
 
 @pytest.mark.slow
-def test_sigterm_saves_marks_killed_and_resumes_the_same_run(tmp_path):
+def test_xla_resume_reaches_identical_state(tmp_path):
+    compiled = [*EXACT, "precision=fp32", "xla=true"]
+    total = (1438 // 32) * EPOCHS  # XLA drops the ragged last batch
+    reference_dir = tmp_path / "ref"
+    run_to_end(reference_dir, *compiled)
     run_dir = tmp_path / "run"
-    epochs = 20  # long enough that the signal lands while training
+    assert run_with_fault(run_dir, "KILL@steps:22", *compiled).returncode == -signal.SIGKILL
+    resumed = run_to_end(run_dir, *compiled)
+    assert "Resuming at epoch 1, step 20 (global step 20)" in resumed.stdout
+    assert_identical(checkpoint_tensors(run_dir, total), checkpoint_tensors(reference_dir, total))
+
+
+@pytest.mark.slow
+def test_sigterm_saves_at_that_step_marks_killed_and_resumes_the_same_run(tmp_path):
+    run_dir = tmp_path / "run"
+    epochs = 4
     args = [*EXACT, "precision=fp32", "checkpoint.interval_steps=0", f"train.epochs={epochs}"]
-    proc = start(run_dir, *args)
-    wait_for(run_dir / "checkpoints" / f"ckpt-{STEPS_PER_EPOCH}.json", proc)
-    time.sleep(0.3)  # somewhere in epoch 2, at whatever step the run has reached
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
-    assert "Preempted" in out and "re-run the same command to resume" in out
-    newest = max(int(p.name[5:-5]) for p in (run_dir / "checkpoints").glob("ckpt-*.json"))
-    # Saved at the step boundary where the signal was seen (the epoch end if it came during evaluation).
-    assert newest >= STEPS_PER_EPOCH
-    assert f"global step {newest})" in out
+    # SIGTERM arrives after global step 50, five steps into epoch 2 (no step saves configured).
+    stopped = run_with_fault(run_dir, "TERM@steps:50", *args)
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-2000:]
+    assert "Preempted" in stopped.stdout and "re-run the same command to resume" in stopped.stdout
+    assert newest_checkpoint(run_dir, ".json") == 50 > STEPS_PER_EPOCH
+    assert "at epoch 2, step 5 (global step 50)" in stopped.stdout
     client, runs = mlflow_runs(run_dir)
     assert [r.info.status for r in runs] == ["KILLED"]
     run_id = runs[0].info.run_id
 
     resumed = run_to_end(run_dir, *args)
-    assert f"global step {newest}" in resumed.stdout
+    assert "Resuming at epoch 2, step 5 (global step 50)" in resumed.stdout
     client, runs = mlflow_runs(run_dir)
     assert [(r.info.run_id, r.info.status) for r in runs] == [(run_id, "FINISHED")]
     assert [m.step for m in client.get_metric_history(run_id, "val_loss")] == list(range(epochs))
@@ -194,18 +197,23 @@ def test_sigterm_saves_marks_killed_and_resumes_the_same_run(tmp_path):
 
 @pytest.mark.slow
 def test_keep_n_best_model_and_export(tmp_path):
+    import keras
+
     run_dir = tmp_path / "run"
-    run_to_end(run_dir, *EXACT, "precision=fp32", "checkpoint.max_to_keep=2", "checkpoint.monitor=val_accuracy",
+    # "Best" = highest val_loss: the first epoch (val_loss falls while training), so best != last.
+    run_to_end(run_dir, *EXACT, "precision=fp32", "checkpoint.max_to_keep=2", "checkpoint.monitor=val_loss",
                "checkpoint.mode=max")
     directory = run_dir / "checkpoints"
     indexes = sorted(p.name for p in directory.glob("ckpt-*.index"))
     assert indexes == [f"ckpt-{TOTAL - 5}.index", f"ckpt-{TOTAL}.index"]
     assert sorted(p.name for p in directory.glob("ckpt-*.json")) == [f"ckpt-{TOTAL - 5}.json", f"ckpt-{TOTAL}.json"]
-    assert len(list((directory / "best").glob("*.index"))) == 1
+    assert [p.name for p in (directory / "best").glob("*.index")] == [f"ckpt-{STEPS_PER_EPOCH}.index"]
     sidecar = json.loads((directory / f"ckpt-{TOTAL}.json").read_text())
-    accuracies = [entry["val_accuracy"] for entry in sidecar["history"]]
-    assert sidecar["best"]["value"] == max(accuracies)
-    assert sidecar["best"]["epoch"] == accuracies.index(max(accuracies))
+    losses = [entry["val_loss"] for entry in sidecar["history"]]
+    assert sidecar["best"]["value"] == max(losses)
+    assert sidecar["best"]["epoch"] == losses.index(max(losses)) == 0
+    best, last = (keras.saving.load_model(run_dir / f"{n}.keras") for n in ("best", "model"))
+    assert any(not np.array_equal(a, b) for a, b in zip(best.get_weights(), last.get_weights(), strict=True))
     client, runs = mlflow_runs(run_dir)
     artifacts = {a.path for a in client.list_artifacts(runs[0].info.run_id, "model")}
     assert artifacts == {"model/model.keras", "model/best.keras"}
@@ -234,6 +242,53 @@ def test_bad_resume_values_are_clear_errors(tmp_path, resume, message):
     assert done.returncode == 2
     assert f"checkpoint.resume='{resume}'" in done.stderr and message in done.stderr
     assert "fix: checkpoint.resume=auto" in done.stderr
+
+
+def test_resume_from_a_given_checkpoint_path(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["model.hidden_units=[16]", "scaling.batch_size=32", "xla=false", "precision=fp32", "train.epochs=2",
+            "checkpoint.interval_steps=20", "checkpoint.max_to_keep=10"]
+    run_to_end(run_dir, *args)
+    again = run_to_end(run_dir, *args, f"checkpoint.resume={run_dir}/checkpoints/ckpt-20")
+    assert "Resuming at epoch 1, step 20 (global step 20)" in again.stdout
+    assert "epoch 1/2:" in again.stdout and "epoch 2/2:" in again.stdout
+
+
+def test_the_first_save_is_restored_into_fresh_objects_and_a_mismatch_fails_at_once(tmp_path):
+    import keras
+    from conftest import TINY, config
+
+    from launcher.run.checkpoint import Checkpointer
+    from launcher.run.runner import Launch
+
+    launch = Launch(config(*TINY, "precision=fp32", "tracking.enabled=false"), tmp_path / "run", tmp_path, {})
+    launch.prepare()
+    launch.build()
+    checkpointer = Checkpointer(launch.config.checkpoint, tmp_path / "ckpt", launch.built, {"name": "mlp"})
+    checkpointer.save(Position(global_step=1), {})
+    assert checkpointer.verified
+    # A restore path that would not bring every variable back is caught on the first save.
+    real_rebuild = launch.built.rebuild
+
+    def rebuild_with_another_model():
+        twin = real_rebuild()
+        with twin.strategy.scope():
+            twin.model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(3)])
+        return twin
+
+    launch.built.rebuild = rebuild_with_another_model
+    fresh = Checkpointer(launch.config.checkpoint, tmp_path / "ckpt2", launch.built, {"name": "mlp"})
+    with pytest.raises((AssertionError, ValueError)):
+        fresh.save(Position(global_step=1), {})
+    assert not fresh.verified
+
+
+def test_frequent_preset_is_what_the_readme_says():
+    from conftest import config
+
+    cfg = config("checkpoint=frequent").checkpoint
+    assert (cfg.interval_steps, cfg.interval_epochs, cfg.max_to_keep, cfg.monitor, cfg.mode.value) == (
+        50, 1, 5, "val_loss", "min")
 
 
 def test_resume_never_moves_old_checkpoints_aside(tmp_path):

@@ -118,7 +118,9 @@ def test_explain_prints_the_plan_and_trains_nothing(cli, tmp_path):
 )
 def test_bad_input_is_a_clear_error_not_a_traceback(cli, tmp_path, overrides, expected):
     done = cli(*overrides)
-    assert done.returncode != 0
+    # Hydra's compose errors (unknown option, wrong type, enum typo) exit 1; refusals exit 2.
+    composed = not any(t.startswith(("Could not find", "train.epochs", "dataset.kind")) for t in expected)
+    assert done.returncode == (2 if composed else 1)
     assert "Traceback" not in done.stderr
     assert "tensorflow" not in done.stderr.lower()
     for text in expected:
@@ -165,3 +167,47 @@ def test_resuming_with_a_different_model_is_refused(cli, tmp_path):
     wider = cli("model.hidden_units=[48]", "precision=fp32", "train.epochs=2")
     assert "model.hidden_units=[48]: expected [32]" in wider.stderr
     assert list((tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))
+
+
+# ------------------------------------------------------------ exit codes
+
+QUICK_RUN = [*TINY, "precision=fp32", "xla=false", "checkpoint.enabled=false"]
+
+
+def mlflow_run(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
+    assert len(runs) == 1
+    return runs[0]
+
+
+def test_exit_code_1_for_a_config_hydra_cannot_compose(cli):
+    done = cli("model=foo")
+    assert done.returncode == 1
+    assert "Could not find 'model/foo'" in done.stderr
+
+
+def test_exit_code_2_for_a_refused_config(cli, tmp_path):
+    done = cli("precision=mixed", "loss_scale=none")
+    assert done.returncode == 2
+    assert '"status": "REFUSED"' in (tmp_path / "run" / "outcome.json").read_text()
+
+
+def test_exit_code_1_for_a_training_failure_with_the_error_on_the_failed_run(cli, tmp_path):
+    done = cli(*QUICK_RUN, env={"LAUNCHER_FAULT": "RAISE@steps:5"})
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Training failed; the MLflow run is marked FAILED." in done.stderr
+    run = mlflow_run(tmp_path)
+    assert run.info.status == "FAILED"
+    assert "InjectedFault" in run.data.tags["error"] and "injected failure at steps 5" in run.data.tags["error"]
+
+
+@pytest.mark.parametrize(("signal_name", "code"), [("INT", 130), ("TERM", 143)])
+def test_exit_code_128_plus_the_signal_when_preempted(cli, tmp_path, signal_name, code):
+    done = cli(*QUICK_RUN, env={"LAUNCHER_FAULT": f"{signal_name}@steps:5"})
+    assert done.returncode == code, done.stderr[-2000:]
+    assert f"Signal SIG{signal_name}: saving at the next step boundary" in done.stdout
+    assert "Preempted: stopped by signal" in done.stdout
+    assert mlflow_run(tmp_path).info.status == "KILLED"

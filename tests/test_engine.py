@@ -58,22 +58,14 @@ def test_cosine_schedule_decays(tmp_path):
     assert rates[0] > rates[1] > rates[2]
 
 
-def test_examples_per_second_and_loss_scale_are_reported(tmp_path):
-    outcome = execute(
-        compose(
-            *TINY,
-            "tracking.enabled=false",
-            "checkpoint.enabled=false",
-            "checkpoint.export_model=false",
-            "precision=mixed",
-            "xla=false",
-        ),
-        tmp_path / "r",
-        tmp_path,
-    )
-    logs = outcome.result.final
-    assert logs["examples_per_sec"] > 0
-    assert logs["loss_scale"] == 32768.0
+def test_the_loss_scale_grows_and_the_logged_value_is_the_optimizers(tmp_path):
+    outcome = run(tmp_path, "precision=mixed", "xla=false", "loss_scale.growth_interval=20")
+    optimizer = outcome.model.optimizer
+    scales = [e.logs["loss_scale"] for e in outcome.result.epochs]
+    # 45 finite steps per epoch with a growth interval of 20: the scale doubled during epoch 1.
+    assert scales[0] > 32768.0
+    assert scales[-1] == float(optimizer.dynamic_scale.numpy())
+    assert outcome.result.final["examples_per_sec"] > 0
 
 
 # ------------------------------------------------- engine + recording hooks
@@ -154,3 +146,36 @@ def test_fit_resumes_from_a_position_inside_an_epoch(tmp_path):
     assert hook.calls[0] == ("begin", "epoch 2, step 6 (global step 16)")
     assert [c[1] for c in hook.calls if c[0] == "steps"] == [17, 20]
     assert [e.epoch for e in result.epochs] == [1]
+
+
+def test_config_data_and_tracking_problems_are_refused_in_one_message(tmp_path):
+    from launcher.config.errors import ConfigError
+
+    cfg = compose(*QUIET, "tracking.enabled=true", "xla=perhaps", "strategy=mirrored", "scaling.batch_size=5000",
+                  "tracking.uri=http://127.0.0.1:9")
+    with pytest.raises(ConfigError) as err:
+        execute(cfg, tmp_path / "run", tmp_path)
+    assert [v.key for v in err.value.violations] == ["xla", "scaling.batch_size", "tracking.uri"]
+    assert "no larger than the 1438 training examples" in str(err.value)
+    assert not (tmp_path / "run" / "plan.yaml").exists()
+
+
+class LearningRateRecorder(Hook):
+    def __init__(self, optimizer):
+        self.optimizer, self.rates = optimizer, {}
+
+    def after_steps(self, position):
+        # The rate the optimizer applies at its next step (its iteration count = global step).
+        self.rates[position.global_step] = float(self.optimizer.learning_rate)
+
+
+def test_warmup_ramps_the_scaled_learning_rate_step_by_step(tmp_path):
+    engine = engine_for(tmp_path, "strategy=mirrored", "scaling=linear", "scaling.reference_batch=32",
+                        "optimizer.learning_rate=0.001", "scaling.warmup_epochs=0", "scaling.warmup_steps=8",
+                        "train.steps_per_execution=1")
+    assert engine.plan["lr"] == pytest.approx(0.002)  # linear rule: 2 replicas x 32 vs reference 32
+    recorder = LearningRateRecorder(engine.optimizer)
+    engine.fit(1, hooks=recorder)
+    # Step k (0-based) trains at 0.002 * (k + 1) / 8 during warmup, then at 0.002.
+    expected = {k: 0.002 * min((k + 1) / 8, 1.0) for k in range(1, 11)}
+    assert recorder.rates == pytest.approx(expected)

@@ -74,8 +74,9 @@ class Harness:
         return [w.numpy() for w in self.model.weights]
 
     def optimizer_state(self):
+        """Every replica's copy of every inner-optimizer variable (slots, iterations)."""
         inner = self.optimizer.inner_optimizer
-        return [np.array(v) for v in inner.variables]
+        return [np.array(r) for v in inner.variables for r in self.strategy.experimental_local_results(v.value)]
 
     @property
     def scale(self):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 
+import keras
 import pytest
 from conftest import TINY, compose
 
 from launcher.run.runner import execute
+from launcher.train.loss_scale import ReplicaSafeLossScaleOptimizer
 
 
 @pytest.mark.parametrize("xla", ["false", "true"])
@@ -30,8 +32,13 @@ def test_every_combination_trains_and_loss_decreases(precision, strategy, xla, t
     plan = outcome.plan
     assert plan["replicas"] == (2 if strategy == "mirrored" else 1)
     assert plan["xla"] is (xla == "true")
+    optimizer = outcome.model.optimizer  # what was built and trained with, not only what the Plan says
     if precision == "mixed":
-        assert plan["loss_scale.optimizer"] == ("replica_safe" if strategy == "mirrored" else "stock")
+        expected = ReplicaSafeLossScaleOptimizer if strategy == "mirrored" else keras.optimizers.LossScaleOptimizer
+        assert type(optimizer) is expected
+        assert type(optimizer.inner_optimizer) is keras.optimizers.Adam
+    else:
+        assert type(optimizer) is keras.optimizers.Adam
     losses = [epoch.logs["loss"] for epoch in outcome.result.epochs]
     assert len(losses) == 3
     assert all(math.isfinite(loss) for loss in losses)

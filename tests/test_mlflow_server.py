@@ -27,3 +27,24 @@ def test_run_logs_to_a_real_tracking_server(cli, mlflow_server):
     assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"plan.yaml", "config.yaml", "model"}
     # Artifacts went through the server into its artifact destination.
     assert list(artifacts.rglob("plan.yaml"))
+
+
+@pytest.mark.slow
+def test_preempted_run_is_killed_on_the_server_and_resumes_into_the_same_run(cli, mlflow_server):
+    url, _ = mlflow_server
+    args = [*TINY, "precision=fp32", "xla=false", f"tracking.uri={url}", "tracking.experiment=remote"]
+    stopped = cli(*args, env={"LAUNCHER_FAULT": "TERM@steps:5"})
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(url)
+    experiment = client.get_experiment_by_name("remote").experiment_id
+    runs = client.search_runs([experiment])
+    assert [r.info.status for r in runs] == ["KILLED"]
+    resumed = cli(*args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resuming at epoch 1, step 5 (global step 5)" in resumed.stdout
+    again = client.search_runs([experiment])
+    assert [(r.info.run_id, r.info.status) for r in again] == [(runs[0].info.run_id, "FINISHED")]
+    assert [m.step for m in client.get_metric_history(runs[0].info.run_id, "val_loss")] == [0, 1]

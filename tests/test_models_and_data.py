@@ -39,7 +39,12 @@ def test_each_model_trains_under_a_mixed_policy_with_float32_logits(overrides, t
     assert all(math.isfinite(v) for v in losses)
     if len(losses) > 1:
         assert losses[-1] < losses[0]
-    assert outcome.plan["model.output_dtype"] == "float32"
+    model = outcome.model
+    policy = "mixed_bfloat16" if precision == "bf16" else "mixed_float16"
+    assert model.outputs[0].dtype == "float32"
+    hidden = [layer for layer in model.layers[1:-1] if layer.weights]
+    assert hidden and all(layer.dtype_policy.name == policy for layer in hidden)
+    assert model.layers[-1].dtype_policy.name == "float32"
 
 
 def test_model_output_is_float32_and_layers_follow_the_policy():
@@ -71,6 +76,9 @@ def test_synthetic_kinds_are_seeded(kind, shape, expected):
     assert a.input_shape == expected and a.kind == kind
     np.testing.assert_array_equal(a.train[0], b.train[0])
     assert a.num_train + a.num_val == cfg.num_examples
+    cfg.seed = 1
+    other = DATASETS.get("synthetic").load(cfg)
+    assert not np.array_equal(a.train[0], other.train[0])  # another seed, other data
 
 
 def test_digits_split_and_limit():
@@ -111,7 +119,9 @@ def test_image_folder_reads_class_folders(tmp_path):
     assert source.num_classes == 2 and source.input_shape == (8, 8, 3)
     assert source.num_train + source.num_val == 12
     x, y = next(iter(source.pipeline("train", 4, True, 0)))
-    assert x.shape == (4, 8, 8, 3) and float(np.max(x)) <= 1.0
+    assert x.shape == (4, 8, 8, 3)
+    # Scaled to [0, 1] from random 0..254 pixels: not all zeros, not left at 0..255.
+    assert 0.0 <= float(np.min(x)) < 0.1 and 0.9 < float(np.max(x)) <= 1.0
 
 
 def test_image_folder_without_class_dirs_is_refused(tmp_path):

@@ -21,6 +21,7 @@ def test_two_workers_train_in_lockstep_and_only_the_chief_tracks(tmp_path):
         env = {**os.environ, "TF_CONFIG": json.dumps(tf_config)}
         args = [
             sys.executable, "-m", "launcher", *TINY, "strategy=multi_worker", "precision=mixed", "xla=true",
+            "train.profile.steps=4", "train.profile.skip_steps=4",
             f"hydra.run.dir={tmp_path}/worker{index}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
         ]
         procs.append(
@@ -36,6 +37,9 @@ def test_two_workers_train_in_lockstep_and_only_the_chief_tracks(tmp_path):
     assert re.search(r"replicas\s+2\s+2 worker\(s\) x 1 device\(s\)", chief_out)
     assert re.search(r"loss_scale.optimizer\s+replica_safe", chief_out)
     assert re.search(r"process.is_chief\s+False", outputs[1][0])
+    # Only the chief traces the profile window.
+    assert (tmp_path / "worker0" / "profile" / "top_ops.txt").exists()
+    assert not (tmp_path / "worker1" / "profile").exists()
 
     from mlflow.tracking import MlflowClient
 

@@ -172,6 +172,8 @@ def test_xla_false_is_graph_step():
         (CPU_AMX, "fp32", True),
         (CPU_AVX512_BF16, "bf16", True),
         (CPU_PLAIN, "mixed", True),
+        (CPU_AMX, "mixed", False),
+        (CPU_AVX512_BF16, "mixed", True),
         (ONE_A100, "bf16", True),
     ],
 )
@@ -348,7 +350,7 @@ def test_every_decision_has_a_reason():
 def test_profile_window_is_a_decision_with_where_the_trace_goes():
     plan = plan_for(CPU_PLAIN, "train.profile.steps=5", "train.profile.skip_steps=3")
     assert plan["profile"] == "steps 4-8"
-    assert "profile" in plan.decisions["profile"].reason
+    assert "<run dir>/profile" in plan.reason("profile") and "logged to MLflow" in plan.reason("profile")
 
 
 def test_profile_off_by_default():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -113,6 +114,13 @@ def test_fp32_job_after_a_mixed_job_really_is_float32(tmp_path):
             policy = plan["decisions"]["precision.policy"]["value"]
             policies[policy] = {layer.dtype_policy.name for layer in model.layers[1:-1]}
     assert policies == {"mixed_float16": {"mixed_float16"}, "float32": {"float32"}}
+    # Isolation by construction: each job in its own process, none of them the sweep's, which
+    # never loaded TensorFlow.
+    state = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    pids = [json.loads((job / "outcome.json").read_text())["pid"] for job in sorted((tmp_path / "sweep").iterdir())
+            if (job / "outcome.json").exists()]
+    assert len(pids) == 2 and len(set(pids)) == 2 and state["sweep_pid"] not in pids
+    assert state["tensorflow_loaded"] is False
 
 
 @pytest.mark.slow

@@ -34,12 +34,21 @@ Rule = Callable[[Config, Environment, Plan, list], None]
 
 def resolve(cfg: Config, env: Environment) -> Plan:
     """Check the combination and decide everything; raise ConfigError listing every problem."""
+    plan, violations = resolve_all(cfg, env)
+    raise_if_any(violations)
+    return plan
+
+
+def resolve_all(cfg: Config, env: Environment) -> tuple[Plan, list[Violation]]:
+    """Run every rule: the Plan as far as it could be decided, and every violation found.
+
+    The launch checks the data against this partial Plan too, so one message lists them all.
+    """
     plan = Plan()
     violations: list[Violation] = []
     for rule in RULES:
         rule(cfg, env, plan, violations)
-    raise_if_any(violations)
-    return plan
+    return plan, violations
 
 
 # ----------------------------------------------------------------- precision

@@ -19,6 +19,7 @@ from pathlib import Path
 from launcher.config.errors import ConfigError, Violation
 from launcher.contract import Position
 from launcher.files import read_json, write_json_atomic
+from launcher.run.faults import fault_point
 
 STATE_FILE = "launcher_state.json"
 FIX_FRESH = "checkpoint.resume=never to start fresh in this run dir, or a new hydra.run.dir"
@@ -77,8 +78,10 @@ class Checkpointer:
         """Write checkpoint + sidecar; the sidecar last, so its presence marks completeness."""
         self._set_counters(position)
         path = self.manager.save(checkpoint_number=position.global_step)
+        fault_point("before_sidecar", position.global_step)
         sidecar = {"position": vars(position).copy(), **extra}
         write_json_atomic(Path(f"{path}.json"), sidecar)
+        fault_point("after_save", position.global_step)
         self._drop_orphan_sidecars()
         if not self.verified and self.cfg.verify_restore:
             self.verify(path)

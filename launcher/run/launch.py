@@ -6,6 +6,7 @@ preempted (130 SIGINT, 143 SIGTERM). Hydra's own compose errors exit 1 before th
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -54,5 +55,6 @@ def write_outcome(run_dir: Path, run_id: str | None, status: str, error: str | N
                   metrics: dict | None = None, history: list | None = None) -> None:
     """outcome.json in the run dir: how a sweep (or a benchmark) learns what its job did."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    data = {"run_id": run_id, "status": status, "error": error, "metrics": metrics or {}, "history": history or []}
+    data = {"run_id": run_id, "status": status, "error": error, "metrics": metrics or {}, "history": history or [],
+            "pid": os.getpid()}
     write_json_atomic(run_dir / OUTCOME_FILE, data)

@@ -120,12 +120,17 @@ def read_trace(logdir: Path) -> dict[str, list[Event]]:
 
 
 class StepProfiler:
-    """Starts the trace at the first step boundary at or after `skip`, stops after `steps` more."""
+    """Starts the trace at the first step boundary at or after `skip`, stops after `steps` more.
 
-    def __init__(self, logdir: Path, skip: int, steps: int):
+    `trace=False` keeps the same window boundaries without tracing: a multi-worker job's
+    non-chief workers must cut their step chunks where the chief does.
+    """
+
+    def __init__(self, logdir: Path, skip: int, steps: int, trace: bool = True):
         self.logdir = Path(logdir)
         self.skip = skip
         self.steps = steps
+        self.trace = trace
         self.started_at: int | None = None
         self.traced_steps = 0
         self.done = steps <= 0
@@ -144,7 +149,9 @@ class StepProfiler:
         if self.done:
             return False
         if self.started_at is None:
-            if global_step >= self.skip:
+            if global_step >= self.skip and not self.trace:
+                self.started_at = global_step
+            elif global_step >= self.skip:
                 self.logdir.mkdir(parents=True, exist_ok=True)
                 try:
                     tf.profiler.experimental.start(str(self.logdir))
@@ -164,9 +171,11 @@ class StepProfiler:
 
         if self.done or self.started_at is None:
             return False
+        self.done = True
+        if not self.trace:
+            return False
         tf.profiler.experimental.stop()
         self.traced_steps = global_step - self.started_at
-        self.done = True
         return True
 
     def report(self, header: str = "") -> str:

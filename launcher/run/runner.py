@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.schema import Config, as_dict
 from launcher.contract import SUMMARY_METRICS, FitResult, HookList, Position, Preempted
 from launcher.files import CONFIG_FILE, PLAN_FILE
@@ -65,26 +66,33 @@ class Launch:
     # ------------------------------------------------------------------ steps
 
     def prepare(self) -> None:
-        """Probe, resolve, set up the runtime, load the data, schedule; print and save the Plan."""
+        """Probe, resolve, set up the runtime, load the data, schedule; print and save the Plan.
+
+        The resolver's, the data's, the schedule's and the tracking server's problems are
+        collected and refused together, in one ConfigError.
+        """
         from launcher.plan.environment import probe
-        from launcher.plan.resolve import resolve
+        from launcher.plan.resolve import resolve_all
         from launcher.plan.schedule import schedule
         from launcher.train import runtime
 
         config = self.config
         self.env = probe()
-        self.plan = resolve(config, self.env)
-        self.strategy = runtime.configure(self.plan, config.seed, config.deterministic)
-        self.source = _load_data(config)
-        schedule(config, self.plan, self.source.num_train, self.source.num_val)
+        self.plan, problems = resolve_all(config, self.env)
+        if not problems:
+            self.strategy = runtime.configure(self.plan, config.seed, config.deterministic)
+        self.source = _collecting(problems, _load_data, config)
+        if self.source is not None and "batch.global" in self.plan:
+            _collecting(problems, schedule, config, self.plan, self.source.num_train, self.source.num_val)
+        if config.tracking.enabled and not config.explain:
+            from launcher.tracking.uri import check_reachable
+
+            _collecting(problems, check_reachable, config.tracking.uri)
+        raise_if_any(problems)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._write_plan()
         (self.run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(self.settings))
         print(self.plan.render(), flush=True)
-        if config.tracking.enabled and not config.explain:
-            from launcher.tracking.uri import check_reachable
-
-            check_reachable(config.tracking.uri)
 
     def build(self) -> None:
         """Model, optimizer (+ loss-scale optimizer) and metrics, inside the strategy scope."""
@@ -179,6 +187,7 @@ class Launch:
                 traceback.print_exc()
                 print("\nTraining failed; the MLflow run is marked FAILED.", file=sys.stderr)
                 outcome.error = f"{type(err).__name__}: {err}"
+                self.tracker.set_tags({"error": outcome.error})
             finally:
                 self.tracker.end(status)
         return outcome
@@ -199,6 +208,7 @@ class Launch:
     def _hooks(self, guard) -> HookList:
         """One hook per job, in the order their work must happen at an epoch end."""
         from launcher.run.checkpoint_policy import SavePolicy
+        from launcher.run.faults import FaultHook, faults_enabled
         from launcher.run.hooks.best_model import BestModelHook
         from launcher.run.hooks.callback_state import EarlyStoppingStateHook
         from launcher.run.hooks.checkpoint import CheckpointHook
@@ -214,7 +224,8 @@ class Launch:
             export = self.run_dir / "best.keras" if cfg.export_model and self.plan.is_chief else None
             self.best_hook = BestModelHook(cfg.monitor, cfg.mode.value, self.checkpointer, self.built.model, export)
         stateful = [h for h in (history, self.best_hook, early_stopping, self.metrics_hook) if h is not None]
-        hooks = [self._utilization_hook(), self._profiler_hook(), history, self.best_hook, early_stopping]
+        hooks = [FaultHook() if faults_enabled() else None, self._utilization_hook(), self._profiler_hook(),
+                 history, self.best_hook, early_stopping]
         if self.checkpointer:
             hooks.append(CheckpointHook(self.checkpointer, SavePolicy.from_config(cfg), guard, steps, stateful))
         hooks += [self.metrics_hook, PreemptionHook(guard, steps)]
@@ -229,15 +240,26 @@ class Launch:
 
     def _profiler_hook(self):
         profile = self.config.train.profile
-        if profile.steps <= 0 or not self.plan.is_chief:
+        if profile.steps <= 0:
             return None
         from launcher.run.hooks.profiling import ProfilerHook
         from launcher.run.profiling import StepProfiler
 
-        return ProfilerHook(StepProfiler(self.run_dir / "profile", profile.skip_steps, profile.steps), self.tracker)
+        # Only the chief traces; every worker cuts its step chunks at the same window boundaries.
+        profiler = StepProfiler(self.run_dir / "profile", profile.skip_steps, profile.steps, trace=self.plan.is_chief)
+        return ProfilerHook(profiler, self.tracker)
 
     def _write_plan(self) -> None:
         (self.run_dir / PLAN_FILE).write_text(self.plan.to_yaml())
+
+
+def _collecting(problems: list, check, *args):
+    """`check(*args)`, with a ConfigError's violations added to `problems` (then None)."""
+    try:
+        return check(*args)
+    except ConfigError as err:
+        problems.extend(err.violations)
+        return None
 
 
 def _load_data(config):

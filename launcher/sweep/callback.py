@@ -5,6 +5,8 @@ Hydra calls this callback in the sweep process (`hydra.callbacks` in conf/config
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,9 @@ class SweepCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         state = read_json(sweep_dir / SWEEP_FILE, {})
+        # The sweep's promise, recorded for whoever checks it: jobs ran elsewhere, TensorFlow never loaded here.
+        state.update(sweep_pid=os.getpid(), tensorflow_loaded="tensorflow" in sys.modules)
+        write_json_atomic(sweep_dir / SWEEP_FILE, state)
         if not state.get("parent_run_id"):
             return
         from launcher.sweep.summary import summarise
