@@ -22,6 +22,7 @@ from launcher.config.schema import Config, as_dict
 from launcher.contract import SUMMARY_METRICS, FitResult, HookList, Position, Preempted
 from launcher.files import CONFIG_FILE, PLAN_FILE
 from launcher.plan.decisions import Plan
+from launcher.plan.resume import decide_resume, layout_of
 
 
 @dataclass
@@ -49,9 +50,11 @@ class Launch:
         self.launch_dir = launch_dir
         self.choices = choices
         self.settings = as_dict(config)
-        self.position: Position | None = None
+        self.position: Position | None = None  # where a resumed run continues; None: from the start
         self.sidecar: dict = {}
         self.checkpointer = None
+        self.metrics_hook = None  # set by _hooks(); read after a resume (metrics re-logged)
+        self.best_hook = None  # set by _hooks() when checkpoint.monitor is set; read at export
 
     def execute(self) -> Outcome:
         self.prepare()
@@ -105,7 +108,6 @@ class Launch:
 
         Before tracking starts: a checkpoint of another model is a ConfigError MLflow never sees.
         """
-        from launcher.plan.resume import decide_resume, layout_of
         from launcher.run.checkpoint import Checkpointer, set_aside
 
         cfg = self.config.checkpoint
@@ -150,8 +152,6 @@ class Launch:
                 self.tracker.log_artifact(self.run_dir / PLAN_FILE)
                 self.tracker.log_artifact(self.run_dir / CONFIG_FILE)
         if self.checkpointer:
-            from launcher.plan.resume import layout_of
-
             self.checkpointer.record(self.tracker.run_id, layout_of(plan))
 
     def fit(self) -> Outcome:
