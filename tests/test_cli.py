@@ -118,9 +118,9 @@ def test_explain_prints_the_plan_and_trains_nothing(cli, tmp_path):
 )
 def test_bad_input_is_a_clear_error_not_a_traceback(cli, tmp_path, overrides, expected):
     done = cli(*overrides)
-    # Hydra's compose errors (unknown option, wrong type, enum typo) exit 1; refusals exit 2.
-    composed = not any(t.startswith(("Could not find", "train.epochs", "dataset.kind")) for t in expected)
-    assert done.returncode == (2 if composed else 1)
+    # Hydra's compose errors (unknown option, wrong type, enum typo) exit 1; the launcher's refusals exit 2.
+    hydra_error = any(t.startswith(("Could not find", "train.epochs", "dataset.kind")) for t in expected)
+    assert done.returncode == (1 if hydra_error else 2)
     assert "Traceback" not in done.stderr
     assert "tensorflow" not in done.stderr.lower()
     for text in expected:

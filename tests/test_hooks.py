@@ -80,7 +80,7 @@ def test_epoch_save_rule(interval, epochs_done, due):
 
 def checkpoint_hook(interval_steps=5, interval_epochs=1, signum=None, stateful=()):
     fake = FakeCheckpointer()
-    hook = CheckpointHook(fake, SavePolicy(interval_steps, interval_epochs), FakeGuard(signum), 10, stateful)
+    hook = CheckpointHook(fake, SavePolicy(interval_steps, interval_epochs), FakeGuard(signum), 10, HookList(stateful))
     return hook, fake
 
 

@@ -149,9 +149,9 @@ class StepProfiler:
         if self.done:
             return False
         if self.started_at is None:
-            if global_step >= self.skip and not self.trace:
-                self.started_at = global_step
-            elif global_step >= self.skip:
+            if global_step < self.skip:
+                return False
+            if self.trace:
                 self.logdir.mkdir(parents=True, exist_ok=True)
                 try:
                     tf.profiler.experimental.start(str(self.logdir))
@@ -159,7 +159,7 @@ class StepProfiler:
                     print(f"\nProfiling not started ({err.message}); training continues.", flush=True)
                     self.done = True
                     return False
-                self.started_at = global_step
+            self.started_at = global_step
             return False
         if global_step - self.started_at >= self.steps:
             return self.stop(global_step)

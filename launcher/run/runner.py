@@ -223,7 +223,7 @@ class Launch:
         if cfg.monitor:
             export = self.run_dir / "best.keras" if cfg.export_model and self.plan.is_chief else None
             self.best_hook = BestModelHook(cfg.monitor, cfg.mode.value, self.checkpointer, self.built.model, export)
-        stateful = [h for h in (history, self.best_hook, early_stopping, self.metrics_hook) if h is not None]
+        stateful = HookList(h for h in (history, self.best_hook, early_stopping, self.metrics_hook) if h is not None)
         hooks = [FaultHook() if faults_enabled() else None, self._utilization_hook(), self._profiler_hook(),
                  history, self.best_hook, early_stopping]
         if self.checkpointer:

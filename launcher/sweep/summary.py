@@ -9,7 +9,6 @@ from launcher.contract import SUMMARY_METRICS
 
 PARAMS = ("derived.precision.policy", "strategy.kind", "derived.replicas", "derived.xla",
           "derived.batch.global", "derived.lr")
-METRICS = SUMMARY_METRICS
 
 
 def children(client, parent_run_id: str):
@@ -26,7 +25,7 @@ def table_rows(runs) -> list[dict]:
     for run in runs:
         row = {"job": run.info.run_name, "status": run.info.status, "run_id": run.info.run_id}
         row.update({p: run.data.params.get(p, "") for p in PARAMS})
-        row.update({m: run.data.metrics.get(m, "") for m in METRICS})
+        row.update({m: run.data.metrics.get(m, "") for m in SUMMARY_METRICS})
         row["error"] = run.data.tags.get("error", "").splitlines()[0] if run.data.tags.get("error") else ""
         rows.append(row)
     return rows

@@ -20,9 +20,10 @@ class EarlyStoppingStateHook(Hook):
                     setattr(callback, field, self.saved[field])
 
     def state(self) -> dict:
-        for callback in self.callbacks:
-            return {"early_stopping": {f: _plain(getattr(callback, f, None)) for f in EARLY_STOPPING_FIELDS}}
-        return {"early_stopping": {}}
+        if not self.callbacks:
+            return {"early_stopping": {}}
+        first = self.callbacks[0]
+        return {"early_stopping": {f: _plain(getattr(first, f, None)) for f in EARLY_STOPPING_FIELDS}}
 
     def load_state(self, state: dict) -> None:
         self.saved = dict(state.get("early_stopping") or {})

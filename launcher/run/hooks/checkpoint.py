@@ -6,20 +6,18 @@ The sidecar state is gathered from the hooks that need something back after a re
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from launcher.contract import Hook, Position
+from launcher.contract import Hook, HookList, Position
 from launcher.run.checkpoint_policy import SavePolicy
 
 
 class CheckpointHook(Hook):
     def __init__(self, checkpointer, policy: SavePolicy, guard, steps_per_epoch: int,
-                 stateful: Sequence[Hook] = ()):
+                 stateful: Hook | None = None):
         self.checkpointer = checkpointer
         self.policy = policy
         self.guard = guard
         self.steps_per_epoch = steps_per_epoch
-        self.stateful = list(stateful)
+        self.stateful = stateful or HookList()
 
     def steps_until_boundary(self, position: Position) -> int | None:
         return self.policy.steps_until_save(position)
@@ -38,7 +36,4 @@ class CheckpointHook(Hook):
             self.save(position)
 
     def save(self, position: Position) -> None:
-        state: dict = {}
-        for hook in self.stateful:
-            state.update(hook.state())
-        self.checkpointer.save(position, state)
+        self.checkpointer.save(position, self.stateful.state())
