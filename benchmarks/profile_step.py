@@ -1,6 +1,6 @@
 """Where a training step's time goes, per precision: the evidence behind the benchmark's misses.
 
-    .venv/bin/python benchmarks/profile_step.py             # MLP: fp32, fp32+xla, bf16, bf16+xla
+    .venv/bin/python benchmarks/profile_step.py             # MLP: fp32, fp32+xla, bf16, bf16+hybrid, bf16+xla
     .venv/bin/python benchmarks/profile_step.py --configs bf16 --workload cnn
 
 For each config, one launcher run with `train.profile.steps` (TensorFlow profiler trace) on the
@@ -35,10 +35,10 @@ tf.function(lambda a: tf.matmul(a, a))(a).numpy()
 
 
 def profile_config(workload: str, name: str, steps: int) -> str:
-    precision, xla = CONFIGS[name]
+    precision, xla, extra = CONFIGS[name]
     with tempfile.TemporaryDirectory() as tmp:
         args = launcher_command(workload, precision, xla, 1, f"{tmp}/run", [
-            "train.steps_per_execution=4", f"train.profile.steps={steps}", "train.profile.skip_steps=4"])
+            *extra, "train.steps_per_execution=4", f"train.profile.steps={steps}", "train.profile.skip_steps=4"])
         done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"{name}: {done.stderr[-2000:]}")
@@ -64,7 +64,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", default="mlp", choices=sorted(WORKLOADS))
     parser.add_argument(
-        "--configs", nargs="+", default=["fp32", "fp32+xla", "bf16", "bf16+xla"], choices=sorted(CONFIGS)
+        "--configs", nargs="+", default=["fp32", "fp32+xla", "bf16", "bf16+hybrid", "bf16+xla"],
+        choices=sorted(CONFIGS)
     )
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args()

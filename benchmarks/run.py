@@ -28,16 +28,22 @@ sys.path.insert(0, str(HERE))
 
 from workloads import WORKLOADS, launcher_overrides  # noqa: E402
 
-CONFIGS = {  # name -> (precision, xla)
-    "fp32": ("fp32", "false"), "fp32+xla": ("fp32", "true"), "bf16": ("bf16", "false"),
-    "bf16+xla": ("bf16", "true"), "auto": ("auto", "auto"), "mixed": ("mixed", "false"),
+# name -> (precision, xla, extra launcher overrides). "graph" rows keep Keras's update ops (the
+# launcher before the hybrid step); "hybrid" rows update through fused kernels, as xla=false does now.
+KERAS_UPDATE, FUSED_UPDATE = ["optimizer.update=keras"], ["optimizer.update=fused"]
+CONFIGS = {
+    "fp32": ("fp32", "false", KERAS_UPDATE), "fp32+hybrid": ("fp32", "false", FUSED_UPDATE),
+    "fp32+xla": ("fp32", "true", []), "bf16": ("bf16", "false", KERAS_UPDATE),
+    "bf16+hybrid": ("bf16", "false", FUSED_UPDATE), "bf16+xla": ("bf16", "true", []),
+    "auto": ("auto", "auto", []), "mixed": ("mixed", "false", []),
 }
 PLAN = {
-    "mlp": ["fp32", "fp32+xla", "bf16", "bf16+xla", "auto"],
-    "cnn": ["fp32", "fp32+xla", "bf16", "bf16+xla", "auto"],
+    "mlp": ["fp32", "fp32+hybrid", "fp32+xla", "bf16", "bf16+hybrid", "bf16+xla", "auto"],
+    "cnn": ["fp32", "fp32+hybrid", "fp32+xla", "bf16", "bf16+hybrid", "bf16+xla", "auto"],
     "small": ["mixed"],
 }
-QUICK = {"mlp": ["fp32", "fp32+xla", "bf16", "auto"], "cnn": ["fp32", "auto"], "small": ["mixed"]}
+QUICK = {"mlp": ["fp32", "fp32+hybrid", "bf16", "bf16+hybrid", "auto"], "cnn": ["fp32", "bf16+hybrid", "auto"],
+         "small": ["mixed"]}
 
 
 def run_child(args: list[str], env=None) -> tuple[str, float]:
@@ -58,6 +64,8 @@ def launcher_command(workload: str, precision: str, xla: str, epochs: int, run_d
 
 
 def launcher_run(workload: str, precision: str, xla: str, epochs: int, extra=()) -> dict:
+    import yaml
+
     with tempfile.TemporaryDirectory() as tmp:
         args = [
             sys.executable,
@@ -66,8 +74,10 @@ def launcher_run(workload: str, precision: str, xla: str, epochs: int, extra=())
         ]
         out, err = run_child(args)
         outcome = json.loads((Path(tmp) / "run" / "outcome.json").read_text())
+        decisions = yaml.safe_load((Path(tmp) / "run" / "plan.yaml").read_text())["decisions"]
     history = outcome["history"]
     return {
+        "chosen": f"{decisions['precision']['value']}, {decisions['step']['value']}",
         "examples_per_sec": statistics.median(h["examples_per_sec"] for h in history[1:]),
         "epoch_time_sec": statistics.median(h["epoch_time_sec"] for h in history[1:]),
         "time_to_first_step_sec": history[0].get("time_to_first_step_sec"),
@@ -87,7 +97,7 @@ def baseline_run(workload: str, precision: str, xla: str, epochs: int) -> dict:
 
 def peaks() -> dict:
     """Per dtype: the graph (oneDNN) and XLA matmul rates; the peak is the faster."""
-    from launcher.run.utilization import matmul_rates
+    from launcher.plan.hardware import matmul_rates
 
     out = {}
     for dtype in ("float32", "bfloat16"):
@@ -134,12 +144,12 @@ def main():
     for workload, configs in plan.items():
         flops = flops_per_example(workload)
         for name in configs:
-            precision, xla = CONFIGS[name]
+            precision, xla, extra = CONFIGS[name]
             runs = {"launcher": [], "baseline": []}
             for _ in range(reps):  # interleaved
                 runs["baseline"].append(baseline_run(workload, "fp32" if precision == "auto" else precision,
                                                      "false" if xla == "auto" else xla, args.epochs))
-                runs["launcher"].append(launcher_run(workload, precision, xla, args.epochs))
+                runs["launcher"].append(launcher_run(workload, precision, xla, args.epochs, extra))
             row = summarise(workload, name, runs, flops, peak)
             results.append(row)
             print(format_row(row), flush=True)
@@ -156,12 +166,14 @@ def summarise(workload, name, runs, flops, peak) -> dict:
         values = [r[key] for r in runs[side] if r.get(key) is not None]
         return statistics.median(values) if values else None
 
-    dtype = "bfloat16" if name.startswith("bf16") else "float32"
+    chosen = runs["launcher"][0]["chosen"]
+    dtype = "bfloat16" if chosen.startswith("bf16") else "float32"
+    script_dtype = "bfloat16" if name.startswith("bf16") else "float32"
     ours, theirs = median("launcher", "examples_per_sec"), median("baseline", "examples_per_sec")
     return {
-        "workload": workload, "config": name,
+        "workload": workload, "config": name, "chosen": chosen,
         "launcher_examples_per_sec": ours, "baseline_examples_per_sec": theirs, "ratio": ours / theirs,
-        "launcher_mfu": ours * flops / peak[dtype], "baseline_mfu": theirs * flops / peak[dtype],
+        "launcher_mfu": ours * flops / peak[dtype], "baseline_mfu": theirs * flops / peak[script_dtype],
         "launcher_first_step_sec": median("launcher", "time_to_first_step_sec"),
         "baseline_first_step_sec": median("baseline", "time_to_first_step_sec"),
         "launcher_rss_mb": median("launcher", "peak_rss_mb"), "baseline_rss_mb": median("baseline", "peak_rss_mb"),
@@ -172,7 +184,8 @@ def summarise(workload, name, runs, flops, peak) -> dict:
 
 
 def format_row(r) -> str:
-    return (f"{r['workload']:<6}{r['config']:<10} launcher {r['launcher_examples_per_sec']:>9.0f} ex/s  "
+    return (f"{r['workload']:<6}{r['config']:<12} ({r['chosen']:<16}) "
+            f"launcher {r['launcher_examples_per_sec']:>9.0f} ex/s  "
             f"fit {r['baseline_examples_per_sec']:>9.0f} ex/s  ratio {r['ratio']:.2f}  "
             f"MFU {r['launcher_mfu']:.0%} vs {r['baseline_mfu']:.0%}  "
             f"first step {r['launcher_first_step_sec']:.1f}s vs {r['baseline_first_step_sec']:.1f}s  "
@@ -195,6 +208,17 @@ def overheads(results, epochs) -> dict:
     ]
     if auto and script:
         out["auto_vs_handwritten_fp32_mlp"] = auto[0]["launcher_examples_per_sec"] / statistics.median(script)
+    # auto against stock model.fit with the precision auto chose (the bf16 script when auto chose bf16).
+    chosen = auto[0]["chosen"].split(",")[0] if auto else None
+    same = [x for r in results if r["workload"] == "mlp" and r["config"].split("+")[0] == chosen
+            for x in r["baseline_runs"]]
+    if auto and same and chosen != "fp32":
+        out[f"auto_vs_stock_fit_{chosen}_mlp"] = auto[0]["launcher_examples_per_sec"] / statistics.median(same)
+    for workload in ("mlp", "cnn"):
+        rows = {r["config"]: r["launcher_examples_per_sec"] for r in results if r["workload"] == workload}
+        for dtype in ("fp32", "bf16"):
+            if dtype in rows and f"{dtype}+hybrid" in rows:
+                out[f"hybrid_vs_graph_{workload}_{dtype}"] = rows[f"{dtype}+hybrid"] / rows[dtype]
     return out
 
 

@@ -41,11 +41,14 @@ _split_cpu()
 
 @pytest.fixture(autouse=True)
 def float32_policy_after_each_test():
-    """Runs set Keras's global dtype policy; never let one test's policy leak into the next."""
+    """Runs set Keras's global dtype policy and op determinism; never let one test's leak into the next
+    (with determinism on, Keras silently turns `jit_compile=True` off)."""
     yield
     import keras
+    from tensorflow.python.framework import config as tf_config  # TF has no public "disable"
 
     keras.mixed_precision.set_global_policy("float32")
+    tf_config.disable_op_determinism()
 
 
 def compose(*overrides: str):

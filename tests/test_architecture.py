@@ -27,7 +27,8 @@ ALLOWED = {
 TF_FREE_MODULES = [
     "launcher.sweep.callback", "launcher.sweep.job", "launcher.sweep.summary",
     "launcher.plan.resolve", "launcher.plan.schedule", "launcher.plan.resume", "launcher.plan.decisions",
-    "launcher.plan.environment", "launcher.config.schema", "launcher.config.bounds", "launcher.config.registry",
+    "launcher.plan.environment", "launcher.plan.hardware",
+    "launcher.config.schema", "launcher.config.bounds", "launcher.config.registry",
     "launcher.run.checkpoint_policy", "launcher.contract", "launcher.files", "launcher.console",
     "launcher.tracking.tracker", "launcher.tracking.uri",
     "launcher.run.hooks.checkpoint", "launcher.run.hooks.best_model", "launcher.run.hooks.metrics",

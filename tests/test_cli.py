@@ -32,7 +32,7 @@ def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
     assert params["derived.precision.policy"] in {"float32", "mixed_bfloat16"}
     tags = run.data.tags
     assert tags["plan.strategy"] == "default"
-    assert tags["plan.step"] in {"graph", "fused_xla"}
+    assert tags["plan.step"] in {"hybrid", "fused_xla"}  # auto: by this machine's measured matmul rates
     for metric in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "examples_per_sec",
                    "model_flops_utilization"):
         history = client.get_metric_history(run.info.run_id, metric)

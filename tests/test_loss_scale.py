@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from launcher.train.fused_update import FusedAdam, FusedSGD
 from launcher.train.loss_scale import ReplicaSafeLossScaleOptimizer
 
 NAN = float("nan")
@@ -83,9 +84,17 @@ class Harness:
         return float(self.optimizer.dynamic_scale.numpy())
 
 
-def replica_safe(**kwargs):
+def replica_safe(inner=lambda: keras.optimizers.SGD(0.1, momentum=0.9), **kwargs):
     defaults = {"initial_scale": 1024.0, "dynamic_growth_steps": 3}
-    return lambda: ReplicaSafeLossScaleOptimizer(keras.optimizers.SGD(0.1, momentum=0.9), **{**defaults, **kwargs})
+    return lambda: ReplicaSafeLossScaleOptimizer(inner(), **{**defaults, **kwargs})
+
+
+# The inner optimizers a skipped step must leave untouched: Keras's update ops and the fused kernels.
+INNER = {
+    "keras-sgd": lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+    "fused-sgd": lambda: FusedSGD(0.1, momentum=0.9),
+    "fused-adam": lambda: FusedAdam(0.01),
+}
 
 
 def stock(**kwargs):
@@ -99,10 +108,11 @@ def poison_on(replicas, bad):
     return [NAN if i in bad else 1.0 for i in range(replicas)]
 
 
+@pytest.mark.parametrize("inner", INNER)
 @pytest.mark.parametrize("xla", [False, True], ids=["graph", "xla"])
 @pytest.mark.parametrize("kind", STRATEGIES)
-def test_non_finite_step_is_skipped_everywhere_and_scale_halves(kind, xla):
-    h = Harness(kind, xla, replica_safe())
+def test_non_finite_step_is_skipped_everywhere_and_scale_halves(kind, xla, inner):
+    h = Harness(kind, xla, replica_safe(INNER[inner]))
     n = h.strategy.num_replicas_in_sync
     h.step([1.0] * n)  # one good step so the momentum slots are non-zero
     weights, state, scale = h.weights(), h.optimizer_state(), h.scale

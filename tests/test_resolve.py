@@ -6,20 +6,23 @@ import pytest
 from conftest import config
 from fakes import (
     CPU_AMX,
+    CPU_AMX_MEASURED,
     CPU_AVX512_BF16,
     CPU_PLAIN,
     EIGHT_A100,
     EIGHT_V100,
+    EPYC_AVX512_BF16,
     OLD_GPU,
     ONE_A100,
     ONE_V100,
     TWO_A100,
     TWO_WORKERS,
+    XEON_AVX512_BF16,
 )
 
 from launcher.config.bounds import ABSENT, BOUNDS, lookup
 from launcher.config.errors import ConfigError
-from launcher.plan.resolve import resolve
+from launcher.plan.resolve import resolve, wants_measurements
 from launcher.plan.schedule import schedule
 
 
@@ -160,9 +163,73 @@ def test_xla_true_single_replica_compiles_the_whole_step():
     assert plan["xla"] is True and plan["step"] == "fused_xla"
 
 
-def test_xla_false_is_graph_step():
+def test_xla_false_is_no_xla_anywhere_hybrid_or_graph():
     plan = plan_for(EIGHT_A100, "xla=false", "strategy=mirrored")
-    assert plan["step"] == "graph"
+    assert plan["step"] == "hybrid" and plan["optimizer.update"] == "fused"
+    assert "no XLA anywhere" in plan.reason("step")
+    assert plan_for(EIGHT_A100, "xla=false", "optimizer.update=keras")["step"] == "graph"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "step", "update"),
+    [
+        (("xla=false",), "hybrid", "fused"),
+        (("xla=false", "optimizer.update=keras"), "graph", "keras"),
+        (("xla=true",), "fused_xla", "keras"),
+        (("xla=true", "optimizer.update=fused"), "fused_xla", "fused"),
+        (("xla=true", "strategy=mirrored"), "replica_xla", "fused"),
+        (("xla=true", "strategy=mirrored", "optimizer.update=keras"), "replica_xla", "keras"),
+        (("xla=false", "optimizer=sgd"), "hybrid", "fused"),
+        (("xla=false", "optimizer=adamw"), "hybrid", "fused"),
+    ],
+)
+def test_step_kind_and_optimizer_update(overrides, step, update):
+    overrides = tuple(o.replace("optimizer=", "optimizer.name=") if o.startswith("optimizer=") else o
+                      for o in overrides)
+    plan = plan_for(CPU_PLAIN, *overrides)
+    assert (plan["step"], plan["optimizer.update"]) == (step, update)
+    if update == "fused" and "optimizer.update=fused" not in overrides:
+        assert "ResourceApply" in plan.reason("optimizer.update")
+
+
+def test_optimizer_update_typo_is_refused_with_choices():
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException) as err:
+        config("optimizer.update=fast")
+    assert "Invalid value 'fast', expected one of [auto, keras, fused]" in str(err.value.__cause__)
+
+
+# Measured rates decide auto: the same flags (AVX-512 BF16, no AMX) on two CPUs, opposite answers.
+@pytest.mark.parametrize(
+    ("env", "precision", "xla", "step"),
+    [
+        (CPU_AMX_MEASURED, "bf16", False, "hybrid"),  # AMX: oneDNN bf16 5x XLA's
+        (EPYC_AVX512_BF16, "bf16", False, "hybrid"),  # oneDNN bf16 1.9x float32, 2x XLA's bf16
+        (XEON_AVX512_BF16, "fp32", True, "fused_xla"),  # bf16 0.55x float32 (0.92x via XLA)
+    ],
+    ids=["amx", "epyc-avx512-bf16", "xeon-avx512-bf16"],
+)
+def test_auto_decides_by_measured_matmul_rates(env, precision, xla, step):
+    plan = plan_for(env, "precision=auto", "xla=auto")
+    assert (plan["precision"], plan["xla"], plan["step"]) == (precision, xla, step)
+    assert "measured here" in plan.reason("precision") and "GFLOP/s" in plan.reason("precision")
+    assert "measured here" in plan.reason("xla")
+
+
+@pytest.mark.parametrize(
+    ("env", "precision", "expected"),
+    [(EPYC_AVX512_BF16, "fp32", True), (EPYC_AVX512_BF16, "mixed", True), (XEON_AVX512_BF16, "bf16", True),
+     (CPU_AMX_MEASURED, "fp32", True), (CPU_AMX_MEASURED, "bf16", False)],
+)
+def test_xla_auto_compares_xla_with_onednn_for_the_compute_dtype(env, precision, expected):
+    assert plan_for(env, "xla=auto", f"precision={precision}")["xla"] is expected
+
+
+def test_only_auto_settings_ask_for_measurements():
+    assert wants_measurements(config("precision=auto", "xla=false"))
+    assert wants_measurements(config("precision=fp32", "xla=auto"))
+    assert not wants_measurements(config("precision=fp32", "xla=false"))
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,12 @@ class OptimizerName(Enum):
     sgd = "sgd"
 
 
+class OptimizerUpdate(Enum):
+    auto = "auto"
+    keras = "keras"
+    fused = "fused"
+
+
 class LrSchedule(Enum):
     constant = "constant"
     cosine = "cosine"
@@ -258,6 +264,9 @@ class OptimizerConfig:
     """adamw: decoupled weight decay, >= 0 (0 = Keras's default 0.004)."""
     clipnorm: float = 0.0
     """Clip each gradient to this L2 norm, >= 0 (0 = no clipping)."""
+    update: OptimizerUpdate = OptimizerUpdate.auto
+    """How the update is applied: fused (TensorFlow's one-kernel-per-variable apply ops), keras
+    (Keras's elementwise ops) or auto (fused unless XLA already compiles the update)."""
 
 
 @dataclass

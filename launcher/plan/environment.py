@@ -20,6 +20,10 @@ class Gpu:
     compute_capability: tuple[int, int]
 
 
+# bfloat16 must beat float32 by this much to be worth its rounding (measured ratios: 0.55x, 1.9x, ~4x).
+FAST_BF16_RATIO = 1.3
+
+
 @dataclass(frozen=True)
 class Environment:
     cpu_count: int = 1
@@ -29,6 +33,11 @@ class Environment:
     keras_version: str = "unknown"
     tf_config: dict | None = None
     machine: str = ""
+    matmul_gflops: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
+    """Measured matmul rates, "<dtype>_<backend>" -> GFLOP/s ({} when not measured); see plan.hardware."""
+
+    def matmul_rate(self, dtype: str, backend: str) -> float | None:
+        return self.matmul_gflops.get(f"{dtype}_{backend}")
 
     @property
     def has_amx(self) -> bool:
@@ -40,13 +49,19 @@ class Environment:
 
     @property
     def cpu_has_fast_bf16(self) -> bool:
-        """AMX tiles make oneDNN's bfloat16 matmuls several times faster than float32.
+        """bfloat16 matmuls clearly faster than float32: measured when rates are known, else AMX.
 
-        AVX-512 BF16 alone does not: measured on a 2-core AVX-512 BF16 Xeon without
-        AMX, a 2048^3 bfloat16 matmul ran at 163 GFLOP/s (oneDNN) / 270 (XLA) against
-        301 for float32.
+        Flags alone mislead: with AVX-512 BF16 and no AMX a 2-core Xeon ran a 2048^3
+        bfloat16 matmul at 0.55x float32, an AMD EPYC at 1.9x.
         """
+        bf16, fp32 = self.best_matmul_rate("bfloat16"), self.best_matmul_rate("float32")
+        if bf16 and fp32:
+            return bf16 >= FAST_BF16_RATIO * fp32
         return self.has_amx
+
+    def best_matmul_rate(self, dtype: str) -> float | None:
+        rates = [r for r in (self.matmul_rate(dtype, "graph"), self.matmul_rate(dtype, "xla")) if r]
+        return max(rates, default=None)
 
     @property
     def gpu_min_capability(self) -> tuple[int, int] | None:
@@ -59,7 +74,7 @@ class Environment:
                 for g in self.gpus
             )
             return f"{len(self.gpus)} GPU(s): {names}"
-        cpu = "AMX" if self.has_amx else ("AVX-512 BF16, no AMX" if self.has_avx512_bf16 else "no bf16 fast path")
+        cpu = "AMX" if self.has_amx else ("AVX-512 BF16, no AMX" if self.has_avx512_bf16 else "no AVX-512 BF16")
         return f"no GPU; 1 CPU with {self.cpu_count} cores ({cpu})"
 
 
@@ -97,11 +112,13 @@ def _probe_gpus() -> tuple[Gpu, ...]:
     return tuple(gpus)
 
 
-def probe() -> Environment:
+def probe(measure: bool = False) -> Environment:
+    """What this machine offers; `measure` adds its matmul rates (cached; a child process the first time)."""
     import keras
     import tensorflow as tf
 
     from launcher.console import quiet_stderr
+    from launcher.plan.hardware import measured_rates
 
     with quiet_stderr():
         gpus = _probe_gpus()
@@ -113,4 +130,5 @@ def probe() -> Environment:
         keras_version=keras.version(),
         tf_config=read_tf_config(),
         machine=platform.machine(),
+        matmul_gflops=measured_rates() if measure and not gpus else {},
     )

@@ -19,11 +19,12 @@ from launcher.config.schema import (
     LossScaleMode,
     LrRule,
     LrSchedule,
+    OptimizerUpdate,
     PrecisionName,
     StrategyKind,
 )
 from launcher.plan.decisions import Plan
-from launcher.plan.environment import Environment
+from launcher.plan.environment import FAST_BF16_RATIO, Environment
 
 POLICIES = {"fp32": "float32", "mixed": "mixed_float16", "bf16": "mixed_bfloat16"}
 XLA_CHOICES = ("true", "false", "auto")
@@ -65,14 +66,14 @@ def _auto_precision(env: Environment) -> tuple[str, str]:
                 f"GPU compute capability {capability[0]}.{capability[1]} has float16 tensor cores but no bfloat16",
             )
         return "fp32", f"GPU compute capability {capability[0]}.{capability[1]} < 7.0 has no fast reduced precision"
+    bf16, fp32 = env.best_matmul_rate("bfloat16"), env.best_matmul_rate("float32")
+    if bf16 and fp32:
+        measured = (f"measured here, 2048^3 matmul: bfloat16 {bf16:.0f} GFLOP/s vs float32 {fp32:.0f} "
+                    f"({bf16 / fp32:.2f}x; bf16 needs >= {FAST_BF16_RATIO}x)")
+        return ("bf16" if env.cpu_has_fast_bf16 else "fp32"), measured
     if env.cpu_has_fast_bf16:
-        return "bf16", "CPU has AMX: oneDNN runs bfloat16 matmuls several times faster than float32"
-    if env.has_avx512_bf16:
-        return "fp32", (
-            "CPU has AVX-512 BF16 but no AMX: bfloat16 is slower than float32 there (2048^3 matmul: "
-            "oneDNN 162, XLA 270 vs float32 295 GFLOP/s; 3x2048 MLP: bf16+XLA trains at 0.91-0.95x fp32+XLA)"
-        )
-    return "fp32", "CPU has no AMX: reduced precision would be slower than float32"
+        return "bf16", "CPU has AMX: oneDNN runs bfloat16 matmuls several times faster than float32 (not measured)"
+    return "fp32", "CPU without AMX and matmul rates not measured: float32 is the safe choice"
 
 
 def rule_precision(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
@@ -248,34 +249,31 @@ def _is_chief(tf_config: dict) -> bool:
 # ----------------------------------------------------------------------- XLA
 
 
+def wants_measurements(cfg: Config) -> bool:
+    """precision=auto and xla=auto decide by this machine's measured matmul rates."""
+    return cfg.precision.name == PrecisionName.auto or str(cfg.xla).strip().lower() == "auto"
+
+
 def rule_xla(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
     raw = str(cfg.xla).strip().lower()
     if raw not in XLA_CHOICES:
         violations.append(Violation("xla", cfg.xla, f"one of {list(XLA_CHOICES)}", "xla=auto"))
         raw = "false"
     precision = plan.get("precision", "fp32")
-    replicas = plan.get("replicas", 1)
     if raw == "auto":
         xla, reason = _auto_xla(env, precision, str(cfg.model.name))
         reason = f"xla=auto: {reason}"
     else:
         xla, reason = raw == "true", "requested"
     plan.decide("xla", xla, reason)
-    if not xla:
-        plan.decide("step", "graph", "tf.function step, no XLA")
-    elif replicas > 1:
-        plan.decide(
-            "step",
-            "replica_xla",
-            "XLA under a multi-replica strategy: forward/backward compiled inside strategy.run, "
-            "cross-replica gradient apply outside the compiled function (jit_compile around "
-            "strategy.run fails: variables live on several devices)",
-        )
-    else:
-        plan.decide("step", "fused_xla", "one replica: the whole step (forward, backward, apply) is compiled")
 
 
 CONV_MODELS = ("cnn", "resnet")
+COMPUTE_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "mixed": "float16"}
+# XLA compiles the whole step when its matmuls run at least this fraction of oneDNN's: its fusion
+# of the elementwise work then wins (float32 on an AMD EPYC: XLA 0.91x oneDNN's matmul, the
+# XLA step 1.05x the hybrid one). Below it, oneDNN's matmuls are worth keeping.
+XLA_MATMUL_FRACTION = 0.85
 
 
 def _auto_xla(env: Environment, precision: str, model: str) -> tuple[bool, str]:
@@ -286,20 +284,75 @@ def _auto_xla(env: Environment, precision: str, model: str) -> tuple[bool, str]:
             f"CPU, model={model}: XLA's CPU convolutions are slower than oneDNN's "
             "(measured: the XLA step trains at 0.53x the graph step on the benchmark convnet)"
         )
+    dtype = COMPUTE_DTYPE[precision]
+    graph, xla = env.matmul_rate(dtype, "graph"), env.matmul_rate(dtype, "xla")
+    if graph and xla:
+        measured = f"measured here, 2048^3 {dtype} matmul: XLA {xla:.0f} vs oneDNN {graph:.0f} GFLOP/s"
+        if xla >= XLA_MATMUL_FRACTION * graph:
+            return True, f"{measured}; XLA keeps pace and fuses the whole step, the optimizer update included"
+        return False, f"{measured}; the graph step keeps oneDNN's faster matmuls"
     if precision == "fp32":
         return True, ("CPU float32: XLA fuses the step, the optimizer update included "
-                      "(measured 1.07-1.2x the graph step on a 3x2048 MLP)")
+                      "(measured 1.07-1.2x the graph step on a 3x2048 MLP; matmul rates not measured)")
     if env.has_amx:
         return False, (
             f"CPU {precision} with AMX: the graph step uses oneDNN's AMX kernels, XLA's CPU "
-            "backend does not (~2x slower)"
+            "backend does not (~5x slower matmuls)"
         )
-    if precision == "bf16":
-        return True, (
-            "CPU bfloat16 without AMX: XLA's matmuls beat oneDNN's AVX-512 BF16 kernels and XLA fuses "
-            "the casts (measured: bf16+XLA trains 1.7x bf16 on a 3x2048 MLP)"
+    return True, f"CPU {precision} without AMX, matmul rates not measured: XLA fuses the step"
+
+
+# ------------------------------------------------------------------------ step
+
+# Optimizers with a fused TensorFlow apply kernel (one pass over each variable).
+FUSED_KERNELS = {
+    "adam": "ResourceApplyAdam",
+    "adamw": "ResourceApplyAdam after Keras's decoupled weight decay",
+    "sgd": "ResourceApplyKerasMomentum (ResourceApplyGradientDescent without momentum)",
+}
+
+
+def rule_step(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
+    """How a step runs: where XLA compiles, and how the optimizer applies its update."""
+    xla = plan.get("xla", False)
+    replicas = plan.get("replicas", 1)
+    optimizer = cfg.optimizer.name.value
+    kernel = FUSED_KERNELS.get(optimizer)
+    update = cfg.optimizer.update
+    if update == OptimizerUpdate.fused and kernel is None:
+        violations.append(Violation("optimizer.update", "fused", f"keras or auto for optimizer={optimizer} "
+                                    f"(fused kernels exist for {sorted(FUSED_KERNELS)})", "optimizer.update=auto"))
+        update = OptimizerUpdate.keras
+    whole_step_compiled = xla and replicas == 1
+    if update == OptimizerUpdate.auto:
+        if kernel is None:
+            update, why = OptimizerUpdate.keras, f"update=auto: optimizer={optimizer} has no fused kernel"
+        elif whole_step_compiled:
+            update, why = OptimizerUpdate.keras, "update=auto: XLA compiles the update with the step and fuses it"
+        else:
+            update, why = OptimizerUpdate.fused, (
+                f"update=auto: {kernel}, one pass over each variable instead of Keras's ~10 elementwise "
+                "ops (measured: bf16 MLP step 1.15x on an AMD EPYC)")
+    else:
+        why = "requested"
+    fused = update == OptimizerUpdate.fused
+    plan.decide("optimizer.update", update.value, f"{why}" + (f" ({kernel})" if fused and why == "requested" else ""))
+    if not xla:
+        if fused:
+            plan.decide("step", "hybrid", "forward/backward as a tf.function graph (oneDNN kernels), the update "
+                        "in fused TensorFlow kernels; no XLA anywhere")
+        else:
+            plan.decide("step", "graph", "tf.function step, Keras's update ops, no XLA")
+    elif replicas > 1:
+        plan.decide(
+            "step",
+            "replica_xla",
+            "XLA under a multi-replica strategy: forward/backward compiled inside strategy.run, "
+            "cross-replica gradient apply outside the compiled function (jit_compile around "
+            "strategy.run fails: variables live on several devices)",
         )
-    return True, f"CPU {precision} without AMX: no oneDNN fast path to lose, XLA fuses the step"
+    else:
+        plan.decide("step", "fused_xla", "one replica: the whole step (forward, backward, apply) is compiled")
 
 
 # ---------------------------------------------------------------- loss scale
@@ -512,6 +565,7 @@ RULES: tuple[Rule, ...] = (
     rule_precision,
     rule_strategy,
     rule_xla,
+    rule_step,
     rule_loss_scale,
     rule_batch,
     rule_learning_rate,

@@ -75,12 +75,12 @@ class Launch:
         collected and refused together, in one ConfigError.
         """
         from launcher.plan.environment import probe
-        from launcher.plan.resolve import resolve_all
+        from launcher.plan.resolve import resolve_all, wants_measurements
         from launcher.plan.schedule import schedule
         from launcher.train import runtime
 
         config = self.config
-        self.env = probe()
+        self.env = probe(measure=wants_measurements(config))
         self.plan, problems = resolve_all(config, self.env)
         if not problems:
             self.strategy = runtime.configure(self.plan, config.seed, config.deterministic)

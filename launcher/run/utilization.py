@@ -2,7 +2,7 @@
 
 Training FLOPs per example are counted from the model's forward graph (TF's
 profiler counts MatMul/Conv FLOPs) and tripled (forward + two backward matmuls).
-The peak is measured here, once per dtype, with a large matmul, and cached. It is the
+The peak is measured once per machine with a large matmul (`launcher.plan.hardware`). It is the
 faster of TensorFlow's kernel (oneDNN) and XLA's: on a CPU without AMX, XLA runs a
 bfloat16 matmul much faster than oneDNN does (measured 1.7x), so a peak from oneDNN
 alone would put a bf16+XLA run above 100%.
@@ -10,15 +10,11 @@ alone would put a bf16+XLA run above 100%.
 
 from __future__ import annotations
 
-import json
 import os
-import platform
-import time
 from pathlib import Path
 
-from launcher.files import read_json
+from launcher.plan.hardware import BACKENDS, matmul_rates, measured_rates
 
-CACHE = Path(os.environ.get("LAUNCHER_CACHE", Path.home() / ".cache" / "launcher")) / "matmul_peak.json"
 COMPUTE_DTYPE = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
 
 
@@ -43,47 +39,15 @@ def training_flops_per_example(model) -> float:
     return 3.0 * forward_flops_per_example(model)
 
 
-def matmul_peak(dtype: str, size: int = 2048, seconds: float = 1.0) -> float:
-    """FLOP/s of a size^3 matmul in `dtype` on this machine, the faster of graph and XLA
-    (measured once, then cached)."""
-    key = f"{platform.node()}:{os.cpu_count()}:{dtype}:{size}:best-of-graph-xla"
-    cache = _read_cache()
-    if key in cache:
-        return cache[key]
-    peak = max(matmul_rates(dtype, size, seconds / 2).values())
-    cache[key] = peak
-    try:
-        CACHE.parent.mkdir(parents=True, exist_ok=True)
-        CACHE.write_text(json.dumps(cache))
-    except OSError:
-        pass
-    return peak
+def matmul_peak(dtype: str) -> float:
+    """FLOP/s of a 2048^3 matmul in `dtype` on this machine, the faster of graph and XLA.
 
-
-def matmul_rates(dtype: str, size: int = 2048, seconds: float = 1.0) -> dict[str, float]:
-    """FLOP/s of a size^3 matmul through TensorFlow's kernel ("graph") and through XLA ("xla")."""
-    return {mode: measure_matmul(dtype, size, seconds, jit_compile=mode == "xla") for mode in ("graph", "xla")}
-
-
-def measure_matmul(dtype: str, size: int = 2048, seconds: float = 1.0, jit_compile: bool = False) -> float:
-    import tensorflow as tf
-
-    with tf.device("/cpu:0" if not tf.config.list_logical_devices("GPU") else "/gpu:0"):
-        a = tf.cast(tf.random.normal((size, size)), dtype)
-        b = tf.cast(tf.random.normal((size, size)), dtype)
-        matmul = tf.function(lambda a, b: tf.matmul(a, b), jit_compile=jit_compile)
-        matmul(a, b).numpy()
-        count, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            result = matmul(a, b)
-            count += 1
-        result.numpy()
-        elapsed = time.perf_counter() - start
-    return 2.0 * size**3 * count / elapsed
-
-
-def _read_cache() -> dict:
-    return read_json(CACHE, {})
+    The same measured rates the resolver decides `auto` by (`launcher.plan.hardware`)."""
+    rates = measured_rates()
+    found = [rates[f"{dtype}_{backend}"] for backend in BACKENDS if f"{dtype}_{backend}" in rates]
+    if found:
+        return max(found) * 1e9
+    return max(matmul_rates(dtype, seconds=0.5).values())  # measuring in a child failed: measure here
 
 
 def process_age_seconds() -> float | None:

@@ -12,6 +12,7 @@ import keras
 
 from launcher.config.registry import MODELS
 from launcher.train import loss_scale
+from launcher.train.fused_update import FUSED
 from launcher.train.schedules import learning_rate
 
 
@@ -24,14 +25,17 @@ class Built:
     rebuild: Any = None
 
 
-def make_optimizer(cfg, lr):
+def make_optimizer(cfg, lr, fused: bool = False):
+    """The configured Keras optimizer; `fused` swaps in its one-kernel-per-variable twin."""
     name = cfg.name.value
     clip = {"clipnorm": cfg.clipnorm} if cfg.clipnorm else {}
     if name == "sgd":
-        return keras.optimizers.SGD(lr, momentum=cfg.momentum, **clip)
-    if name == "adamw":
-        return keras.optimizers.AdamW(lr, weight_decay=cfg.weight_decay or 0.004, **clip)
-    return keras.optimizers.Adam(lr, **clip)
+        cls, kwargs = keras.optimizers.SGD, {"momentum": cfg.momentum}
+    elif name == "adamw":
+        cls, kwargs = keras.optimizers.AdamW, {"weight_decay": cfg.weight_decay or 0.004}
+    else:
+        cls, kwargs = keras.optimizers.Adam, {}
+    return (FUSED[cls] if fused else cls)(lr, **kwargs, **clip)
 
 
 def float32_output(model):
@@ -45,7 +49,8 @@ def float32_output(model):
 def build(cfg, plan, source, strategy) -> Built:
     with strategy.scope():
         model = float32_output(MODELS.get(cfg.model.name).build(cfg.model, source))
-        inner = make_optimizer(cfg.optimizer, learning_rate(plan, cfg.optimizer))
+        fused = plan.get("optimizer.update") == "fused"
+        inner = make_optimizer(cfg.optimizer, learning_rate(plan, cfg.optimizer), fused)
         optimizer = loss_scale.wrap(inner, plan, cfg.loss_scale)
         optimizer.build(model.trainable_variables)
     return Built(strategy=strategy, model=model, optimizer=optimizer,

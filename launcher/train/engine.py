@@ -4,6 +4,9 @@
 MultiWorkerMirroredStrategy, so the engine owns the loop:
 
 - `graph`:       the replica step is a plain tf.function body;
+- `hybrid`:      the same graph step, the optimizer updating through fused TensorFlow
+                 kernels (`launcher.train.fused_update`, chosen at build time): oneDNN
+                 keeps the matmuls, the update is one pass per variable;
 - `fused_xla`:   one replica, the whole step (forward, backward, apply) compiled;
 - `replica_xla`: forward/backward compiled *inside* strategy.run, the
                  cross-replica apply outside the compiled function.
