@@ -230,6 +230,8 @@ def test_only_auto_settings_ask_for_measurements():
     assert wants_measurements(config("precision=auto", "xla=false"))
     assert wants_measurements(config("precision=fp32", "xla=auto"))
     assert not wants_measurements(config("precision=fp32", "xla=false"))
+    # Every worker of a job must decide the same: flags, not each machine's timings.
+    assert not wants_measurements(config("precision=auto", "xla=auto", "strategy=multi_worker"))
 
 
 @pytest.mark.parametrize(

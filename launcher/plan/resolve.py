@@ -250,7 +250,13 @@ def _is_chief(tf_config: dict) -> bool:
 
 
 def wants_measurements(cfg: Config) -> bool:
-    """precision=auto and xla=auto decide by this machine's measured matmul rates."""
+    """precision=auto and xla=auto decide by this machine's measured matmul rates.
+
+    Not under multi_worker: workers on different machines (or measuring under different load)
+    could decide differently, and every worker must run the same step. They decide by flags.
+    """
+    if cfg.strategy.kind == StrategyKind.multi_worker:
+        return False
     return cfg.precision.name == PrecisionName.auto or str(cfg.xla).strip().lower() == "auto"
 
 

@@ -3,8 +3,9 @@
 `runtime` configures devices, strategy, seeds and the dtype policy before the TF runtime starts;
 `build` creates every variable (model, optimizer, loss-scale state) inside `strategy.scope()`;
 `engine` owns the training loop for every strategy, precision and XLA mode, and drives the
-hooks through `launcher.contract`; `loss_scale`, `data`, `schedules`, `callbacks` and
-`model_io` are the pieces it is built from.
+hooks through `launcher.contract`; `loss_scale`, `fused_update` (optimizers updating through
+fused TensorFlow kernels), `data`, `schedules`, `callbacks` and `model_io` are the pieces it is
+built from.
 
 May import: TensorFlow, Keras, `launcher.config`, `launcher.contract`, `launcher.console`.
 Never `launcher.run` or `launcher.sweep`; it takes the Plan as data.
