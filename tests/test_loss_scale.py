@@ -216,3 +216,31 @@ def test_apply_outside_replica_context_is_a_clear_error():
         opt.build([var])
     with strategy.scope(), pytest.raises(ValueError, match="must be called in a replica context"):
         opt.apply([tf.ones(2)], [var])
+
+
+def apply_once(make_optimizer, grads, xla):
+    """One apply on a variable marked overwrite_with_gradient (Keras's float8 scales) and a plain one."""
+    overwrite, plain = keras.Variable([1.0, 2.0]), keras.Variable([3.0, 4.0])
+    overwrite.overwrite_with_gradient = True
+    optimizer = make_optimizer()
+    optimizer.build([overwrite, plain])
+    tf.function(lambda: optimizer.apply([tf.constant(g) for g in grads], [overwrite, plain]), jit_compile=xla)()
+    return overwrite.numpy(), plain.numpy(), float(optimizer.dynamic_scale.numpy())
+
+
+@pytest.mark.parametrize("xla", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize(
+    ("grads", "expected_overwrite"),
+    [
+        ([[16.0, 8.0], [8.0, 8.0]], [16.0, 8.0]),  # finite: the gradient itself, never divided by the scale
+        ([[16.0, 8.0], [8.0, NAN]], [1.0, 2.0]),  # non-finite: the whole step is skipped
+    ],
+    ids=["finite", "non-finite"],
+)
+def test_overwrite_with_gradient_variables_follow_keras(grads, expected_overwrite, xla):
+    ours = apply_once(lambda: ReplicaSafeLossScaleOptimizer(keras.optimizers.SGD(0.5), initial_scale=8.0), grads, xla)
+    theirs = apply_once(lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.5), initial_scale=8.0),
+                        grads, xla)
+    np.testing.assert_array_equal(ours[0], expected_overwrite)
+    for mine, keras_value in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(mine, keras_value)

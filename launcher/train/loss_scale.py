@@ -72,12 +72,18 @@ class ReplicaSafeLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 "(inside strategy.run), like keras.optimizers.LossScaleOptimizer.apply()."
             )
         if tf.distribute.get_strategy().num_replicas_in_sync == 1:
-            self._apply_reduced([self._unscale(g) for g in grads], variables)
+            self._apply_reduced(self._unscale(grads, variables), variables)
         else:
             context.merge_call(self._merge_apply, args=(list(grads), variables))
 
-    def _unscale(self, grad):
-        return None if grad is None else ops.divide(grad, ops.cast(self.dynamic_scale, grad.dtype))
+    def _unscale(self, grads, variables):
+        """Divide by the scale, as Keras does: not a missing gradient, nor one that overwrites its
+        variable (`overwrite_with_gradient`, Keras's float8 scaling factors)."""
+        return [
+            g if g is None or self._overwrite_variable_with_gradient(v)
+            else ops.divide(g, ops.cast(self.dynamic_scale, g.dtype))
+            for g, v in zip(grads, variables, strict=True)
+        ]
 
     def _merge_apply(self, distribution, grads, variables):
         """Cross-replica: agree on one finite/non-finite verdict, then apply or skip together."""
@@ -91,7 +97,7 @@ class ReplicaSafeLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         def apply_on_replicas():
             # The inner optimizer all-reduces the unscaled gradients itself.
             distribution.extended.call_for_each_replica(
-                lambda gs: self._apply_finite([self._unscale(g) for g in gs], variables), args=(grads,)
+                lambda gs: self._apply_finite(self._unscale(gs, variables), variables), args=(grads,)
             )
 
         ops.cond(finite, apply_on_replicas, self._skip_non_finite)
