@@ -167,3 +167,44 @@ def test_job_names_say_what_differs():
     assert (
         job_name(["precision=bf16", "strategy=mirrored", "train.epochs=2"], keys) == "precision=bf16,strategy=mirrored"
     )
+
+
+def test_a_failed_child_is_recorded_even_when_the_store_is_locked_at_every_write(tmp_path, monkeypatch):
+    """Parallel jobs share one SQLite store: each write of the failed-child path retries a locked database."""
+    import mlflow.tracking
+    from mlflow.tracking import MlflowClient
+
+    from launcher.sweep.job import _record_failed_child
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    real = MlflowClient(uri)
+    parent = real.create_run(real.create_experiment("launcher"), run_name="sweep").info.run_id
+    locked_once = []
+
+    class LockedOnceClient(MlflowClient):
+        def __getattribute__(self, name):
+            method = super().__getattribute__(name)
+            if name not in ("get_run", "create_run", "log_batch", "log_artifact", "set_terminated"):
+                return method
+
+            def first_call_is_locked(*args, **kwargs):
+                if name not in locked_once:
+                    locked_once.append(name)
+                    raise RuntimeError("(sqlite3.OperationalError) database is locked")
+                return method(*args, **kwargs)
+
+            return first_call_is_locked
+
+    monkeypatch.setattr(mlflow.tracking, "MlflowClient", LockedOnceClient)
+    log = tmp_path / "job.log"
+    log.write_text("launcher: configuration refused\n  xla='maybe': expected one of ['true', 'false', 'auto']\n")
+    state = {"uri": uri, "parent_run_id": parent, "sweep_id": "s1"}
+    _record_failed_child(state, "xla=maybe", ["xla=maybe"], log, 2)
+
+    assert locked_once == ["get_run", "create_run", "log_batch", "log_artifact", "set_terminated"]
+    children = real.search_runs([real.get_run(parent).info.experiment_id],
+                                filter_string=f"tags.mlflow.parentRunId = '{parent}'")
+    assert len(children) == 1
+    child = children[0]
+    assert child.info.status == "FAILED" and child.data.params == {"xla": "maybe"}
+    assert child.data.tags["exit_code"] == "2" and child.data.tags["sweep.role"] == "child"

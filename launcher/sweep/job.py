@@ -79,22 +79,27 @@ def _sweep_state(sweep_dir: Path) -> dict:
 
 
 def _record_failed_child(state: dict, name: str, overrides: list[str], log_path: Path, code: int) -> None:
-    """A job refused before training (ConfigError) still shows in MLflow, as a failed child with its reason."""
+    """A job refused before training (ConfigError) still shows in MLflow, as a failed child with its reason.
+
+    Parallel jobs share one SQLite store: every write retries a locked database."""
     from mlflow.entities import Param, RunTag
     from mlflow.tracking import MlflowClient
 
+    from launcher.tracking.tracker import with_retry
+
     client = MlflowClient(state["uri"])
-    parent = client.get_run(state["parent_run_id"])
+    parent = with_retry(client.get_run, state["parent_run_id"])
     text = log_path.read_text()[-4000:]
     reason = _error_reason(text)
-    run = client.create_run(parent.info.experiment_id, run_name=name, tags={
+    run = with_retry(client.create_run, parent.info.experiment_id, run_name=name, tags={
         "mlflow.parentRunId": state["parent_run_id"], "sweep_id": state["sweep_id"],
         "sweep.overrides": ",".join(overrides), "error": reason[:4900], "exit_code": str(code),
     })
-    client.log_batch(run.info.run_id, params=[Param(o.split("=", 1)[0], o.split("=", 1)[-1]) for o in overrides],
-                     tags=[RunTag("sweep.role", "child")])
-    client.log_artifact(run.info.run_id, str(log_path))
-    client.set_terminated(run.info.run_id, status="FAILED")
+    run_id = run.info.run_id
+    with_retry(client.log_batch, run_id, params=[Param(o.split("=", 1)[0], o.split("=", 1)[-1]) for o in overrides],
+               tags=[RunTag("sweep.role", "child")])
+    with_retry(client.log_artifact, run_id, str(log_path))
+    with_retry(client.set_terminated, run_id, status="FAILED")
 
 
 def _error_reason(text: str) -> str:
