@@ -33,6 +33,8 @@ def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
     tags = run.data.tags
     assert tags["plan.strategy"] == "default"
     assert tags["plan.step"] in {"hybrid", "fused_xla"}  # auto: by this machine's measured matmul rates
+    # The hybrid step updates through fused kernels; a whole-step XLA compile fuses Keras's update itself.
+    assert params["derived.optimizer.update"] == ("fused" if tags["plan.step"] == "hybrid" else "keras")
     for metric in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "examples_per_sec",
                    "model_flops_utilization"):
         history = client.get_metric_history(run.info.run_id, metric)

@@ -9,7 +9,7 @@ from typing import Any
 DERIVED = (
     "replicas", "batch.global", "batch.per_replica", "lr", "warmup.steps",
     "train.steps_per_epoch", "train.total_steps", "precision.policy", "xla", "step",
-    "loss_scale.optimizer",
+    "optimizer.update", "loss_scale.optimizer",
 )
 NAME_GROUPS = ("model", "dataset", "precision", "strategy")
 
