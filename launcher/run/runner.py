@@ -23,6 +23,7 @@ from launcher.contract import SUMMARY_METRICS, FitResult, HookList, Position, Pr
 from launcher.files import CONFIG_FILE, PLAN_FILE
 from launcher.plan.decisions import Plan
 from launcher.plan.resume import decide_resume, layout_of
+from launcher.tracking.uri import redact
 
 
 @dataclass
@@ -50,6 +51,8 @@ class Launch:
         self.launch_dir = launch_dir
         self.choices = choices
         self.settings = as_dict(config)
+        # What is written and logged (config.yaml, MLflow params): never the tracking URI's credentials.
+        self.settings["tracking"]["uri"] = redact(self.settings["tracking"]["uri"])
         self.position: Position | None = None  # where a resumed run continues; None: from the start
         self.sidecar: dict = {}
         self.checkpointer = None

@@ -87,6 +87,7 @@ def _record_failed_child(state: dict, name: str, overrides: list[str], log_path:
 
     from launcher.tracking.tracker import with_retry
 
+    overrides = [_shown(o) for o in overrides]
     client = MlflowClient(state["uri"])
     parent = with_retry(client.get_run, state["parent_run_id"])
     text = log_path.read_text()[-4000:]
@@ -100,6 +101,14 @@ def _record_failed_child(state: dict, name: str, overrides: list[str], log_path:
                tags=[RunTag("sweep.role", "child")])
     with_retry(client.log_artifact, run_id, str(log_path))
     with_retry(client.set_terminated, run_id, status="FAILED")
+
+
+def _shown(override: str) -> str:
+    """An override as MLflow may show it: a tracking URI without its credentials."""
+    from launcher.tracking.uri import redact
+
+    key, _, value = override.partition("=")
+    return f"{key}={redact(value)}" if key.lstrip("+~") == "tracking.uri" else override
 
 
 def _error_reason(text: str) -> str:

@@ -33,6 +33,8 @@ class Tracker:
     def __init__(self, uri: str, experiment: str, run_name: str, artifact_root: Path,
                  resume_run_id: str | None = None, parent_run_id: str | None = None):
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        # MLflow prints the server URL as given, credentials included; the launcher prints it redacted.
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         from mlflow.tracking import MlflowClient
 
         self.uri = uri
@@ -99,7 +101,9 @@ class Tracker:
     def ui_hint(self) -> str:
         if self.uri.startswith("sqlite:///"):
             return f"mlflow ui --backend-store-uri {self.uri}  (run {self.run_id})"
-        return f"{self.uri}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        from launcher.tracking.uri import redact
+
+        return f"{redact(self.uri).rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
 
 
 class NullTracker:

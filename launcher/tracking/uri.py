@@ -1,15 +1,45 @@
-"""Where a run is tracked: the store's URI made absolute, and a server that answers.
+"""Where a run is tracked: the store's URI made absolute, a server that answers, credentials hidden.
 
 An unreachable tracking server fails fast with a `ConfigError` instead of MLflow's
-minutes of retries.
+minutes of retries. A URI may carry credentials (`https://user:password@host`,
+`?token=...`): `redact` is what every param, file, message and hint shows instead.
 """
 
 from __future__ import annotations
 
+import base64
+import re
 import urllib.request
 from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from launcher.config.errors import ConfigError
+
+HIDDEN = "***"
+SECRET_QUERY_KEYS = re.compile(r"token|secret|password|passwd|key|auth|signature|credential", re.IGNORECASE)
+
+
+def redact(uri: str) -> str:
+    """The URI with its password (or bare token) and secret-looking query values replaced by ***;
+    everything else exactly as given."""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return uri
+    shown = uri
+    if "@" in parts.netloc:
+        userinfo, host = parts.netloc.rsplit("@", 1)
+        user, has_password, _ = userinfo.partition(":")
+        shown = shown.replace(parts.netloc, f"{user}:{HIDDEN}@{host}" if has_password else f"{HIDDEN}@{host}", 1)
+    if parts.query:
+        pairs = [_hide_value(pair) for pair in parts.query.split("&")]
+        shown = shown.replace(f"?{parts.query}", "?" + "&".join(pairs), 1)
+    return shown
+
+
+def _hide_value(pair: str) -> str:
+    key, has_value, _ = pair.partition("=")
+    return f"{key}={HIDDEN}" if has_value and SECRET_QUERY_KEYS.search(key) else pair
 
 
 def resolve_uri(uri: str, base: Path) -> str:
@@ -28,10 +58,22 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
     if not uri.startswith(("http://", "https://")):
         return
     try:
-        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout).read()
+        urllib.request.urlopen(_health_request(uri), timeout=timeout).read()
     except OSError as err:
         raise ConfigError.single(
-            "tracking.uri", uri, f"a reachable MLflow tracking server ({err})",
+            "tracking.uri", redact(uri), f"a reachable MLflow tracking server ({redact(str(err))})",
             "start it (mlflow server --host 127.0.0.1 --port 5000), or tracking=mlflow for the local "
             "SQLite store, or tracking=off",
         ) from None
+
+
+def _health_request(uri: str) -> urllib.request.Request:
+    """GET <server>/health; credentials in the URI go in a Basic auth header, as MLflow's client sends
+    them (urllib would take `user:password@host` for a host name)."""
+    parts = urlsplit(uri)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    request = urllib.request.Request(urlunsplit((parts.scheme, host, parts.path.rstrip("/") + "/health", "", "")))
+    if parts.username is not None:
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        request.add_header("Authorization", "Basic " + base64.b64encode(pair.encode()).decode())
+    return request
