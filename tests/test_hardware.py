@@ -59,3 +59,25 @@ def test_measuring_in_a_child_process_gives_every_dtype_and_backend(cache):
     assert set(rates) == {f"{d}_{b}" for d in hardware.DTYPES for b in hardware.BACKENDS}
     assert all(rate > 0 for rate in rates.values())
     assert json.loads(cache.read_text()) == {hardware.machine_key(): rates}
+
+
+def test_concurrent_launches_on_one_machine_measure_once(cache, monkeypatch):
+    import threading
+    import time
+
+    calls = []
+
+    def slow_measurement():
+        calls.append(1)
+        time.sleep(0.3)  # the other launches arrive while this one measures
+        return dict(RATES)
+
+    monkeypatch.setattr(hardware, "_measure_in_child", slow_measurement)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(hardware.measured_rates())) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [RATES] * 3
+    assert len(calls) == 1

@@ -179,13 +179,11 @@ def test_xla_false_is_no_xla_anywhere_hybrid_or_graph():
         (("xla=true", "optimizer.update=fused"), "fused_xla", "fused"),
         (("xla=true", "strategy=mirrored"), "replica_xla", "fused"),
         (("xla=true", "strategy=mirrored", "optimizer.update=keras"), "replica_xla", "keras"),
-        (("xla=false", "optimizer=sgd"), "hybrid", "fused"),
-        (("xla=false", "optimizer=adamw"), "hybrid", "fused"),
+        (("xla=false", "optimizer.name=sgd"), "hybrid", "fused"),
+        (("xla=false", "optimizer.name=adamw"), "hybrid", "fused"),
     ],
 )
 def test_step_kind_and_optimizer_update(overrides, step, update):
-    overrides = tuple(o.replace("optimizer=", "optimizer.name=") if o.startswith("optimizer=") else o
-                      for o in overrides)
     plan = plan_for(CPU_PLAIN, *overrides)
     assert (plan["step"], plan["optimizer.update"]) == (step, update)
     if update == "fused" and "optimizer.update=fused" not in overrides:

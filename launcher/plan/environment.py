@@ -60,8 +60,9 @@ class Environment:
         return self.has_amx
 
     def best_matmul_rate(self, dtype: str) -> float | None:
-        rates = [r for r in (self.matmul_rate(dtype, "graph"), self.matmul_rate(dtype, "xla")) if r]
-        return max(rates, default=None)
+        from launcher.plan.hardware import best_rate
+
+        return best_rate(self.matmul_gflops, dtype)
 
     @property
     def gpu_min_capability(self) -> tuple[int, int] | None:

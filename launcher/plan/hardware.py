@@ -30,6 +30,11 @@ BACKENDS = ("graph", "xla")
 MEASURE_TIMEOUT_SEC = 300
 
 
+def best_rate(rates: dict[str, float], dtype: str) -> float | None:
+    """The faster of oneDNN's and XLA's rate for `dtype` (None when not measured)."""
+    return max((rates[f"{dtype}_{b}"] for b in BACKENDS if rates.get(f"{dtype}_{b}")), default=None)
+
+
 def cache_file() -> Path:
     return Path(os.environ.get("LAUNCHER_CACHE", Path.home() / ".cache" / "launcher")) / "matmul_rates.json"
 

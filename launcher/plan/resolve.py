@@ -277,8 +277,8 @@ def rule_xla(cfg: Config, env: Environment, plan: Plan, violations: list) -> Non
 CONV_MODELS = ("cnn", "resnet")
 COMPUTE_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "mixed": "float16"}
 # XLA compiles the whole step when its matmuls run at least this fraction of oneDNN's: its fusion
-# of the elementwise work then wins (float32 on an AMD EPYC: XLA 0.91x oneDNN's matmul, the
-# XLA step 1.05x the hybrid one). Below it, oneDNN's matmuls are worth keeping.
+# of the elementwise work then wins (float32 on an AMD EPYC without AMX: XLA 0.91x oneDNN's matmul,
+# the XLA step 1.03x the hybrid one). Below it, oneDNN's matmuls are worth keeping.
 XLA_MATMUL_FRACTION = 0.85
 
 
@@ -288,7 +288,8 @@ def _auto_xla(env: Environment, precision: str, model: str) -> tuple[bool, str]:
     if model in CONV_MODELS:
         return False, (
             f"CPU, model={model}: XLA's CPU convolutions are slower than oneDNN's "
-            "(measured: the XLA step trains at 0.53x the graph step on the benchmark convnet)"
+            "(measured on the benchmark convnet: the XLA step trains at 0.53x the graph step on a Xeon, "
+            "0.62x on an AMD EPYC, both without AMX)"
         )
     dtype = COMPUTE_DTYPE[precision]
     graph, xla = env.matmul_rate(dtype, "graph"), env.matmul_rate(dtype, "xla")
@@ -299,7 +300,8 @@ def _auto_xla(env: Environment, precision: str, model: str) -> tuple[bool, str]:
         return False, f"{measured}; the graph step keeps oneDNN's faster matmuls"
     if precision == "fp32":
         return True, ("CPU float32: XLA fuses the step, the optimizer update included "
-                      "(measured 1.07-1.2x the graph step on a 3x2048 MLP; matmul rates not measured)")
+                      "(measured 1.07-1.2x the graph step on a 3x2048 MLP, Xeon without AMX; "
+                      "matmul rates not measured here)")
     if env.has_amx:
         return False, (
             f"CPU {precision} with AMX: the graph step uses oneDNN's AMX kernels, XLA's CPU "
@@ -338,7 +340,7 @@ def rule_step(cfg: Config, env: Environment, plan: Plan, violations: list) -> No
         else:
             update, why = OptimizerUpdate.fused, (
                 f"update=auto: {kernel}, one pass over each variable instead of Keras's ~10 elementwise "
-                "ops (measured: bf16 MLP step 1.15x on an AMD EPYC)")
+                "ops (measured, MLP step: 1.26x bf16, 1.15x fp32 on an AMD EPYC without AMX)")
     else:
         why = f"requested ({kernel})" if update == OptimizerUpdate.fused else "requested"
     fused = update == OptimizerUpdate.fused

@@ -238,7 +238,7 @@ class Launch:
         from launcher.run.hooks.utilization import UtilizationHook
         from launcher.run.utilization import process_age_seconds
 
-        flops, peak = _utilization_inputs(self.config, self.plan, self.built.model, self.tracker)
+        flops, peak = _utilization_inputs(self.config, self.plan, self.built.model, self.tracker, self.env)
         return UtilizationHook(flops, peak, process_age_seconds)
 
     def _profiler_hook(self):
@@ -273,7 +273,7 @@ def _load_data(config):
     return source
 
 
-def _utilization_inputs(config, plan, model, tracker) -> tuple[float, float]:
+def _utilization_inputs(config, plan, model, tracker, env) -> tuple[float, float]:
     """Training FLOPs per example and this machine's matmul peak for the compute dtype."""
     if not config.train.measure_utilization:
         return 0.0, 0.0
@@ -283,7 +283,7 @@ def _utilization_inputs(config, plan, model, tracker) -> tuple[float, float]:
     if not flops:
         return 0.0, 0.0
     dtype = COMPUTE_DTYPE[plan["precision.policy"]]
-    peak = matmul_peak(dtype)
+    peak = matmul_peak(dtype, env.matmul_gflops)  # the probe's rates: no second cache read
     if not tracker.resumed:
         tracker.log_params({"derived.train_flops_per_example": int(flops),
                             f"derived.matmul_peak_{dtype}_gflops": round(peak / 1e9, 1)})

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from launcher.plan.hardware import BACKENDS, matmul_rates, measured_rates
+from launcher.plan.hardware import best_rate, matmul_rates, measured_rates
 
 COMPUTE_DTYPE = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
 
@@ -39,14 +39,14 @@ def training_flops_per_example(model) -> float:
     return 3.0 * forward_flops_per_example(model)
 
 
-def matmul_peak(dtype: str) -> float:
+def matmul_peak(dtype: str, rates: dict[str, float] | None = None) -> float:
     """FLOP/s of a 2048^3 matmul in `dtype` on this machine, the faster of graph and XLA.
 
-    The same measured rates the resolver decides `auto` by (`launcher.plan.hardware`)."""
-    rates = measured_rates()
-    found = [rates[f"{dtype}_{backend}"] for backend in BACKENDS if f"{dtype}_{backend}" in rates]
-    if found:
-        return max(found) * 1e9
+    The same measured rates the resolver decides `auto` by (`launcher.plan.hardware`): pass
+    the probe's when it has them, else they are read from the cache (or measured)."""
+    best = best_rate(rates or measured_rates(), dtype)
+    if best:
+        return best * 1e9
     return max(matmul_rates(dtype, seconds=0.5).values())  # measuring in a child failed: measure here
 
 
