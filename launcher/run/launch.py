@@ -30,8 +30,23 @@ def launch_in_hydra(cfg: DictConfig, hydra_cfg) -> None:
 
 
 def run(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> int:
-    """One launch; returns its exit code and leaves outcome.json in the run dir."""
+    """One launch; returns its exit code and leaves outcome.json in the run dir.
+
+    The run dir's lock is held from before the first write to after outcome.json: a second
+    launch on the same dir is refused and writes nothing there.
+    """
     quiet_tensorflow_logs(bool(cfg.get("tf_logs", False)))
+    from launcher.run.lock import RunDirBusy, RunDirLock
+
+    try:
+        with RunDirLock(run_dir):
+            return _run_locked(cfg, run_dir, launch_dir, choices)
+    except RunDirBusy as err:
+        print(f"\n{err}\n", file=sys.stderr, flush=True)
+        return EXIT_CONFIG_ERROR
+
+
+def _run_locked(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None) -> int:
     from launcher.run.runner import execute
 
     try:

@@ -1,0 +1,57 @@
+"""Two launches on one run dir: the second is refused and writes nothing; a dead owner's lock is taken over."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from conftest import TINY
+
+from launcher.run.lock import LOCK_FILE, RunDirBusy, RunDirLock
+
+
+def test_a_second_holder_is_refused_with_the_owner_named(tmp_path):
+    with RunDirLock(tmp_path), pytest.raises(RunDirBusy) as refused:
+        RunDirLock(tmp_path).acquire()
+    message = str(refused.value)
+    assert "hydra.run.dir" in message and str(tmp_path) in message
+    assert f"pid {os.getpid()}" in message and "fix:" in message
+    # Released cleanly: the next launch takes it without a notice.
+    RunDirLock(tmp_path).acquire()
+
+
+def test_a_lock_left_by_a_killed_launch_is_taken_over(tmp_path, capfd):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from launcher.run.lock import RunDirLock; "
+         f"lock = RunDirLock({str(tmp_path)!r}); lock.acquire(); print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(RunDirBusy):
+        RunDirLock(tmp_path).acquire()  # alive: refused
+    dead_pid = holder.pid
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == dead_pid  # the record is left behind
+    lock = RunDirLock(tmp_path)
+    lock.acquire()
+    assert f"pid {dead_pid}" in capfd.readouterr().err
+    assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
+    lock.release()
+
+
+def test_the_cli_refuses_a_run_dir_in_use_and_writes_nothing_there(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    with RunDirLock(run_dir):  # a live launch holding the dir
+        done = cli(*TINY)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "no other launch is using" in done.stderr and f"pid {os.getpid()}" in done.stderr
+    assert "Traceback" not in done.stderr
+    written = {p.name for p in run_dir.iterdir()} - {LOCK_FILE, ".hydra", "__main__.log"}
+    assert written == set(), written  # no outcome.json, plan.yaml, config.yaml or checkpoints
+    assert not (tmp_path / "mlflow.db").exists()
+    # Once the holder is gone, the same command trains.
+    assert cli(*TINY).returncode == 0
