@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from launcher.config.errors import ConfigError, Violation
@@ -34,6 +35,24 @@ def set_aside(directory: Path) -> None:
         aside, index = directory.with_name(f"{directory.name}.replaced{index}"), index + 1
     shutil.move(str(directory), str(aside))
     print(f"WARNING: checkpoint.resume=never: previous checkpoints moved to {aside}", file=sys.stderr, flush=True)
+
+
+def check_writable(directory: Path) -> None:
+    """Refuse before training when checkpoints cannot be written at all (read-only, no permission, full)."""
+    probe = directory / ".write-test"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"0" * 4096)
+        probe.unlink()
+    except OSError as err:
+        with suppress(OSError):
+            probe.unlink(missing_ok=True)
+        raise ConfigError.single(
+            "hydra.run.dir", str(directory),
+            f"a writable checkpoint directory ({err.strerror or err})",
+            "make it writable or free space on it, give the launch another name= / hydra.run.dir=, "
+            "or checkpoint=off to train without checkpoints",
+        ) from None
 
 
 class Checkpointer:
@@ -75,12 +94,17 @@ class Checkpointer:
     # ------------------------------------------------------------- saving
 
     def save(self, position: Position, extra: dict) -> str:
-        """Write checkpoint + sidecar; the sidecar last, so its presence marks completeness."""
+        """Write checkpoint + sidecar; the sidecar last, so its presence marks completeness.
+
+        A failed write (disk full, read-only, permissions) removes its partial files and raises
+        CheckpointWriteError: the checkpoints already on disk stay as they were.
+        """
         self._set_counters(position)
-        path = self.manager.save(checkpoint_number=position.global_step)
-        fault_point("before_sidecar", position.global_step)
-        sidecar = {"position": vars(position).copy(), **extra}
-        write_json_atomic(Path(f"{path}.json"), sidecar)
+        with self._writing(self.directory, position):
+            path = self.manager.save(checkpoint_number=position.global_step)
+            fault_point("before_sidecar", position.global_step)
+            sidecar = {"position": vars(position).copy(), **extra}
+            write_json_atomic(Path(f"{path}.json"), sidecar)
         fault_point("after_save", position.global_step)
         self._drop_orphan_sidecars()
         if not self.verified and self.cfg.verify_restore:
@@ -100,7 +124,28 @@ class Checkpointer:
 
     def save_best(self, position: Position) -> str:
         self._set_counters(position)
-        return self.best_manager.save(checkpoint_number=position.global_step)
+        with self._writing(self.best_dir, position):
+            return self.best_manager.save(checkpoint_number=position.global_step)
+
+    @contextmanager
+    def _writing(self, directory: Path, position: Position):
+        import tensorflow as tf
+
+        try:
+            yield
+        except (OSError, tf.errors.OpError) as err:
+            step = position.global_step
+            for partial in [*directory.glob(f"ckpt-{step}_temp*"), *directory.glob(f"ckpt-{step}.*")]:
+                shutil.rmtree(partial, ignore_errors=True) if partial.is_dir() else partial.unlink(missing_ok=True)
+            newest = self.manager.latest_checkpoint
+            raise CheckpointWriteError(
+                f"Checkpoint at global step {step} ({position}) could not be written to {directory}: "
+                f"{_reason(err)}.\n"
+                f"The run stopped at this save. Checkpoints already on disk are intact "
+                f"(newest: {newest or 'none'}).\n"
+                f"fix: free space on (or make writable) {directory}, or lower checkpoint.max_to_keep; then re-run "
+                f"the same command to resume" + (f" from {Path(newest).name}." if newest else ".")
+            ) from None
 
     def verify(self, path: str) -> None:
         """Restore the first checkpoint into fresh objects: a broken restore path shows now, not after a crash."""
@@ -202,3 +247,13 @@ class Checkpointer:
 
 class _Corrupt(Exception):
     pass
+
+
+class CheckpointWriteError(RuntimeError):
+    """A save failed: the run stops with this message instead of training on without checkpoints."""
+
+
+def _reason(err: Exception) -> str:
+    """The OS's words (`No space left on device`), not TensorFlow's op wrapper around them."""
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return text.split("; ")[-1].split(" [Op:")[0].strip() if ";" in text else text

@@ -90,6 +90,10 @@ class Launch:
         self.source = _collecting(problems, _load_data, config)
         if self.source is not None and "batch.global" in self.plan:
             _collecting(problems, schedule, config, self.plan, self.source.num_train, self.source.num_val)
+        if config.checkpoint.enabled and not config.explain:
+            from launcher.run.checkpoint import check_writable
+
+            _collecting(problems, check_writable, self.run_dir / "checkpoints")
         if config.tracking.enabled and not config.explain:
             from launcher.tracking.uri import check_reachable
 
@@ -159,6 +163,7 @@ class Launch:
 
     def fit(self) -> Outcome:
         """Train with the hooks; mark the MLflow run FINISHED, KILLED or FAILED whatever happens."""
+        from launcher.run.checkpoint import CheckpointWriteError
         from launcher.run.hooks.preemption import PreemptionGuard
         from launcher.train.callbacks import make_callbacks
         from launcher.train.engine import Engine
@@ -186,6 +191,10 @@ class Launch:
             except KeyboardInterrupt:
                 status = "KILLED"
                 raise
+            except CheckpointWriteError as err:  # the message says it all: no traceback
+                print(f"\n{err}\nThe MLflow run is marked FAILED.", file=sys.stderr, flush=True)
+                outcome.error = f"CheckpointWriteError: {err}"
+                self.tracker.set_tags({"error": outcome.error})
             except Exception as err:
                 traceback.print_exc()
                 print("\nTraining failed; the MLflow run is marked FAILED.", file=sys.stderr)
