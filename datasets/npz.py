@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
-from launcher.config.errors import ConfigError
+from launcher.config.errors import ConfigError, raise_if_any
 from launcher.train.data import DataSource, split_arrays
+from launcher.train.data_checks import array_problems, split_problems
 
 
 def load(cfg) -> DataSource:
@@ -18,23 +21,33 @@ def load(cfg) -> DataSource:
             f"'{cfg.x_key}' and '{cfg.y_key}' (file not found)",
             "dataset.path=/absolute/path/to/data.npz (save one with numpy.savez(path, x=x, y=y))",
         )
-    with np.load(path) as archive:
-        missing = [k for k in (cfg.x_key, cfg.y_key) if k not in archive.files]
-        if missing:
-            raise ConfigError.single(
-                "dataset.x_key" if cfg.x_key in missing else "dataset.y_key", missing[0],
-                f"one of the arrays in {path.name}: {archive.files}",
-                f"dataset.x_key=<name> dataset.y_key=<name> (arrays found: {archive.files})",
-            )
-        x, y = archive[cfg.x_key], archive[cfg.y_key]
-    if len(x) != len(y):
-        raise ConfigError.single(
-            "dataset.path",
-            str(path),
-            f"x and y of equal length (got {len(x)} and {len(y)})",
-            "re-save the file with matching arrays",
-        )
+    x, y = _read(path, cfg)
+    problems = array_problems(x, y, path, cfg.x_key, cfg.y_key, cfg.num_classes)
+    num_val = max(1, int(round(len(x) * cfg.validation_split)))  # as split_arrays holds it out
+    raise_if_any(problems or split_problems(len(x) - num_val, num_val, cfg.validation_split, str(path)))
     kind = "tokens" if np.issubdtype(x.dtype, np.integer) and x.ndim == 2 else ("image" if x.ndim == 4 else "tabular")
     if kind != "tokens":
         x = x.astype("float32")
-    return split_arrays(x, y, cfg.validation_split, cfg.shuffle_seed, cfg.limit, kind)
+    return split_arrays(x, y, cfg.validation_split, cfg.shuffle_seed, cfg.limit, kind, cfg.num_classes or None)
+
+
+def _read(path: Path, cfg) -> tuple[np.ndarray, np.ndarray]:
+    """x and y from the archive; an unreadable file (truncated, not an .npz, pickled objects) is a ConfigError."""
+    try:
+        archive = np.load(path)  # allow_pickle=False: a data file never runs code
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError("a single .npy array, not an .npz archive of named arrays")
+        with archive:
+            missing = [k for k in (cfg.x_key, cfg.y_key) if k not in archive.files]
+            if missing:
+                raise ConfigError.single(
+                    "dataset.x_key" if cfg.x_key in missing else "dataset.y_key", missing[0],
+                    f"one of the arrays in {path.name}: {archive.files}",
+                    f"dataset.x_key=<name> dataset.y_key=<name> (arrays found: {archive.files})",
+                )
+            return archive[cfg.x_key], archive[cfg.y_key]
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        raise ConfigError.single(
+            "dataset.path", str(path), f"a readable .npz file ({str(err).splitlines()[0][:200]})",
+            "re-save it with numpy.savez(path, x=x, y=y) (numeric arrays; object arrays are not loaded)",
+        ) from None

@@ -184,6 +184,8 @@ class NpzConfig(DatasetBase):
     """Array name of the inputs in the file."""
     y_key: str = "y"
     """Array name of the integer labels in the file."""
+    num_classes: int = 0
+    """Label classes, >= 0 (0 = the largest label + 1); a label outside 0..num_classes-1 is refused."""
 
 
 @dataclass
