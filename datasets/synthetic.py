@@ -20,6 +20,12 @@ def load(cfg) -> DataSource:
             cfg.num_examples if cfg.num_examples < 2 else cfg.num_classes,
             "an integer >= 2", "dataset.num_examples=2048 dataset.num_classes=10",
         )
+    dims = {"image": 3, "tabular": None, "tokens": 1}[kind]
+    if not cfg.shape or min(cfg.shape) < 1 or (dims and len(cfg.shape) != dims):
+        shown = {"image": "[H, W, C], e.g. [16,16,3]", "tabular": "[features], e.g. [32]",
+                 "tokens": "[length], e.g. [64]"}[kind]
+        raise ConfigError.single("dataset.shape", list(cfg.shape), f"positive sizes for {kind} inputs: {shown}",
+                                 f"dataset.shape={shown.split('e.g. ')[1]}")
     rng = np.random.default_rng(cfg.seed)
     y = rng.integers(0, cfg.num_classes, size=cfg.num_examples)
     if kind == "tokens":

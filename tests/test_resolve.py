@@ -101,7 +101,7 @@ def test_explicit_loss_scale_unused_is_a_warning(precision, mode):
 
 
 def test_fixed_scale_must_be_positive():
-    with pytest.raises(ConfigError, match=r"loss_scale.value=0.0: expected a number > 0"):
+    with pytest.raises(ConfigError, match=r"loss_scale.value=0.0: expected a finite number > 0"):
         plan_for(ONE_V100, "precision=mixed", "loss_scale=fixed", "loss_scale.value=0")
 
 
@@ -443,20 +443,33 @@ def test_profile_window_after_the_last_step_warns():
 BREAKING = {">= 1": 0, ">= 0": -1, "> 0": 0, "(0, 1)": 1, "[0, 1)": 1}
 
 
-def test_every_bound_names_a_key_of_the_default_config():
-    cfg = config()
-    assert [b.key for b in BOUNDS if lookup(cfg, b.key) is ABSENT] == []
+# Options whose keys some bounds name; every other bound's key is in the default config.
+OPTIONS = ["model=cnn", "model=resnet", "model=transformer", "dataset=synthetic", "dataset=npz"]
+
+
+def _option_with(key: str) -> list[str]:
+    """[] when the default config has `key`, else the one override that brings it in."""
+    if lookup(config(), key) is not ABSENT:
+        return []
+    extra = {"dataset=npz": ["dataset.path=x.npz"]}
+    return next(([o, *extra.get(o, [])] for o in OPTIONS if lookup(config(o, *extra.get(o, [])), key) is not ABSENT),
+                None)
+
+
+def test_every_bound_names_a_key_of_the_default_config_or_of_an_option():
+    assert [b.key for b in BOUNDS if _option_with(b.key) is None] == []
 
 
 @pytest.mark.parametrize("bound", BOUNDS, ids=lambda b: b.key)
 def test_each_bound_refuses_a_value_outside_it_with_a_fix(bound):
     bad = BREAKING[bound.bound]
+    option = _option_with(bound.key)
     with pytest.raises(ConfigError) as err:
-        plan_for(CPU_PLAIN, f"{bound.key}={bad}")
+        plan_for(CPU_PLAIN, *option, f"{bound.key}={bad}")
     violation = next(v for v in err.value.violations if v.key == bound.key)
     assert violation.value == bad
     assert violation.fix == f"{bound.key}={bound.fix}"
-    plan_for(CPU_PLAIN, f"{bound.key}={bound.fix}")  # the suggested fix is accepted
+    plan_for(CPU_PLAIN, *option, f"{bound.key}={bound.fix}")  # the suggested fix is accepted
 
 
 def test_bounds_and_rules_are_reported_together():

@@ -7,6 +7,7 @@ replicas) are rules in `launcher.plan.resolve`, which need the Plan.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,10 +15,11 @@ from typing import Any
 from launcher.config.errors import Violation
 
 # bound -> (holds?, what the error says is expected)
+# (NaN fails every comparison; inf is refused where a bound is open-ended.)
 CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    ">= 1": (lambda v: v >= 1, "an integer >= 1"),
-    ">= 0": (lambda v: v >= 0, "a number >= 0"),
-    "> 0": (lambda v: v > 0, "a number > 0"),
+    ">= 1": (lambda v: math.isfinite(v) and v >= 1, "an integer >= 1"),
+    ">= 0": (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),
+    "> 0": (lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
     "(0, 1)": (lambda v: 0 < v < 1, "a fraction in (0, 1)"),
     "[0, 1)": (lambda v: 0 <= v < 1, "a fraction in [0, 1)"),
 }
@@ -60,8 +62,21 @@ def _checkpointing(cfg) -> bool:
 
 
 BOUNDS: tuple[Bound, ...] = (
+    Bound("seed", ">= 0", 0),
     Bound("model.dropout", "[0, 1)", 0.0),
+    # Keys of one model or dataset option (skipped when the chosen option has no such key).
+    Bound("model.kernel_size", ">= 1", 3),
+    Bound("model.dense_units", ">= 1", 64),
+    Bound("model.min_input_size", ">= 1", 32),
+    Bound("model.embed_dim", ">= 1", 32),
+    Bound("model.num_heads", ">= 1", 2),
+    Bound("model.ff_dim", ">= 1", 64),
+    Bound("model.num_layers", ">= 1", 2),
+    Bound("model.patch_size", ">= 0", 0),
+    Bound("dataset.seed", ">= 0", 0),
+    Bound("dataset.num_classes", ">= 0", 0),
     Bound("dataset.validation_split", "(0, 1)", 0.2),
+    Bound("dataset.shuffle_seed", ">= 0", 0),
     Bound("dataset.shuffle_buffer", ">= 1", 10_000),
     Bound("dataset.limit", ">= 0", 0),
     Bound("strategy.devices", ">= 0", 0),

@@ -421,6 +421,27 @@ def as_dict(config: Config) -> dict:
     return OmegaConf.to_container(OmegaConf.structured(config), enum_to_str=True)
 
 
+def to_config(node) -> Config:
+    """The composed config as typed objects; a missing required value or a broken interpolation is a
+    ConfigError naming the key (OmegaConf checks these only now, after Hydra composed)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+    from launcher.config.errors import ConfigError
+
+    try:
+        return OmegaConf.to_object(node)
+    except MissingMandatoryValue as err:
+        key = err.full_key or "?"
+        raise ConfigError.single(key, "???", "a value: this key has no default for the chosen option",
+                                 f"set it on the command line, e.g. {key}=<value>") from None
+    except OmegaConfBaseException as err:
+        key = err.full_key or "?"
+        reason = str(err.msg).splitlines()[0]
+        fix = f"fix {key}'s value or interpolation (`python -m launcher --cfg job` shows it)"
+        raise ConfigError.single(key, "(as composed)", f"a value that resolves ({reason})", fix) from None
+
+
 def run_dir_name(name: str) -> str:
     """`${run_dir_name:${name}}` in hydra.run.dir: the given name, else a timestamp."""
     if name:

@@ -39,7 +39,7 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int) -> Plan:
             f"training steps: nothing will be traced. Use train.profile.skip_steps={min(10, steps // 2)}."
         )
     sc = cfg.scaling
-    if sc.warmup_epochs > 0:
+    if math.isfinite(sc.warmup_epochs) and sc.warmup_epochs > 0:  # inf/NaN: refused by the bounds rule
         warmup = round(sc.warmup_epochs * steps)
         plan.decide("warmup.steps", warmup, f"{sc.warmup_epochs:g} epoch(s) x {steps} steps")
     else:

@@ -41,7 +41,9 @@ class Outcome:
 
 def execute(cfg_node, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> Outcome:
     """Resolve, print and save the Plan, then train unless explain=true. Raises ConfigError."""
-    return Launch(OmegaConf.to_object(cfg_node), run_dir, launch_dir, choices or {}).execute()
+    from launcher.config.schema import to_config
+
+    return Launch(to_config(cfg_node), run_dir, launch_dir, choices or {}).execute()
 
 
 class Launch:
@@ -78,18 +80,17 @@ class Launch:
         collected and refused together, in one ConfigError.
         """
         from launcher.plan.environment import probe
-        from launcher.plan.resolve import resolve_all, wants_measurements
-        from launcher.plan.schedule import schedule
+        from launcher.plan.resolve import wants_measurements
         from launcher.train import runtime
 
         config = self.config
         self.env = probe(measure=wants_measurements(config))
-        self.plan, problems = resolve_all(config, self.env)
-        if not problems:
-            self.strategy = runtime.configure(self.plan, config.seed, config.deterministic)
-        self.source = _collecting(problems, _load_data, config)
-        if self.source is not None and "batch.global" in self.plan:
-            _collecting(problems, schedule, config, self.plan, self.source.num_train, self.source.num_val)
+        self.strategy = None
+
+        def start_runtime(plan):
+            self.strategy = runtime.configure(plan, config.seed, config.deterministic)
+
+        self.plan, self.source, problems = review(config, self.env, start_runtime)
         if config.checkpoint.enabled and not config.explain:
             from launcher.run.checkpoint import check_writable
 
@@ -265,6 +266,28 @@ class Launch:
         (self.run_dir / PLAN_FILE).write_text(self.plan.to_yaml())
 
 
+def review(config: Config, env, start_runtime=None) -> tuple[Plan, Any, list]:
+    """Every check of the config and its data, collected: resolver rules, the data, the schedule.
+
+    Returns the Plan (partial when refused), the data source (None when it could not load) and
+    every problem. `start_runtime(plan)` runs between the rules and the data when the rules
+    pass (TensorFlow's devices must be set before anything touches them).
+    """
+    from launcher.plan.resolve import resolve_all
+    from launcher.plan.schedule import schedule
+
+    plan, problems = resolve_all(config, env)
+    if not problems and start_runtime is not None:
+        start_runtime(plan)
+    broken = {p.key.split(".")[0] for p in problems}  # a group with a refused value is not used further
+    source = None if "dataset" in broken else _collecting(problems, _load_data, config)
+    if source is not None and "model" not in broken:
+        _collecting(problems, _check_model, config, source)
+    if source is not None and "batch.global" in plan:
+        _collecting(problems, schedule, config, plan, source.num_train, source.num_val)
+    return plan, source, problems
+
+
 def _collecting(problems: list, check, *args):
     """`check(*args)`, with a ConfigError's violations added to `problems` (then None)."""
     try:
@@ -275,11 +298,15 @@ def _collecting(problems: list, check, *args):
 
 
 def _load_data(config):
-    from launcher.config.registry import DATASETS, MODELS
+    from launcher.config.registry import DATASETS
 
-    source = DATASETS.get(config.dataset.name).load(config.dataset)
+    return DATASETS.get(config.dataset.name).load(config.dataset)
+
+
+def _check_model(config, source) -> None:
+    from launcher.config.registry import MODELS
+
     MODELS.get(config.model.name).check(config.model, source)
-    return source
 
 
 def _utilization_inputs(config, plan, model, tracker, env) -> tuple[float, float]:
