@@ -6,6 +6,7 @@ runtime starts, so default and mirrored strategies both run in-process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -101,43 +102,56 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+class MlflowServer:
+    """A real `mlflow server` on 127.0.0.1 over a SQLite store in `folder`; stop and start it again
+    on the same port and store (a tracking outage)."""
+
+    def __init__(self, folder: Path, port: int | None = None):
+        self.folder, self.port = folder, port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.artifacts = folder / "artifacts"
+        self.proc = None
+
+    def start(self) -> MlflowServer:
+        self.log = open(self.folder / "server.log", "a")  # noqa: SIM115  (closed in stop)
+        mlflow = Path(sys.executable).with_name("mlflow")
+        self.proc = subprocess.Popen(
+            [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
+             "--backend-store-uri", f"sqlite:///{self.folder}/server.db",
+             "--artifacts-destination", str(self.artifacts)],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        deadline = time.time() + 90
+        while True:
+            try:
+                if urllib.request.urlopen(f"{self.url}/health", timeout=2).read() == b"OK":
+                    return self
+            except OSError:
+                pass
+            if time.time() > deadline or self.proc.poll() is not None:
+                self.stop()
+                pytest.fail(f"mlflow server did not start: {(self.folder / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        """Stop the server and every worker process it started (their session)."""
+        if self.proc is None:
+            return
+        import signal
+
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+        self.log.close()
+
+
 @pytest.fixture
 def mlflow_server(tmp_path):
-    port = free_port()
-    log = open(tmp_path / "server.log", "w")  # noqa: SIM115  (closed below)
-    mlflow = Path(sys.executable).with_name("mlflow")
-    proc = subprocess.Popen(
-        [
-            str(mlflow),
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-            "--backend-store-uri",
-            f"sqlite:///{tmp_path}/server.db",
-            "--artifacts-destination",
-            str(tmp_path / "artifacts"),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while True:
-        try:
-            if urllib.request.urlopen(f"{url}/health", timeout=2).read() == b"OK":
-                break
-        except OSError:
-            pass
-        if time.time() > deadline or proc.poll() is not None:
-            proc.kill()
-            log.close()
-            pytest.fail(f"mlflow server did not start: {(tmp_path / 'server.log').read_text()[-2000:]}")
-        time.sleep(0.5)
-    yield url, tmp_path / "artifacts"
-    proc.terminate()
-    proc.wait(timeout=30)
-    log.close()
+    server = MlflowServer(tmp_path).start()
+    yield server.url, server.artifacts
+    server.stop()

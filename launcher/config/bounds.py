@@ -103,6 +103,7 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("checkpoint.interval_epochs", ">= 0", 1),
     Bound("checkpoint.interval_steps", ">= 0", 0),
     Bound("checkpoint.max_to_keep", ">= 1", 3, when=_checkpointing),
+    Bound("tracking.outage_wait", ">= 0", 120),
 )
 
 

@@ -75,6 +75,13 @@ class SyntheticKind(Enum):
     tokens = "tokens"
 
 
+class Unreachable(Enum):
+    """What a launch does when its tracking server does not answer at start."""
+
+    fail = "fail"
+    local = "local"
+
+
 class MonitorMode(Enum):
     min = "min"
     max = "max"
@@ -360,6 +367,14 @@ class TrackingConfig:
     """Set by a sweep for its jobs: the sweep's parent MLflow run."""
     sweep_id: str = ""
     """Set by a sweep for its jobs: the sweep's id."""
+    on_unreachable: Unreachable = Unreachable.fail
+    """A tracking server that does not answer at start: fail (refuse the launch) or local (warn and
+    log to fallback_uri instead)."""
+    fallback_uri: str = "sqlite:///outputs/mlflow.db"
+    """Where on_unreachable=local logs (relative to the launch dir)."""
+    outage_wait: float = 120.0
+    """Seconds a finished launch waits for a tracking server that went away mid-run, >= 0; what is
+    still undelivered then is kept in the run dir (python -m launcher.tracking.sync delivers it)."""
 
 
 @dataclass

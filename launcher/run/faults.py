@@ -7,6 +7,8 @@ is the crash it names (not wherever a timer happened to land).
                                          reach MLflow)
     LAUNCHER_FAULT=TERM@steps:50         SIGTERM to itself there (preemption: save and stop)
     LAUNCHER_FAULT=RAISE@steps:3         raise an error there (a training failure)
+    LAUNCHER_FAULT=PAUSE@steps:50        wait there until the file $LAUNCHER_FAULT_RESUME exists (a test
+                                         changes the world, e.g. stops the tracking server, meanwhile)
 
 Unset (always, outside tests) it costs one dictionary lookup per point.
 """
@@ -15,10 +17,13 @@ from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 
 from launcher.contract import Hook, Position
 
 ENV = "LAUNCHER_FAULT"
+RESUME_ENV = "LAUNCHER_FAULT_RESUME"
 POINTS = ("steps", "before_sidecar", "after_save")
 
 
@@ -30,8 +35,8 @@ def parse(spec: str) -> tuple[str, str, int]:
     """`KILL@steps:20` -> ("KILL", "steps", 20)."""
     action, _, where = spec.partition("@")
     point, _, step = where.partition(":")
-    if point not in POINTS or not step.isdigit() or action not in ("KILL", "TERM", "INT", "RAISE"):
-        raise ValueError(f"{ENV}={spec!r}: expected ACTION@POINT:STEP, ACTION in KILL/TERM/INT/RAISE, "
+    if point not in POINTS or not step.isdigit() or action not in ("KILL", "TERM", "INT", "RAISE", "PAUSE"):
+        raise ValueError(f"{ENV}={spec!r}: expected ACTION@POINT:STEP, ACTION in KILL/TERM/INT/RAISE/PAUSE, "
                          f"POINT in {POINTS}")
     return action, point, int(step)
 
@@ -46,6 +51,13 @@ def fault_point(point: str, global_step: int) -> None:
         return
     if action == "RAISE":
         raise InjectedFault(f"{ENV}: injected failure at {point} {global_step}")
+    if action == "PAUSE":
+        resume = Path(os.environ[RESUME_ENV])
+        print(f"\n{ENV}: paused at {point} {global_step} until {resume} exists", flush=True)
+        deadline = time.monotonic() + 600
+        while not resume.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return
     print(f"\n{ENV}: SIG{action} at {point} {global_step}", flush=True)
     os.kill(os.getpid(), getattr(signal, f"SIG{action}"))
 

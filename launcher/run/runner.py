@@ -95,15 +95,32 @@ class Launch:
             from launcher.run.checkpoint import check_writable
 
             _collecting(problems, check_writable, self.run_dir / "checkpoints")
+        self.tracking_uri = config.tracking.uri
         if config.tracking.enabled and not config.explain:
-            from launcher.tracking.uri import check_reachable
-
-            _collecting(problems, check_reachable, config.tracking.uri)
+            self._check_tracking_server(problems)
         raise_if_any(problems)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._write_plan()
         (self.run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(self.settings))
         print(self.plan.render(), flush=True)
+
+    def _check_tracking_server(self, problems: list) -> None:
+        """An unreachable server refuses the launch, or (tracking.on_unreachable=local) is swapped for the
+        local store with a warning in the Plan."""
+        from launcher.config.schema import Unreachable
+        from launcher.tracking.uri import check_reachable
+
+        tr = self.config.tracking
+        unreachable = []
+        _collecting(unreachable, check_reachable, tr.uri)
+        if not unreachable:
+            return
+        if tr.on_unreachable != Unreachable.local:
+            problems.extend(unreachable)
+            return
+        self.tracking_uri = tr.fallback_uri
+        self.plan.warn(f"tracking server {redact(tr.uri)} unreachable at start "
+                       f"({unreachable[0].expected}); tracking.on_unreachable=local: logging to {tr.fallback_uri}")
 
     def build(self) -> None:
         """Model, optimizer (+ loss-scale optimizer) and metrics, inside the strategy scope."""
@@ -149,9 +166,13 @@ class Launch:
             self.tracker = NullTracker()
         else:
             name = run_name(self.config, self.choices)
-            self.tracker = Tracker(resolve_uri(tr.uri, self.launch_dir), tr.experiment, name,
+            self.tracker = Tracker(resolve_uri(self.tracking_uri, self.launch_dir), tr.experiment, name,
                                    self.launch_dir / "outputs" / "mlartifacts", self.sidecar.get("mlflow_run_id"),
-                                   parent_run_id=tr.parent_run_id or None)
+                                   parent_run_id=tr.parent_run_id or None, run_dir=self.run_dir,
+                                   outage_wait=tr.outage_wait)
+            self.tracker.deliver_spool()  # what an outage kept from an earlier launch in this run dir
+            if self.tracking_uri != tr.uri:
+                self.tracker.set_tags({"tracking.intended_uri": redact(tr.uri)})
             if self.tracker.resumed:
                 self.tracker.set_tags({"plan.resume": plan["resume"]})
             else:

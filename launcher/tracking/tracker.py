@@ -1,12 +1,21 @@
-"""One MLflow run: params, tags, metrics and artifacts, batched and retried.
+"""One MLflow run: params, tags, metrics and artifacts, batched, retried, and kept through an outage.
 
 Logging is batched (one `log_batch` per epoch), so it never sits in the step loop.
 A launch's run (`launcher.run`) and a sweep's parent run (`launcher.sweep`) both use it.
+
+When the tracking server goes away mid-run, training goes on: every write is kept, in order,
+and delivered when the server answers again (tried at most every RETRY_SECONDS, so an outage
+costs the step loop nothing). At the end the launch waits up to `tracking.outage_wait`
+seconds; what is still undelivered is written to the run dir's `tracking_pending.jsonl`,
+which the next launch in that run dir (a resume) or `python -m launcher.tracking.sync <run dir>`
+delivers.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +23,12 @@ from typing import Any
 PARAM_LIMIT = 500  # MLflow's value length limits
 TAG_LIMIT = 5000
 BATCH_LIMIT = 100  # params or tags per log_batch call
+RETRY_SECONDS = 5.0  # during an outage, how often a write tries the server again
+PENDING_FILE = "tracking_pending.jsonl"
+# What an unreachable server looks like through MLflow's client (it wraps requests' errors in text).
+OUTAGE_SIGNS = ("Connection refused", "Max retries exceeded", "Failed to establish", "timed out",
+                "Connection aborted", "RemoteDisconnected", "Bad Gateway", "Service Unavailable",
+                "Gateway Timeout", "Name or service not known")
 
 
 def with_retry(call, *args, attempts: int = 8, **kwargs):
@@ -27,18 +42,38 @@ def with_retry(call, *args, attempts: int = 8, **kwargs):
             time.sleep(0.2 * 2**attempt)
 
 
+def is_outage(err: BaseException) -> bool:
+    """The server did not answer (as opposed to refusing a request it understood)."""
+    return isinstance(err, ConnectionError) or any(sign in str(err) for sign in OUTAGE_SIGNS)
+
+
+def _quiet_client_retries() -> None:
+    """MLflow's client retries a dead server for minutes per call by default; the Tracker keeps the
+    writes itself, so one attempt is enough."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+
+
 class Tracker:
     """Thin wrapper over MlflowClient for one run."""
 
     def __init__(self, uri: str, experiment: str, run_name: str, artifact_root: Path,
-                 resume_run_id: str | None = None, parent_run_id: str | None = None):
+                 resume_run_id: str | None = None, parent_run_id: str | None = None,
+                 run_dir: Path | None = None, outage_wait: float = 0.0):
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         # MLflow prints the server URL as given, credentials included; the launcher prints it redacted.
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+        _quiet_client_retries()
         from mlflow.tracking import MlflowClient
 
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
+        self.pending: list[tuple[str, dict]] = []  # writes the server has not taken yet, in order
+        self.pending_path = run_dir / PENDING_FILE if run_dir is not None else None
+        self.outage_wait = outage_wait
+        self._next_try = 0.0
+        self._outage = False
         found = self.client.get_experiment_by_name(experiment)
         if found is None:
             location = None if uri.startswith("http") else (artifact_root / experiment).resolve().as_uri()
@@ -64,38 +99,100 @@ class Tracker:
             return False
 
     def log_params(self, params: dict[str, Any]) -> None:
-        from mlflow.entities import Param
-
-        self._log_in_batches("params", [Param(k, str(v)[:PARAM_LIMIT]) for k, v in sorted(params.items())])
+        items = [[k, str(v)[:PARAM_LIMIT]] for k, v in sorted(params.items())]
+        for start in range(0, len(items), BATCH_LIMIT):  # MLflow takes at most 100 per log_batch
+            self._write("params", {"items": items[start:start + BATCH_LIMIT]})
 
     def set_tags(self, tags: dict[str, Any]) -> None:
-        from mlflow.entities import RunTag
-
-        self._log_in_batches("tags", [RunTag(k, str(v)[:TAG_LIMIT]) for k, v in sorted(tags.items())])
-
-    def _log_in_batches(self, kind: str, items: list) -> None:
-        """MLflow takes at most 100 params or tags per `log_batch`."""
+        items = [[k, str(v)[:TAG_LIMIT]] for k, v in sorted(tags.items())]
         for start in range(0, len(items), BATCH_LIMIT):
-            with_retry(self.client.log_batch, self.run_id, **{kind: items[start:start + BATCH_LIMIT]})
+            self._write("tags", {"items": items[start:start + BATCH_LIMIT]})
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
-        items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
-        with_retry(self.client.log_batch, self.run_id, metrics=items)
+        self._write("metrics", {"items": [[k, float(v), now, step] for k, v in metrics.items()]})
 
     def logged_steps(self, metric: str) -> set[int]:
         return {m.step for m in self.client.get_metric_history(self.run_id, metric)}
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
-        self.client.log_artifact(self.run_id, str(path), artifact_path)
+        self._write("artifact", {"path": str(path), "artifact_path": artifact_path})
 
     def log_artifacts(self, directory: Path, artifact_path: str | None = None) -> None:
-        self.client.log_artifacts(self.run_id, str(directory), artifact_path)
+        self._write("artifacts", {"path": str(directory), "artifact_path": artifact_path})
 
     def end(self, status: str = "FINISHED") -> None:
-        with_retry(self.client.set_terminated, self.run_id, status=status)
+        """Mark the run; during an outage wait up to `outage_wait` s, then leave the rest in the run dir."""
+        self._write("terminate", {"status": status})
+        deadline = time.monotonic() + self.outage_wait
+        while self.pending and time.monotonic() < deadline:
+            time.sleep(min(RETRY_SECONDS / 2, max(0.0, deadline - time.monotonic())))
+            self._flush(now=True)
+        if self.pending:
+            self._spool()
+
+    # ------------------------------------------------------------ delivery
+
+    def _write(self, kind: str, payload: dict) -> None:
+        """Deliver now, or keep it (in order) while the server is away."""
+        self.pending.append((kind, payload))
+        self._flush()
+
+    def _flush(self, now: bool = False) -> None:
+        if not now and time.monotonic() < self._next_try:
+            return  # in an outage: keep, try again later
+        while self.pending:
+            kind, payload = self.pending[0]
+            try:
+                self._apply(kind, payload)
+            except Exception as err:
+                if not is_outage(err):
+                    self.pending.pop(0)  # refused by a server that answered: as before, an error
+                    raise
+                if not self._outage:
+                    from launcher.tracking.uri import redact
+
+                    print(f"WARNING: tracking server {redact(self.uri)} unreachable ({redact(str(err))[:160]}); "
+                          f"training goes on, MLflow writes are kept and delivered when it answers.",
+                          file=sys.stderr, flush=True)
+                    self._outage = True
+                self._next_try = time.monotonic() + RETRY_SECONDS
+                return
+            self.pending.pop(0)
+        if self._outage:
+            print("Tracking server back: delivered the writes kept during the outage.", flush=True)
+            self._outage = False
+
+    def _apply(self, kind: str, payload: dict) -> None:
+        apply(self.client, self.run_id, kind, payload)
+
+    def _spool(self) -> None:
+        """Undelivered writes to the run dir, for the next launch there or `launcher.tracking.sync`."""
+        from launcher.tracking.uri import redact
+
+        points = sum(len(p["items"]) for k, p in self.pending if k == "metrics")
+        if self.pending_path is None:
+            print(f"WARNING: {len(self.pending)} MLflow write(s) ({points} metric points) could not be delivered "
+                  f"to {redact(self.uri)} and are lost (no run dir to keep them in).", file=sys.stderr, flush=True)
+            return
+        with open(self.pending_path, "a") as handle:
+            for kind, payload in self.pending:
+                handle.write(json.dumps({"run_id": self.run_id, "kind": kind, "payload": payload}) + "\n")
+        print(f"WARNING: the tracking server {redact(self.uri)} did not come back within tracking.outage_wait="
+              f"{self.outage_wait:g}s: {len(self.pending)} write(s) ({points} metric points) kept in "
+              f"{self.pending_path}.\n  Deliver them when it is up: python -m launcher.tracking.sync "
+              f"{self.pending_path.parent}  (a resume in this run dir delivers them too)", file=sys.stderr, flush=True)
+        self.pending = []
+
+    def deliver_spool(self) -> int:
+        """Writes an earlier launch in this run dir could not deliver: send them first, in order."""
+        if self.pending_path is None or not self.pending_path.exists():
+            return 0
+        count = deliver_file(self.client, self.pending_path)
+        if self.resumed:  # the earlier launch's final status was among them; this launch goes on
+            with_retry(self.client.update_run, self.run_id, status="RUNNING")
+        print(f"Delivered {count} MLflow write(s) kept by an earlier launch during a tracking outage.", flush=True)
+        return count
 
     @property
     def ui_hint(self) -> str:
@@ -105,6 +202,40 @@ class Tracker:
 
         return f"{redact(self.uri).rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
 
+
+def apply(client, run_id: str, kind: str, payload: dict) -> None:
+    """One kept write, as MLflow's client calls it (the spool stores plain JSON)."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    items = payload.get("items", [])
+    if kind == "params":
+        with_retry(client.log_batch, run_id, params=[Param(k, v) for k, v in items])
+    elif kind == "tags":
+        with_retry(client.log_batch, run_id, tags=[RunTag(k, v) for k, v in items])
+    elif kind == "metrics":
+        with_retry(client.log_batch, run_id, metrics=[Metric(k, v, t, s) for k, v, t, s in items])
+    elif kind == "artifact":
+        client.log_artifact(run_id, payload["path"], payload["artifact_path"])
+    elif kind == "artifacts":
+        client.log_artifacts(run_id, payload["path"], payload["artifact_path"])
+    elif kind == "terminate":
+        with_retry(client.set_terminated, run_id, status=payload["status"])
+    else:
+        raise ValueError(f"unknown tracking write {kind!r}")
+
+
+def deliver_file(client, path: Path) -> int:
+    """Deliver a spool in order; what is delivered is removed, so a second outage loses nothing either."""
+    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+    for index, line in enumerate(lines):
+        write = json.loads(line)
+        try:
+            apply(client, write["run_id"], write["kind"], write["payload"])
+        except Exception:
+            Path(path).write_text("".join(rest + "\n" for rest in lines[index:]))
+            raise
+    Path(path).unlink()
+    return len(lines)
 
 class NullTracker:
     run_id = None

@@ -1,0 +1,119 @@
+"""The tracking server goes away: unreachable at start (fail fast, or the local store with a warning)
+and mid-run against a real `mlflow server` stopped and restarted, counting that no metric point is lost."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT, TINY, MlflowServer, free_port
+
+from launcher.tracking.tracker import PENDING_FILE
+
+EPOCHS = 4
+STEPS = 45  # digits: 1437 training examples / batch 32, rounded up
+EPOCH_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate")
+# One step per chunk: the pause lands on global step 50, early in epoch 2 (epoch 1's metrics delivered).
+RUN = [*TINY, f"train.epochs={EPOCHS}", "train.steps_per_execution=1"]
+
+
+def _start_launch(tmp_path, server_url, *extra):
+    resume = tmp_path / "resume"
+    env = {**os.environ, "LAUNCHER_FAULT": "PAUSE@steps:50", "LAUNCHER_FAULT_RESUME": str(resume)}
+    args = [sys.executable, "-m", "launcher", f"hydra.run.dir={tmp_path}/run", f"tracking.uri={server_url}",
+            *RUN, *extra]
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "paused at steps 50" in line:
+            return proc, resume, seen
+    proc.wait()
+    pytest.fail("the launch ended before its pause:\n" + "".join(seen[-40:]))
+
+
+def _finish(proc, seen, timeout=300):
+    deadline = time.time() + timeout
+    for line in proc.stdout:
+        seen.append(line)
+        assert time.time() < deadline, "".join(seen[-40:])
+    proc.wait(timeout=60)
+    return "".join(seen)
+
+
+def _metric_points(server_url):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(server_url)
+    (run,) = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
+    return run, {m: sorted(p.step for p in client.get_metric_history(run.info.run_id, m)) for m in EPOCH_METRICS}
+
+
+@pytest.mark.slow
+def test_server_restarted_mid_run_gets_every_metric_point(tmp_path):
+    server = MlflowServer(tmp_path).start()
+    proc, resume, seen = _start_launch(tmp_path, server.url, "tracking.outage_wait=240")
+    try:
+        server.stop()  # mid-run: epoch 1 delivered, epochs 2..4 not yet
+        resume.touch()
+        while "unreachable" not in "".join(seen):  # the next epoch's write meets the dead server
+            line = proc.stdout.readline()
+            assert line, "".join(seen[-40:])
+            seen.append(line)
+        server.start()  # same port, same store
+        output = _finish(proc, seen)
+    finally:
+        server.stop() if proc.returncode is not None else proc.kill()
+    assert proc.returncode == 0, output[-3000:]
+    assert "Traceback" not in output
+    assert "Tracking server back" in output or "delivered" in output
+    server.start()
+    try:
+        run, points = _metric_points(server.url)
+    finally:
+        server.stop()
+    assert run.info.status == "FINISHED"
+    assert points == {m: list(range(EPOCHS)) for m in EPOCH_METRICS}, points
+    assert not (tmp_path / "run" / PENDING_FILE).exists()
+
+
+@pytest.mark.slow
+def test_writes_kept_in_the_run_dir_when_the_server_stays_away_then_synced(tmp_path):
+    server = MlflowServer(tmp_path).start()
+    proc, resume, seen = _start_launch(tmp_path, server.url, "tracking.outage_wait=1")
+    server.stop()
+    resume.touch()
+    output = _finish(proc, seen)
+    assert proc.returncode == 0, output[-3000:]  # training finished; tracking is behind, not lost
+    spool = tmp_path / "run" / PENDING_FILE
+    assert spool.exists() and "python -m launcher.tracking.sync" in output
+    server.start()
+    try:
+        sync = subprocess.run([sys.executable, "-m", "launcher.tracking.sync", str(tmp_path / "run")],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert sync.returncode == 0, sync.stderr[-2000:]
+        run, points = _metric_points(server.url)
+    finally:
+        server.stop()
+    assert not spool.exists()
+    assert run.info.status == "FINISHED"
+    assert points == {m: list(range(EPOCHS)) for m in EPOCH_METRICS}, points
+
+
+def test_unreachable_at_start_fails_fast_by_default_or_falls_back_to_the_local_store(cli, tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}"
+    refused = cli(*TINY, f"tracking.uri={dead}")
+    assert refused.returncode == 2 and "a reachable MLflow tracking server" in refused.stderr
+    local = f"sqlite:///{tmp_path}/fallback.db"
+    done = cli(*TINY, f"tracking.uri={dead}", "tracking.on_unreachable=local", f"tracking.fallback_uri={local}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "unreachable at start" in done.stdout and "logging to" in done.stdout
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(local)
+    (run,) = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["tracking.intended_uri"] == dead
+    assert len(client.get_metric_history(run.info.run_id, "val_loss")) == 2
