@@ -18,6 +18,8 @@ CONFIG_FILE = "config.yaml"
 OUTCOME_FILE = "outcome.json"
 # A sweep's shared state (its id, the parent MLflow run), written before any job starts.
 SWEEP_FILE = "sweep.json"
+# One sweep job's overrides, in its job dir: how a re-run sweep finds the job again.
+JOB_FILE = "job.json"
 
 
 def read_json(path: Path, default: Any = None) -> Any:

@@ -25,7 +25,7 @@ ALLOWED = {
     **{leaf: set() for leaf in LEAVES},
 }
 TF_FREE_MODULES = [
-    "launcher.sweep.callback", "launcher.sweep.job", "launcher.sweep.summary",
+    "launcher.sweep.callback", "launcher.sweep.job", "launcher.sweep.summary", "launcher.sweep.study_storage",
     "launcher.plan.resolve", "launcher.plan.schedule", "launcher.plan.resume", "launcher.plan.decisions",
     "launcher.plan.environment", "launcher.plan.hardware",
     "launcher.config.schema", "launcher.config.bounds", "launcher.config.registry",

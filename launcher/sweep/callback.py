@@ -15,7 +15,12 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from launcher.files import SWEEP_FILE, read_json, write_json_atomic
+from launcher.sweep import study_storage
 from launcher.sweep.job import swept_keys
+
+
+def _swept(config: DictConfig) -> list[str]:
+    return swept_keys(list(config.hydra.overrides.task)) + list((config.hydra.sweeper.get("params") or {}).keys())
 
 
 class SweepCallback(Callback):
@@ -24,9 +29,13 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        study_storage.prepare(config.hydra.sweeper.get("storage"))
+        previous = read_json(sweep_dir / SWEEP_FILE)
+        if previous and previous.get("sweep_id"):
+            self._continue(config, sweep_dir, previous)
+            return
         state = {"sweep_id": uuid.uuid4().hex[:12], "parent_run_id": None, "uri": None,
-                 "swept_keys": swept_keys(list(config.hydra.overrides.task))
-                 + list((config.hydra.sweeper.get("params") or {}).keys())}
+                 "swept_keys": _swept(config)}
         if config.tracking.enabled:
             from launcher.tracking.tracker import Tracker
             from launcher.tracking.uri import check_reachable, resolve_uri
@@ -40,6 +49,23 @@ class SweepCallback(Callback):
             parent.set_tags({"sweep_id": state["sweep_id"], "sweep.overrides": " ".join(overrides),
                              "sweep.dir": str(sweep_dir), "sweep.role": "parent"})
             state.update(parent_run_id=parent.run_id, uri=uri, experiment=config.tracking.experiment)
+        write_json_atomic(sweep_dir / SWEEP_FILE, state)
+
+    def _continue(self, config: DictConfig, sweep_dir: Path, state: dict) -> None:
+        """The same sweep dir again (a named sweep re-run): same sweep id and parent run; jobs that
+        finished are skipped and killed ones resume (`sweep.job`)."""
+        print(f"Continuing sweep {state['sweep_id']} in {sweep_dir}: finished jobs are skipped, "
+              "interrupted ones resume from their checkpoints.", flush=True)
+        state["swept_keys"] = sorted(set(state.get("swept_keys") or []) | set(_swept(config)))
+        if state.get("parent_run_id"):
+            from mlflow.tracking import MlflowClient
+
+            from launcher.tracking.tracker import with_retry
+            from launcher.tracking.uri import check_reachable
+
+            check_reachable(state["uri"])
+            with_retry(MlflowClient(state["uri"]).update_run, state["parent_run_id"], status="RUNNING")
+        state.pop("sweep_pid", None)
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from launcher.files import OUTCOME_FILE, SWEEP_FILE, read_json
+from launcher.files import JOB_FILE, OUTCOME_FILE, SWEEP_FILE, read_json, write_json_atomic
 
 
 def swept_keys(sweep_overrides: list[str]) -> list[str]:
@@ -43,20 +43,28 @@ def run_job(cfg: DictConfig, hydra_cfg) -> float:
     Returns the job's final `objective` metric (NaN when it failed), for sweepers that optimise.
     """
     sweep_dir = Path(hydra_cfg.sweep.dir)
-    job_dir = Path(hydra_cfg.runtime.output_dir)
     state = _sweep_state(sweep_dir)
     overrides = [o for o in hydra_cfg.overrides.task if not o.startswith("hydra.")]
     name = job_name(overrides, state.get("swept_keys"))
+    job_dir = _job_dir(sweep_dir, Path(hydra_cfg.runtime.output_dir), overrides)
+    earlier = read_json(job_dir / OUTCOME_FILE, {})
+    if earlier.get("status") == "FINISHED":
+        objective = earlier.get("metrics", {}).get(cfg.objective)
+        value = float(objective) if objective is not None else float("nan")
+        print(f"[sweep job {hydra_cfg.job.num}] {name}: finished in an earlier run of this sweep ({job_dir}), "
+              f"skipped; {cfg.objective}={value:.4g}", flush=True)
+        return value
+    resuming = (job_dir / JOB_FILE).exists()  # an earlier run of this sweep started it (killed or failed)
+    write_json_atomic(job_dir / JOB_FILE, {"overrides": sorted(overrides)})
     extra = [f"hydra.run.dir={job_dir}", f"tracking.sweep_id={state.get('sweep_id', '')}"]
     if state.get("parent_run_id"):
         extra += [f"tracking.parent_run_id={state['parent_run_id']}", f"tracking.uri={state['uri']}"]
     if not cfg.tracking.run_name:
         extra.append(f"tracking.run_name='{name}'")
     args = [sys.executable, "-m", "launcher", *overrides, *extra]
-    print(f"[sweep job {hydra_cfg.job.num}] {name}", flush=True)
+    print(f"[sweep job {hydra_cfg.job.num}] {name}" + (f" (again, in {job_dir})" if resuming else ""), flush=True)
     log_path = job_dir / "job.log"
-    job_dir.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w") as log:
+    with open(log_path, "a" if resuming else "w") as log:
         done = subprocess.run(args, cwd=hydra_cfg.runtime.cwd, stdout=log, stderr=subprocess.STDOUT,
                               env=dict(os.environ))
     outcome = read_json(job_dir / OUTCOME_FILE, {})
@@ -67,6 +75,21 @@ def run_job(cfg: DictConfig, hydra_cfg) -> float:
     value = float(objective) if done.returncode == 0 and objective is not None else float("nan")
     print(f"[sweep job {hydra_cfg.job.num}] {name}: {status}; {cfg.objective}={value:.4g}", flush=True)
     return value
+
+
+def _job_dir(sweep_dir: Path, given: Path, overrides: list[str]) -> Path:
+    """Where this job runs: the dir an earlier run of this sweep gave the same overrides (its checkpoints
+    and MLflow child run continue), else Hydra's, or a fresh one when Hydra's holds another job."""
+    wanted = sorted(overrides)
+    for found in sorted(sweep_dir.glob(f"*/{JOB_FILE}")):
+        if read_json(found, {}).get("overrides") == wanted:
+            return found.parent
+    if (given / JOB_FILE).exists():  # the sweep's values changed: this number is another job now
+        import hashlib
+
+        given = given.with_name(f"{given.name}-{hashlib.sha1(' '.join(wanted).encode()).hexdigest()[:8]}")
+    given.mkdir(parents=True, exist_ok=True)
+    return given
 
 
 def _sweep_state(sweep_dir: Path) -> dict:

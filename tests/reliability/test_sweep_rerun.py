@@ -1,0 +1,97 @@
+"""Re-running the same named sweep continues it: finished jobs skipped, a killed job resumed from its
+checkpoint into the same MLflow child run, an Optuna search's study loaded and extended."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT
+
+from launcher.files import OUTCOME_FILE, read_json
+
+# Job 0 (batch 32) saves at steps 44, 88, ...; job 1 (batch 64) at 22, 44, ...: a fault at ckpt-22 is job 1's.
+SWEEP = ["-m", "name=rerun", "scaling.batch_size=32,64", "model.hidden_units=[16]", "train.epochs=4"]
+
+
+def _command(tmp_path, *overrides):
+    return [sys.executable, "-m", "launcher", *overrides, f"hydra.sweep.dir={tmp_path}/sweep",
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
+
+
+def _read(path):
+    return path.read_text() if path.exists() else ""
+
+
+def _children(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
+    parents = [r for r in runs if r.data.tags.get("sweep.role") == "parent"]
+    assert len(parents) == 1, [r.info.run_name for r in runs]
+    kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    return client, parents[0], {k.info.run_name: k for k in kids}
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_rerun_skips_finished_jobs_and_resumes_the_killed_one(tmp_path):
+    sweep = tmp_path / "sweep"
+    # Job 0 finishes; job 1 waits after its first checkpoint, where the whole sweep is killed.
+    env = dict(os.environ, LAUNCHER_FAULT="PAUSE@after_save:22", LAUNCHER_FAULT_RESUME=str(tmp_path / "never"))
+    first = subprocess.Popen(_command(tmp_path, *SWEEP), cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    deadline = time.time() + 600
+    while "paused at after_save 22" not in _read(sweep / "1" / "job.log"):
+        assert first.poll() is None and time.time() < deadline, "the sweep ended before job 1's first checkpoint"
+        time.sleep(0.1)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert read_json(sweep / "0" / OUTCOME_FILE)["status"] == "FINISHED"
+    assert not (sweep / "1" / OUTCOME_FILE).exists()
+    finished_pid = read_json(sweep / "0" / OUTCOME_FILE)["pid"]
+    _, _, before = _children(tmp_path)
+    killed_run = before["scaling.batch_size=64"].info.run_id
+
+    again = subprocess.run(_command(tmp_path, *SWEEP), cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Continuing sweep" in again.stdout
+    assert "scaling.batch_size=32: finished in an earlier run of this sweep" in again.stdout
+    assert read_json(sweep / "0" / OUTCOME_FILE)["pid"] == finished_pid  # not run again
+    assert "Resuming at epoch 2, step 0 (global step 22)" in (sweep / "1" / "job.log").read_text()
+    client, parent, kids = _children(tmp_path)
+    assert sorted(kids) == ["scaling.batch_size=32", "scaling.batch_size=64"]  # no duplicate child runs
+    assert kids["scaling.batch_size=64"].info.run_id == killed_run
+    assert all(k.info.status == "FINISHED" for k in kids.values()) and parent.info.status == "FINISHED"
+    assert sorted(m.step for m in client.get_metric_history(killed_run, "val_loss")) == [0, 1, 2, 3]
+
+
+@pytest.mark.slow
+def test_a_rerun_optuna_search_loads_its_study(tmp_path):
+    import optuna
+
+    search = ["-m", "name=search", "hparams_search=optuna", "hydra.sweeper.n_trials=2", "train.epochs=1",
+              "checkpoint.enabled=false"]
+    for _ in range(2):
+        done = subprocess.run(_command(tmp_path, *search), cwd=ROOT, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert "Using an existing study" in done.stderr + done.stdout
+    study = optuna.load_study(study_name="launcher", storage=f"sqlite:///{tmp_path}/sweep/optuna.db")
+    assert len([t for t in study.trials if t.state.name == "COMPLETE"]) == 4
+
+
+def test_a_prepared_study_database_is_continued_by_optuna(tmp_path):
+    import optuna
+
+    from launcher.sweep import study_storage
+
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    for _ in range(2):  # the second call finds the database ready and leaves it as it is
+        study_storage.prepare(storage)
+        study = optuna.create_study(study_name="s", storage=storage, load_if_exists=True)
+        study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)
+    assert [t.state.name for t in optuna.load_study(study_name="s", storage=storage).trials] == ["COMPLETE"] * 4
