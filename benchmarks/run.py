@@ -123,6 +123,7 @@ def logging_cost_per_step(epoch_time: float, steps: int) -> float:
         start = time.perf_counter()
         for epoch in range(20):
             tracker.log_metrics(logs, step=epoch)
+            tracker.flush()  # a launch waits for its epoch's metrics at the epoch end
         per_epoch = (time.perf_counter() - start) / 20
     return per_epoch / epoch_time if epoch_time else float("nan")
 

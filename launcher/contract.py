@@ -58,8 +58,9 @@ class Hook:
         """
         return None
 
-    def after_steps(self, position: Position) -> None:
-        """A chunk of steps ended at `position`."""
+    def after_steps(self, position: Position, logs: dict) -> None:
+        """A chunk of steps ended at `position`; `logs` holds the chunk's mean `loss` and `accuracy`
+        and its number of `examples` (already on the host: reading them costs nothing)."""
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
         """The epoch ended (evaluated); `position` is at the start of the next one."""
@@ -88,9 +89,9 @@ class HookList(Hook):
         wanted = (hook.steps_until_boundary(position) for hook in self.hooks)
         return min((n for n in wanted if n), default=None)
 
-    def after_steps(self, position: Position) -> None:
+    def after_steps(self, position: Position, logs: dict) -> None:
         for hook in self.hooks:
-            hook.after_steps(position)
+            hook.after_steps(position, logs)
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
         for hook in self.hooks:

@@ -10,9 +10,10 @@ from conftest import TINY
 
 
 def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
-    done = cli(*TINY)
+    done = cli(*TINY, "+tracking.tags.team=vision")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Plan:" in done.stdout and "Done." in done.stdout
+    assert "\x1b[" not in done.stdout  # not a terminal: no progress bar escape codes
     assert "Traceback" not in done.stderr
     # TensorFlow's C++ start-up lines are quieted by default.
     assert "oneDNN custom operations" not in done.stderr
@@ -41,7 +42,16 @@ def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
         assert [m.step for m in history] == [0, 1], metric
     assert 0 < run.data.metrics["model_flops_utilization"] < 1
     # 3 x (64*32 + 32*10) multiply-adds x 2 FLOPs, plus bias adds: the MLP's training FLOPs.
-    assert 3 * 2 * (64 * 32 + 32 * 10) <= int(params["derived.train_flops_per_example"]) < 20_000
+    assert 3 * 2 * (64 * 32 + 32 * 10) <= int(tags["measured.train_flops_per_example"]) < 20_000
+    # Params are the config and what the resolver derived from it; measurements are tags.
+    assert not [k for k in params if "matmul_peak" in k or "flops" in k or k.startswith("tracking.run_name")]
+    assert tags["team"] == "vision"
+    steps = int(params["derived.train.total_steps"])
+    every = int(params["tracking.step_metrics_every"])
+    for metric in ("step/loss", "step/accuracy", "step/learning_rate"):
+        history = client.get_metric_history(run.info.run_id, metric)
+        assert [m.step for m in history] == list(range(every, steps + 1, every)), metric
+    assert [int(m.value) for m in client.get_metric_history(run.info.run_id, "global_step")] == [steps // 2, steps]
     assert 0 < run.data.metrics["time_to_first_step_sec"] < 120
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"plan.yaml", "config.yaml", "model"} <= artifacts

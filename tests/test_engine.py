@@ -84,7 +84,7 @@ class RecordingHook(Hook):
     def steps_until_boundary(self, position):
         return self.every - position.global_step % self.every
 
-    def after_steps(self, position):
+    def after_steps(self, position, logs):
         self.calls.append(("steps", position.global_step))
         if self.stop_at is not None and position.global_step >= self.stop_at:
             raise Preempted(15, position)
@@ -164,7 +164,7 @@ class LearningRateRecorder(Hook):
     def __init__(self, optimizer):
         self.optimizer, self.rates = optimizer, {}
 
-    def after_steps(self, position):
+    def after_steps(self, position, logs):
         # The rate the optimizer applies at its next step (its iteration count = global step).
         self.rates[position.global_step] = float(self.optimizer.learning_rate)
 

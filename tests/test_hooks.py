@@ -52,6 +52,9 @@ class FakeTracker:
     def logged_steps(self, metric):
         return set(self._logged)
 
+    def flush(self, timeout=None):
+        pass
+
 
 # ------------------------------------------------------------- position
 
@@ -87,7 +90,7 @@ def checkpoint_hook(interval_steps=5, interval_epochs=1, signum=None, stateful=(
 def test_checkpoint_hook_saves_at_step_multiples_inside_the_epoch_only():
     hook, fake = checkpoint_hook(interval_steps=5, interval_epochs=0)
     for step in (3, 5, 7, 10):  # step 10 is the epoch's last: its save waits for the epoch end
-        hook.after_steps(Position(epoch=0, step_in_epoch=step, global_step=step))
+        hook.after_steps(Position(epoch=0, step_in_epoch=step, global_step=step), {})
     assert [s for s, _ in fake.saves] == [5]
     hook.on_epoch_end(Position(epoch=1, step_in_epoch=0, global_step=10), {})
     assert [s for s, _ in fake.saves] == [5, 10]
@@ -95,13 +98,13 @@ def test_checkpoint_hook_saves_at_step_multiples_inside_the_epoch_only():
 
 def test_checkpoint_hook_saves_once_when_a_signal_and_a_step_save_coincide():
     hook, fake = checkpoint_hook(interval_steps=5, signum=15)
-    hook.after_steps(Position(epoch=0, step_in_epoch=5, global_step=5))
+    hook.after_steps(Position(epoch=0, step_in_epoch=5, global_step=5), {})
     assert len(fake.saves) == 1
 
 
 def test_checkpoint_hook_saves_on_a_signal_between_save_points():
     hook, fake = checkpoint_hook(interval_steps=0, interval_epochs=0, signum=15)
-    hook.after_steps(Position(epoch=0, step_in_epoch=3, global_step=3))
+    hook.after_steps(Position(epoch=0, step_in_epoch=3, global_step=3), {})
     assert [s for s, _ in fake.saves] == [3]
 
 
@@ -162,8 +165,8 @@ def test_metrics_hook_logs_each_epoch_in_one_batch_keyed_by_epoch():
     hook = MetricsHook(tracker)
     hook.on_epoch_end(Position(epoch=1, global_step=10), {"loss": 1.0, "val_loss": 1.1, "accuracy": 0.5})
     hook.on_epoch_end(Position(epoch=2, global_step=20), {"loss": 0.8, "val_loss": 0.9, "accuracy": 0.6})
-    assert tracker.calls == [({"loss": 1.0, "val_loss": 1.1, "accuracy": 0.5}, 0),
-                             ({"loss": 0.8, "val_loss": 0.9, "accuracy": 0.6}, 1)]
+    assert tracker.calls == [({"loss": 1.0, "val_loss": 1.1, "accuracy": 0.5, "global_step": 10}, 0),
+                             ({"loss": 0.8, "val_loss": 0.9, "accuracy": 0.6, "global_step": 20}, 1)]
 
 
 def test_metrics_hook_relogs_only_the_epochs_mlflow_missed():
@@ -184,6 +187,7 @@ def test_tracker_sends_params_and_tags_in_batches_of_at_most_100(tmp_path):
                                                      real(run_id, **kw))
     tracker.log_params({f"p{i:03d}": i for i in range(250)})
     tracker.set_tags({f"t{i}": "x" for i in range(101)})
+    tracker.flush()
     assert sent == [{"params": 100}, {"params": 100}, {"params": 50}, {"tags": 100}, {"tags": 1}]
     run = tracker.client.get_run(tracker.run_id)
     assert len(run.data.params) == 250 and run.data.params["p249"] == "249"
@@ -194,12 +198,12 @@ def test_tracker_sends_params_and_tags_in_batches_of_at_most_100(tmp_path):
 
 def test_preemption_hook_stops_mid_epoch_and_at_the_epoch_end_but_not_on_the_last_step():
     quiet = PreemptionHook(FakeGuard(None), steps_per_epoch=10)
-    quiet.after_steps(Position(step_in_epoch=3))
+    quiet.after_steps(Position(step_in_epoch=3), {})
     quiet.on_epoch_end(Position(epoch=1), {})
     hook = PreemptionHook(FakeGuard(15), steps_per_epoch=10)
-    hook.after_steps(Position(step_in_epoch=10, global_step=10))  # waits for the epoch end
+    hook.after_steps(Position(step_in_epoch=10, global_step=10), {})  # waits for the epoch end
     with pytest.raises(Preempted, match="signal 15 at epoch 1, step 3") as stop:
-        hook.after_steps(Position(step_in_epoch=3, global_step=3))
+        hook.after_steps(Position(step_in_epoch=3, global_step=3), {})
     assert stop.value.signum == 15
     with pytest.raises(Preempted):
         hook.on_epoch_end(Position(epoch=1, global_step=10), {})
@@ -211,8 +215,8 @@ def test_preemption_hook_stops_mid_epoch_and_at_the_epoch_end_but_not_on_the_las
 def test_utilization_hook_adds_mfu_every_epoch_and_time_to_first_step_once():
     ticks = iter([4.5, 99.0])
     hook = UtilizationHook(flops_per_example=2e6, peak_flops=1e9, clock=lambda: next(ticks))
-    hook.after_steps(Position(global_step=1))
-    hook.after_steps(Position(global_step=2))
+    hook.after_steps(Position(global_step=1), {})
+    hook.after_steps(Position(global_step=2), {})
     first, second = {"examples_per_sec": 100.0}, {"examples_per_sec": 250.0}
     hook.on_epoch_end(Position(epoch=1), first)
     hook.on_epoch_end(Position(epoch=2), second)
@@ -299,3 +303,71 @@ def test_resume_at_an_epoch_boundary_needs_no_rounding():
     now = {"strategy": "default", "replicas": 1, "global_batch": 128}
     decision = decide_resume(Position(epoch=2, step_in_epoch=0, global_step=44), dict(LAYOUT), now)
     assert decision.position.step_in_epoch == 0 and decision.warning is None
+
+
+def test_tracker_queues_writes_in_order_off_the_calling_thread_and_raises_a_refused_one_at_flush(tmp_path):
+    import threading
+
+    from launcher.tracking.tracker import Tracker
+
+    tracker = Tracker(f"sqlite:///{tmp_path}/m.db", "queue", "r", tmp_path / "artifacts")
+    threads, real = [], tracker.client.log_batch
+    tracker.client.log_batch = lambda run_id, **kw: (threads.append(threading.current_thread().name),
+                                                     real(run_id, **kw))
+    for step in range(30):
+        tracker.log_metrics({"step/loss": 1.0 / (step + 1)}, step=step)
+    tracker.flush()
+    assert set(threads) == {"mlflow-delivery"}
+    history = tracker.client.get_metric_history(tracker.run_id, "step/loss")
+    assert [m.step for m in history] == list(range(30))
+    tracker.log_params({"a": 1})
+    tracker.log_params({"a": 2})  # MLflow refuses changing a param
+    with pytest.raises(Exception, match="(?i)param"):
+        tracker.flush()
+    tracker.log_metrics({"after": 1.0}, step=0)  # the writes after a refused one still go
+    tracker.end()
+    run = tracker.client.get_run(tracker.run_id)
+    assert run.data.metrics["after"] == 1.0 and run.info.status == "FINISHED"
+
+
+# ---------------------------------------------------------- step metrics
+
+
+def test_step_metrics_cut_chunks_at_the_interval_and_log_the_interval_mean_with_the_optimizer_state():
+    from launcher.run.hooks.step_metrics import StepMetricsHook
+
+    tracker, reads = FakeTracker(), []
+    hook = StepMetricsHook(tracker, every=10, read_optimizer=lambda: reads.append(1) or {"learning_rate": 0.1})
+    assert hook.steps_until_boundary(Position(global_step=0)) == 10
+    assert hook.steps_until_boundary(Position(global_step=7)) == 3
+    hook.after_steps(Position(global_step=1), {"loss": 4.0, "accuracy": 0.0, "examples": 32.0})  # compile step
+    hook.after_steps(Position(global_step=7), {"loss": 1.0, "accuracy": 0.5, "examples": 192.0})
+    assert tracker.calls == [] and reads == []  # not at a multiple: nothing read, nothing logged
+    hook.after_steps(Position(global_step=10), {"loss": 2.0, "accuracy": 1.0, "examples": 96.0})
+    (point, step), = tracker.calls
+    assert step == 10 and reads == [1]
+    assert point == pytest.approx({"step/loss": (4 * 32 + 1 * 192 + 2 * 96) / 320,
+                                   "step/accuracy": (0.5 * 192 + 96) / 320, "step/learning_rate": 0.1})
+    hook.after_steps(Position(global_step=20), {"loss": 3.0, "accuracy": 0.25, "examples": 320.0})
+    assert tracker.calls[-1] == ({"step/loss": 3.0, "step/accuracy": 0.25, "step/learning_rate": 0.1}, 20)
+
+
+def test_step_metrics_on_a_worker_that_does_not_log_still_cut_chunks_but_read_nothing():
+    from launcher.run.hooks.step_metrics import StepMetricsHook
+    from launcher.tracking.tracker import NullTracker
+
+    hook = StepMetricsHook(NullTracker(), every=4, read_optimizer=lambda: pytest.fail("read on a silent worker"))
+    assert hook.steps_until_boundary(Position(global_step=2)) == 2
+    hook.after_steps(Position(global_step=4), {"loss": 1.0, "accuracy": 1.0, "examples": 8.0})
+
+
+def test_queued_metric_points_go_in_one_call_up_to_mlflows_limit_and_never_past_another_write():
+    from launcher.tracking.tracker import METRIC_BATCH, _coalesced
+
+    point = ("metrics", {"items": [["step/loss", 1.0, 0, 1]]})
+    queue = [point, point, ("tags", {"items": [["a", "b"]]}), point]
+    kind, payload, taken = _coalesced(queue)
+    assert (kind, len(payload["items"]), taken) == ("metrics", 2, 2)
+    assert _coalesced(queue[2:])[2] == 1
+    big = [("metrics", {"items": [["m", 1.0, 0, i] for i in range(400)]})] * 3
+    assert _coalesced(big)[2] == 2 and len(_coalesced(big)[1]["items"]) <= METRIC_BATCH

@@ -104,6 +104,8 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("checkpoint.interval_steps", ">= 0", 0),
     Bound("checkpoint.max_to_keep", ">= 1", 3, when=_checkpointing),
     Bound("tracking.outage_wait", ">= 0", 120),
+    Bound("tracking.step_metrics_every", ">= 0", 10),
+    Bound("tracking.system_metrics_interval", "> 0", 10),
 )
 
 

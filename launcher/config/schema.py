@@ -375,6 +375,19 @@ class TrackingConfig:
     outage_wait: float = 120.0
     """Seconds a finished launch waits for a tracking server that went away mid-run, >= 0; what is
     still undelivered then is kept in the run dir (python -m launcher.tracking.sync delivers it)."""
+    step_metrics_every: int = 10
+    """Log `step/loss`, `step/accuracy`, `step/learning_rate` and `step/loss_scale` every this many
+    global steps (the mean over those steps), >= 0; 0 = epoch metrics only."""
+    system_metrics: bool = True
+    """Log MLflow's system metrics (CPU, memory, disk, network) while training."""
+    system_metrics_interval: float = 10.0
+    """Seconds between system metric samples, > 0."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """Your own tags on the run, e.g. tracking.tags='{team: vision, ticket: ML-12}'."""
+    register_model: str = ""
+    """Register the logged MLflow model under this name in the model registry ("" = do not)."""
+    log_model: bool = True
+    """Log the final model as an MLflow model (signature, input example; loads with mlflow.pyfunc)."""
 
 
 @dataclass

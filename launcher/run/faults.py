@@ -65,7 +65,7 @@ def fault_point(point: str, global_step: int) -> None:
 class FaultHook(Hook):
     """First in the hook list, so a signal it sends is seen by the hooks after it at the same step."""
 
-    def after_steps(self, position: Position) -> None:
+    def after_steps(self, position: Position, logs: dict) -> None:
         fault_point("steps", position.global_step)
 
 

@@ -29,8 +29,13 @@ def run_name(config, choices: dict) -> str:
     return config.tracking.run_name or config.name or "-".join(str(choices.get(k, "?")) for k in NAME_GROUPS)
 
 
+# The run's identity, not its settings: the run name and sweep links are the run's name and tags.
+NOT_PARAMS = ("tracking.run_name", "tracking.parent_run_id", "tracking.sweep_id", "tracking.tags")
+
+
 def run_params(settings: dict, plan) -> dict[str, Any]:
-    params = flatten(settings)
+    """The flattened config and the Plan's derived choices: what makes two runs differ."""
+    params = {k: v for k, v in flatten(settings).items() if not k.startswith(NOT_PARAMS)}
     params.update({f"derived.{k}": plan[k] for k in DERIVED if k in plan})
     return params
 
@@ -39,6 +44,7 @@ def run_tags(plan, env, run_dir: Path, tracking_cfg, name: str) -> dict[str, str
     tags = plan.tags()
     tags.update({"tf_version": env.tf_version, "keras_version": env.keras_version,
                  "devices": env.describe_devices(), "run_dir": str(run_dir)})
+    tags.update({str(k): str(v) for k, v in (tracking_cfg.tags or {}).items()})
     if tracking_cfg.sweep_id:
         tags.update({"sweep_id": tracking_cfg.sweep_id, "sweep.role": "child", "sweep.overrides": name})
     return tags

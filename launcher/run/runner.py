@@ -180,6 +180,7 @@ class Launch:
                 self.tracker.set_tags(run_tags(plan, self.env, self.run_dir, tr, name))
                 self.tracker.log_artifact(self.run_dir / PLAN_FILE)
                 self.tracker.log_artifact(self.run_dir / CONFIG_FILE)
+            self.tracker.flush()  # a write MLflow refuses stops the launch here, before training
         if self.checkpointer:
             self.checkpointer.record(self.tracker.run_id, layout_of(plan))
 
@@ -262,7 +263,7 @@ class Launch:
                  history, self.best_hook, early_stopping]
         if self.checkpointer:
             hooks.append(CheckpointHook(self.checkpointer, SavePolicy.from_config(cfg), guard, steps, stateful))
-        hooks += [self.metrics_hook, PreemptionHook(guard, steps)]
+        hooks += [self._step_metrics_hook(), self.metrics_hook, PreemptionHook(guard, steps)]
         return HookList(h for h in hooks if h is not None)
 
     def _utilization_hook(self):
@@ -271,6 +272,16 @@ class Launch:
 
         flops, peak = _utilization_inputs(self.config, self.plan, self.built.model, self.tracker, self.env)
         return UtilizationHook(flops, peak, process_age_seconds)
+
+    def _step_metrics_hook(self):
+        every = self.config.tracking.step_metrics_every
+        if every <= 0 or not self.config.tracking.enabled:
+            return None
+        from launcher.run.hooks.step_metrics import StepMetricsHook
+        from launcher.train.engine import optimizer_logs
+
+        optimizer = self.built.optimizer
+        return StepMetricsHook(self.tracker, every, lambda: optimizer_logs(optimizer))
 
     def _profiler_hook(self):
         profile = self.config.train.profile
@@ -341,9 +352,9 @@ def _utilization_inputs(config, plan, model, tracker, env) -> tuple[float, float
         return 0.0, 0.0
     dtype = COMPUTE_DTYPE[plan["precision.policy"]]
     peak = matmul_peak(dtype, env.matmul_gflops)  # the probe's rates: no second cache read
-    if not tracker.resumed:
-        tracker.log_params({"derived.train_flops_per_example": int(flops),
-                            f"derived.matmul_peak_{dtype}_gflops": round(peak / 1e9, 1)})
+    if not tracker.resumed:  # measurements, not settings: tags, so runs differ in params only by their config
+        tracker.set_tags({"measured.train_flops_per_example": int(flops),
+                          f"measured.matmul_peak_{dtype}_gflops": round(peak / 1e9, 1)})
     return flops, peak
 
 

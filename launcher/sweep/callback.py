@@ -48,6 +48,7 @@ class SweepCallback(Callback):
             )
             parent.set_tags({"sweep_id": state["sweep_id"], "sweep.overrides": " ".join(overrides),
                              "sweep.dir": str(sweep_dir), "sweep.role": "parent"})
+            parent.flush()
             state.update(parent_run_id=parent.run_id, uri=uri, experiment=config.tracking.experiment)
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
 

@@ -1,14 +1,17 @@
 """One MLflow run: params, tags, metrics and artifacts, batched, retried, and kept through an outage.
 
-Logging is batched (one `log_batch` per epoch), so it never sits in the step loop.
+Writes never sit in the step loop: they are queued, in order, and a delivery thread sends them as
+soon as they arrive (metric points queued meanwhile go together in one call), so a kill loses at
+most what is in flight. `flush()`
+waits for the queue (a launch calls it at every epoch end); a write MLflow refuses (as opposed to
+a server that does not answer) is raised there, or at the next write.
 A launch's run (`launcher.run`) and a sweep's parent run (`launcher.sweep`) both use it.
 
 When the tracking server goes away mid-run, training goes on: every write is kept, in order,
-and delivered when the server answers again (tried at most every RETRY_SECONDS, so an outage
-costs the step loop nothing). At the end the launch waits up to `tracking.outage_wait`
-seconds; what is still undelivered is written to the run dir's `tracking_pending.jsonl`,
-which the next launch in that run dir (a resume) or `python -m launcher.tracking.sync <run dir>`
-delivers.
+and delivered when the server answers again (tried every RETRY_SECONDS). At the end the launch
+waits up to `tracking.outage_wait` seconds; what is still undelivered is written to the run dir's
+`tracking_pending.jsonl`, which the next launch in that run dir (a resume) or
+`python -m launcher.tracking.sync <run dir>` delivers.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,7 @@ from typing import Any
 PARAM_LIMIT = 500  # MLflow's value length limits
 TAG_LIMIT = 5000
 BATCH_LIMIT = 100  # params or tags per log_batch call
+METRIC_BATCH = 1000  # metric points per log_batch call
 RETRY_SECONDS = 5.0  # during an outage, how often a write tries the server again
 PENDING_FILE = "tracking_pending.jsonl"
 # What an unreachable server looks like through MLflow's client (it wraps requests' errors in text).
@@ -74,6 +79,10 @@ class Tracker:
         self.outage_wait = outage_wait
         self._next_try = 0.0
         self._outage = False
+        self._changed = threading.Condition()  # guards pending, _refused, _closing, _outage
+        self._refused: BaseException | None = None
+        self._closing = False
+        self._delivery: threading.Thread | None = None
         found = self.client.get_experiment_by_name(experiment)
         if found is None:
             location = None if uri.startswith("http") else (artifact_root / experiment).resolve().as_uri()
@@ -121,47 +130,103 @@ class Tracker:
     def log_artifacts(self, directory: Path, artifact_path: str | None = None) -> None:
         self._write("artifacts", {"path": str(directory), "artifact_path": artifact_path})
 
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every write so far is delivered (or the server is found away: then they stay
+        kept); raise what MLflow refused."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while self.pending and not self._outage and self._refused is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._changed.wait(left)
+            self._raise_refused()
+
     def end(self, status: str = "FINISHED") -> None:
         """Mark the run; during an outage wait up to `outage_wait` s, then leave the rest in the run dir."""
-        self._write("terminate", {"status": status})
+        self._write("terminate", {"status": status}, check=False)
         deadline = time.monotonic() + self.outage_wait
-        while self.pending and time.monotonic() < deadline:
-            time.sleep(min(RETRY_SECONDS / 2, max(0.0, deadline - time.monotonic())))
-            self._flush(now=True)
+        with self._changed:
+            while self.pending:
+                if self._outage and time.monotonic() >= deadline:
+                    break
+                self._changed.wait(0.5)
+            self._closing = True
+            self._changed.notify_all()
+        if self._delivery is not None:
+            self._delivery.join(timeout=30)  # a write in flight finishes (or times out) before the rest is kept
         if self.pending:
             self._spool()
+        if self._refused is not None:
+            print(f"WARNING: MLflow refused a write of run {self.run_id}: {self._refused}", file=sys.stderr,
+                  flush=True)
 
     # ------------------------------------------------------------ delivery
 
-    def _write(self, kind: str, payload: dict) -> None:
-        """Deliver now, or keep it (in order) while the server is away."""
-        self.pending.append((kind, payload))
-        self._flush()
+    def _write(self, kind: str, payload: dict, check: bool = True) -> None:
+        """Queue a write for the delivery thread (started with the first write)."""
+        with self._changed:
+            if check:
+                self._raise_refused()
+            self.pending.append((kind, payload))
+            if self._delivery is None:
+                self._delivery = threading.Thread(target=self._deliver_forever, name="mlflow-delivery", daemon=True)
+                self._delivery.start()
+            self._changed.notify_all()
 
-    def _flush(self, now: bool = False) -> None:
-        if not now and time.monotonic() < self._next_try:
-            return  # in an outage: keep, try again later
-        while self.pending:
-            kind, payload = self.pending[0]
+    def _raise_refused(self) -> None:
+        if self._refused is not None:
+            refused, self._refused = self._refused, None
+            raise refused
+
+    def _deliver_forever(self) -> None:
+        while True:
+            with self._changed:
+                while not self._closing and not self.pending:
+                    self._changed.wait()
+                if self._closing and (self._outage or not self.pending):
+                    return  # end() keeps what an outage left in the run dir
+                wait = self._next_try - time.monotonic()
+                if wait > 0:  # in an outage: try again later (or sooner, if end() is waiting)
+                    self._changed.wait(wait)
+                    continue
+            self._deliver_queued()
+
+    def _deliver_queued(self) -> None:
+        """Send what is queued, in order, until the queue is empty or the server does not answer."""
+        while True:
+            with self._changed:
+                if not self.pending:
+                    self._changed.notify_all()
+                    return
+                kind, payload, taken = _coalesced(self.pending)
             try:
                 self._apply(kind, payload)
             except Exception as err:
-                if not is_outage(err):
-                    self.pending.pop(0)  # refused by a server that answered: as before, an error
-                    raise
-                if not self._outage:
-                    from launcher.tracking.uri import redact
-
-                    print(f"WARNING: tracking server {redact(self.uri)} unreachable ({redact(str(err))[:160]}); "
-                          f"training goes on, MLflow writes are kept and delivered when it answers.",
-                          file=sys.stderr, flush=True)
-                    self._outage = True
-                self._next_try = time.monotonic() + RETRY_SECONDS
+                with self._changed:
+                    if not is_outage(err):
+                        del self.pending[:taken]  # refused by a server that answered: raised to the launch,
+                        self._refused = err  # the writes after it still go
+                    else:
+                        self._mark_outage(err)
+                    self._changed.notify_all()
                 return
-            self.pending.pop(0)
-        if self._outage:
-            print("Tracking server back: delivered the writes kept during the outage.", flush=True)
-            self._outage = False
+            with self._changed:
+                del self.pending[:taken]
+                if self._outage:
+                    print("Tracking server back: delivered the writes kept during the outage.", flush=True)
+                    self._outage = False
+                self._changed.notify_all()
+
+    def _mark_outage(self, err: BaseException) -> None:
+        if not self._outage:
+            from launcher.tracking.uri import redact
+
+            print(f"WARNING: tracking server {redact(self.uri)} unreachable ({redact(str(err))[:160]}); "
+                  f"training goes on, MLflow writes are kept and delivered when it answers.",
+                  file=sys.stderr, flush=True)
+            self._outage = True
+        self._next_try = time.monotonic() + RETRY_SECONDS
 
     def _apply(self, kind: str, payload: dict) -> None:
         apply(self.client, self.run_id, kind, payload)
@@ -201,6 +266,21 @@ class Tracker:
         from launcher.tracking.uri import redact
 
         return f"{redact(self.uri).rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+
+
+def _coalesced(pending: list[tuple[str, dict]]) -> tuple[str, dict, int]:
+    """The first queued write, with the metric writes right after it joined into one call (MLflow
+    takes up to METRIC_BATCH points per log_batch): (kind, payload, how many queued writes it covers)."""
+    kind, payload = pending[0]
+    if kind != "metrics":
+        return kind, payload, 1
+    items, taken = list(payload["items"]), 1
+    for next_kind, next_payload in pending[1:]:
+        if next_kind != "metrics" or len(items) + len(next_payload["items"]) > METRIC_BATCH:
+            break
+        items += next_payload["items"]
+        taken += 1
+    return kind, {"items": items}, taken
 
 
 def apply(client, run_id: str, kind: str, payload: dict) -> None:
@@ -259,6 +339,9 @@ class NullTracker:
 
     def logged_steps(self, metric):
         return set()
+
+    def flush(self, timeout=None):
+        pass
 
     def end(self, status="FINISHED"):
         pass

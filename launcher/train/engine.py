@@ -19,6 +19,7 @@ work around the steps (checkpoints, tracking, preemption...) is a `launcher.cont
 
 from __future__ import annotations
 
+import sys
 import time
 
 import keras
@@ -153,7 +154,10 @@ class Engine:
         chunk = self.plan["steps_per_execution"]
         first = position.step_in_epoch
         iterator = self._iterator("train", position.epoch, skip=first)
-        bar = keras.utils.Progbar(steps, verbose=self.verbose, unit_name="step") if self.verbose else None
+        # The live bar only on a terminal: in a log file (CI, Slurm) its escape codes are noise, and the
+        # epoch line below says the same once.
+        live = self.verbose and sys.stdout.isatty()
+        bar = keras.utils.Progbar(steps, verbose=self.verbose, unit_name="step") if live else None
         if bar is not None:
             print(f"Epoch {position.epoch + 1}/{epochs}", flush=True)
         totals = np.zeros(3)
@@ -168,7 +172,8 @@ class Engine:
                 n = 1  # the first call traces and compiles; one step makes time-to-first-step honest
                 self._stepped = True
             self.callbacks.on_train_batch_begin(done)
-            totals += self._train_chunk(iterator, tf.constant(n, tf.int32)).numpy()
+            chunk_totals = self._train_chunk(iterator, tf.constant(n, tf.int32)).numpy()
+            totals += chunk_totals
             position.step_in_epoch += n
             position.global_step += n
             running = _summarise(totals)
@@ -177,7 +182,7 @@ class Engine:
                 bar.update(
                     position.step_in_epoch, values=list(running.items()), finalize=position.step_in_epoch >= steps
                 )
-            hooks.after_steps(position)
+            hooks.after_steps(position, {**_summarise(chunk_totals), "examples": float(chunk_totals[2])})
             if self.model.stop_training:
                 break
         elapsed = time.perf_counter() - start
@@ -192,12 +197,16 @@ class Engine:
         return {f"val_{k}": v for k, v in _summarise(totals).items()}
 
     def _optimizer_logs(self) -> dict[str, float]:
-        lr = self.optimizer.learning_rate
-        logs = {"learning_rate": float(keras.ops.convert_to_numpy(lr))}
-        scale = current_scale(self.optimizer)
-        if scale is not None:
-            logs["loss_scale"] = scale
-        return logs
+        return optimizer_logs(self.optimizer)
+
+
+def optimizer_logs(optimizer) -> dict[str, float]:
+    """The learning rate and, under loss scaling, the loss scale now (one read of each from the device)."""
+    logs = {"learning_rate": float(keras.ops.convert_to_numpy(optimizer.learning_rate))}
+    scale = current_scale(optimizer)
+    if scale is not None:
+        logs["loss_scale"] = scale
+    return logs
 
 
 def _stats(y, logits, per_example):

@@ -22,7 +22,7 @@ class CheckpointHook(Hook):
     def steps_until_boundary(self, position: Position) -> int | None:
         return self.policy.steps_until_save(position)
 
-    def after_steps(self, position: Position) -> None:
+    def after_steps(self, position: Position, logs: dict) -> None:
         # A save due on the epoch's last step (or a signal seen there) waits for the epoch end,
         # so the checkpoint holds that epoch's evaluation and history.
         if position.step_in_epoch >= self.steps_per_epoch:

@@ -58,7 +58,7 @@ class PreemptionHook(Hook):
         self.guard = guard
         self.steps_per_epoch = steps_per_epoch
 
-    def after_steps(self, position: Position) -> None:
+    def after_steps(self, position: Position, logs: dict) -> None:
         # On the epoch's last step the stop waits for the epoch end (evaluation, save, metrics).
         if self.guard.requested and position.step_in_epoch < self.steps_per_epoch:
             raise Preempted(self.guard.signum, position)

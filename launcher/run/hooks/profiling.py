@@ -13,7 +13,7 @@ class ProfilerHook(Hook):
     def steps_until_boundary(self, position: Position) -> int | None:
         return self.profiler.steps_until_boundary(position.global_step)
 
-    def after_steps(self, position: Position) -> None:
+    def after_steps(self, position: Position, logs: dict) -> None:
         self.profiler.after_steps(position.global_step)
 
     def on_train_end(self, position: Position) -> None:

@@ -18,7 +18,7 @@ class UtilizationHook(Hook):
         self.time_to_first_step: float | None = None
         self._reported = False
 
-    def after_steps(self, position: Position) -> None:
+    def after_steps(self, position: Position, logs: dict) -> None:
         if self.time_to_first_step is None:
             self.time_to_first_step = self.clock()
 
