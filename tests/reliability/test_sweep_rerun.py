@@ -14,8 +14,9 @@ from conftest import ROOT
 
 from launcher.files import OUTCOME_FILE, read_json
 
-# Job 0 (batch 32) saves at steps 44, 88, ...; job 1 (batch 64) at 22, 44, ...: a fault at ckpt-22 is job 1's.
-SWEEP = ["-m", "name=rerun", "scaling.batch_size=32,64", "model.hidden_units=[16]", "train.epochs=4"]
+# Job 0 (batch 32) saves at steps 45, 90, ...; job 1 (batch 64) at 23, 46, ...: a fault at ckpt-23 is job 1's.
+# (xla=false: the ragged last batch is trained on, on every machine.)
+SWEEP = ["-m", "name=rerun", "scaling.batch_size=32,64", "model.hidden_units=[16]", "train.epochs=4", "xla=false"]
 
 
 def _command(tmp_path, *overrides):
@@ -42,11 +43,11 @@ def _children(tmp_path):
 def test_a_killed_sweep_rerun_skips_finished_jobs_and_resumes_the_killed_one(tmp_path):
     sweep = tmp_path / "sweep"
     # Job 0 finishes; job 1 waits after its first checkpoint, where the whole sweep is killed.
-    env = dict(os.environ, LAUNCHER_FAULT="PAUSE@after_save:22", LAUNCHER_FAULT_RESUME=str(tmp_path / "never"))
+    env = dict(os.environ, LAUNCHER_FAULT="PAUSE@after_save:23", LAUNCHER_FAULT_RESUME=str(tmp_path / "never"))
     first = subprocess.Popen(_command(tmp_path, *SWEEP), cwd=ROOT, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     deadline = time.time() + 600
-    while "paused at after_save 22" not in _read(sweep / "1" / "job.log"):
+    while "paused at after_save 23" not in _read(sweep / "1" / "job.log"):
         assert first.poll() is None and time.time() < deadline, "the sweep ended before job 1's first checkpoint"
         time.sleep(0.1)
     os.killpg(first.pid, signal.SIGKILL)
@@ -62,7 +63,7 @@ def test_a_killed_sweep_rerun_skips_finished_jobs_and_resumes_the_killed_one(tmp
     assert "Continuing sweep" in again.stdout
     assert "scaling.batch_size=32: finished in an earlier run of this sweep" in again.stdout
     assert read_json(sweep / "0" / OUTCOME_FILE)["pid"] == finished_pid  # not run again
-    assert "Resuming at epoch 2, step 0 (global step 22)" in (sweep / "1" / "job.log").read_text()
+    assert "Resuming at epoch 2, step 0 (global step 23)" in (sweep / "1" / "job.log").read_text()
     client, parent, kids = _children(tmp_path)
     assert sorted(kids) == ["scaling.batch_size=32", "scaling.batch_size=64"]  # no duplicate child runs
     assert kids["scaling.batch_size=64"].info.run_id == killed_run
