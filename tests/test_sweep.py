@@ -46,6 +46,20 @@ def check_sweep(client, parent, kids, names):
         assert kid.data.tags["sweep.overrides"] == kid.info.run_name
         assert "derived.batch.global" in kid.data.params
         assert [m.step for m in client.get_metric_history(kid.info.run_id, "val_loss")] == [0, 1]
+    # The runs differ in params only by what the sweep varied and what the resolver derived from it.
+    swept = {name.partition("=")[0] for kid in kids for name in kid.info.run_name.split(",")}
+    differing = {k for k in set().union(*(kid.data.params for kid in kids))
+                 if len({kid.data.params.get(k) for kid in kids}) > 1}
+    assert differing and all(k.split(".")[0] in swept or k.startswith("derived.") for k in differing), differing
+    # The collapsed sweep row: swept values as params, the best child's final metrics, its name.
+    for key in swept:
+        values = {name.partition("=")[2] for kid in kids for name in kid.info.run_name.split(",")
+                  if name.startswith(key + "=")}
+        assert parent.data.params[f"sweep.{key}"] == ",".join(sorted(values))
+    best = {kid.info.run_id: kid for kid in kids}[parent.data.tags["sweep.best_run_id"]]  # ties: any of them
+    assert best.data.metrics["val_accuracy"] == max(kid.data.metrics["val_accuracy"] for kid in kids)
+    assert parent.data.metrics["val_accuracy"] == pytest.approx(best.data.metrics["val_accuracy"])
+    assert parent.data.tags["sweep.best_overrides"] == best.info.run_name
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "summary")}
     assert artifacts == {"summary/summary.csv", "summary/summary.md", "summary/val_loss_curves.png",
                          "summary/val_accuracy_by_job.png"}

@@ -79,4 +79,5 @@ class SweepCallback(Callback):
             return
         from launcher.sweep.summary import summarise
 
-        summarise(state["uri"], state["parent_run_id"], sweep_dir)
+        summarise(state["uri"], state["parent_run_id"], sweep_dir, state.get("swept_keys") or [], config.objective,
+                  config.hydra.sweeper.get("direction"))

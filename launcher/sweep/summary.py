@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import time
 from pathlib import Path
 
 from launcher.contract import SUMMARY_METRICS
@@ -89,13 +90,66 @@ def plot_metric_vs_job(rows: list[dict], path: Path, metric: str = "val_accuracy
     plt.close(fig)
 
 
-def summarise(uri: str, parent_run_id: str, sweep_dir: Path) -> list[dict]:
-    """Write the table and plots into the sweep dir, log them on the parent, end the parent run."""
+def minimises(objective: str, direction: str | None = None) -> bool:
+    """The sweeper's direction when it has one, else by the metric's name (losses and errors go down)."""
+    if direction:
+        return str(direction).lower().startswith("min")
+    return any(word in objective for word in ("loss", "error", "perplexity"))
+
+
+def best_run(runs, objective: str, direction: str | None = None):
+    """The finished child with the best final `objective`, or None."""
+    scored = [r for r in runs if r.info.status == "FINISHED" and objective in r.data.metrics]
+    if not scored:
+        return None
+    pick = min if minimises(objective, direction) else max
+    return pick(scored, key=lambda r: r.data.metrics[objective])
+
+
+def parent_record(runs, swept: list[str], objective: str, direction: str | None = None):
+    """What the collapsed sweep row shows: the swept keys with their values as params; the best
+    child's final metrics as metrics, its name and run id as tags."""
+    params = {}
+    for key in swept:
+        values = sorted({r.data.params.get(key) or _override_value(r, key) for r in runs} - {None, ""}, key=str)
+        params[f"sweep.{key}"] = ",".join(values)
+    best = best_run(runs, objective, direction)
+    if best is None:
+        return params, {}, {"sweep.objective": objective}
+    metrics = {k: v for k, v in best.data.metrics.items() if k in SUMMARY_METRICS or k == objective}
+    metrics[f"best.{objective}"] = best.data.metrics[objective]
+    tags = {"sweep.objective": objective, "sweep.best_run_id": best.info.run_id,
+            "sweep.best_overrides": best.data.tags.get("sweep.overrides", best.info.run_name)}
+    return params, metrics, tags
+
+
+def _override_value(run, key: str) -> str | None:
+    """A swept group choice (precision=bf16) is not a param by that name: read it from the job's name."""
+    for part in run.data.tags.get("sweep.overrides", run.info.run_name or "").split(","):
+        name, _, value = part.partition("=")
+        if name.strip().lstrip("+") == key:
+            return value
+    return None
+
+
+def summarise(uri: str, parent_run_id: str, sweep_dir: Path, swept: list[str] = (), objective: str = "val_accuracy",
+              direction: str | None = None) -> list[dict]:
+    """Write the table and plots into the sweep dir, log them on the parent with the sweep's record
+    (`parent_record`), end the parent run."""
+    from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
+    from launcher.tracking.tracker import with_retry
+
     client = MlflowClient(uri)
-    _, runs = children(client, parent_run_id)
+    parent, runs = children(client, parent_run_id)
     rows = table_rows(runs)
+    params, metrics, tags = parent_record(runs, list(swept), objective, direction)
+    params = {k: v for k, v in params.items() if k not in parent.data.params}  # a continued sweep logged them
+    now = int(time.time() * 1000)
+    with_retry(client.log_batch, parent_run_id, params=[Param(k, v[:500]) for k, v in params.items()],
+               metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+               tags=[RunTag(k, str(v)) for k, v in tags.items()])
     out = sweep_dir / "summary"
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "summary.csv")

@@ -1,0 +1,42 @@
+"""The sweep parent's record (pure): swept keys with their values, the best child's metrics and name."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from launcher.sweep.summary import best_run, minimises, parent_record
+
+
+def _run(name, status="FINISHED", params=None, **metrics):
+    return SimpleNamespace(info=SimpleNamespace(run_name=name, run_id=f"id-{name}", status=status),
+                           data=SimpleNamespace(params=params or {}, metrics=metrics,
+                                                tags={"sweep.overrides": name}))
+
+
+RUNS = [
+    _run("precision=fp32,optimizer.learning_rate=0.01", params={"optimizer.learning_rate": "0.01"},
+         val_accuracy=0.80, val_loss=0.6, loss=0.5),
+    _run("precision=bf16,optimizer.learning_rate=0.1", params={"optimizer.learning_rate": "0.1"},
+         val_accuracy=0.90, val_loss=0.7, loss=0.4),
+    _run("precision=mixed,optimizer.learning_rate=0.1", status="FAILED", params={"optimizer.learning_rate": "0.1"},
+         val_accuracy=0.99),
+]
+
+
+def test_the_parent_gets_the_swept_values_and_the_best_finished_childs_metrics():
+    params, metrics, tags = parent_record(RUNS, ["precision", "optimizer.learning_rate"], "val_accuracy")
+    assert params == {"sweep.precision": "bf16,fp32,mixed", "sweep.optimizer.learning_rate": "0.01,0.1"}
+    assert metrics == {"val_accuracy": 0.90, "val_loss": 0.7, "loss": 0.4, "best.val_accuracy": 0.90}
+    assert tags["sweep.best_run_id"] == "id-precision=bf16,optimizer.learning_rate=0.1"  # the failed 0.99 is not best
+    assert tags["sweep.best_overrides"] == "precision=bf16,optimizer.learning_rate=0.1"
+
+
+def test_losses_are_minimised_unless_the_sweeper_says_otherwise():
+    assert minimises("val_loss") and not minimises("val_accuracy")
+    assert not minimises("val_loss", "maximize") and minimises("val_accuracy", "MINIMIZE")
+    assert best_run(RUNS, "val_loss").info.run_name.startswith("precision=fp32")
+
+
+def test_a_sweep_without_a_finished_child_has_no_best():
+    params, metrics, tags = parent_record([RUNS[2]], ["precision"], "val_accuracy")
+    assert metrics == {} and "sweep.best_run_id" not in tags and params == {"sweep.precision": "mixed"}
