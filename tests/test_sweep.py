@@ -46,6 +46,9 @@ def check_sweep(client, parent, kids, names):
         assert kid.data.tags["sweep.overrides"] == kid.info.run_name
         assert "derived.batch.global" in kid.data.params
         assert [m.step for m in client.get_metric_history(kid.info.run_id, "val_loss")] == [0, 1]
+        every, total = (int(kid.data.params[k]) for k in ("tracking.step_metrics_every", "derived.train.total_steps"))
+        assert [m.step for m in client.get_metric_history(kid.info.run_id, "step/loss")] == list(
+            range(every, total + 1, every))
     # The runs differ in params only by what the sweep varied and what the resolver derived from it.
     swept = {name.partition("=")[0] for kid in kids for name in kid.info.run_name.split(",")}
     differing = {k for k in set().union(*(kid.data.params for kid in kids))
@@ -90,10 +93,28 @@ def test_two_by_two_sweep_is_one_parent_and_four_children(tmp_path):
 @pytest.mark.slow
 def test_sweep_against_a_real_tracking_server(tmp_path, mlflow_server):
     url, _ = mlflow_server
-    done = sweep(tmp_path, "precision=fp32,bf16", "strategy=default,mirrored", uri=url)
+    done = sweep(tmp_path, "precision=fp32,bf16", "strategy=default,mirrored", "tracking.system_metrics_interval=0.2",
+                 "+tracking.tags.team=vision", uri=url)
     assert done.returncode == 0, done.stderr[-3000:]
     client, parent, kids = parent_and_children(url)
     check_sweep(client, parent, kids, NAMES)
+    import mlflow
+    import numpy as np
+
+    for kid in kids:
+        assert any(k.startswith("system/cpu_utilization") for k in kid.data.metrics), sorted(kid.data.metrics)
+        assert kid.data.tags["team"] == "vision"
+        used = {(d.dataset.name, tuple(t.value for t in d.tags)) for d in kid.inputs.dataset_inputs}
+        assert used == {("digits-training", ("training",)), ("digits-validation", ("validation",))}
+    # The same data in every job: one digest per split.
+    assert len({d.dataset.digest for kid in kids for d in kid.inputs.dataset_inputs}) == 2
+    mlflow.set_tracking_uri(url)
+    model = mlflow.pyfunc.load_model(f"runs:/{kids[0].info.run_id}/mlflow_model")
+    assert [str(s.shape) for s in model.metadata.signature.inputs.inputs] == ["(-1, 8, 8, 1)"]
+    prediction = np.asarray(model.predict(np.zeros((3, 8, 8, 1), "float32")))
+    assert prediction.shape == (3, 10) and np.isfinite(prediction).all()
+    log = (tmp_path / "sweep" / "0" / "job.log").read_text()
+    assert f"{url}/#/experiments/{kids[0].info.experiment_id}/runs/" in log  # the console shows the run's URL
 
 
 @pytest.mark.slow

@@ -180,7 +180,13 @@ class Launch:
                 self.tracker.set_tags(run_tags(plan, self.env, self.run_dir, tr, name))
                 self.tracker.log_artifact(self.run_dir / PLAN_FILE)
                 self.tracker.log_artifact(self.run_dir / CONFIG_FILE)
+            if not self.tracker.resumed:
+                from launcher.run.mlflow_record import dataset_inputs
+
+                self.tracker.log_inputs(dataset_inputs(self.source, self.config.dataset))
             self.tracker.flush()  # a write MLflow refuses stops the launch here, before training
+            if tr.system_metrics:
+                self.tracker.start_system_metrics(tr.system_metrics_interval)
         if self.checkpointer:
             self.checkpointer.record(self.tracker.run_id, layout_of(plan))
 
@@ -236,7 +242,19 @@ class Launch:
             self.tracker.log_artifact(self.run_dir / "model.keras", "model")
             if self.best_hook is not None and self.best_hook.exported:
                 self.tracker.log_artifact(self.best_hook.exported, "model")
+            self._log_mlflow_model()
         _print_summary(result, self.run_dir, self.tracker)
+
+    def _log_mlflow_model(self) -> None:
+        tr = self.config.tracking
+        if not tr.enabled or not tr.log_model:
+            return
+        from launcher.run.mlflow_record import MODEL_ARTIFACT, save_mlflow_model
+
+        saved = save_mlflow_model(self.built.model, self.source.first_inputs(), self.run_dir / MODEL_ARTIFACT)
+        self.tracker.log_artifacts(saved, MODEL_ARTIFACT)
+        if tr.register_model:
+            self.tracker.register_model(tr.register_model, MODEL_ARTIFACT)
 
     # ---------------------------------------------------------------- helpers
 

@@ -83,6 +83,7 @@ class Tracker:
         self._refused: BaseException | None = None
         self._closing = False
         self._delivery: threading.Thread | None = None
+        self._system = None  # MLflow's system metrics monitor, when started
         found = self.client.get_experiment_by_name(experiment)
         if found is None:
             location = None if uri.startswith("http") else (artifact_root / experiment).resolve().as_uri()
@@ -130,6 +131,34 @@ class Tracker:
     def log_artifacts(self, directory: Path, artifact_path: str | None = None) -> None:
         self._write("artifacts", {"path": str(directory), "artifact_path": artifact_path})
 
+    def log_inputs(self, datasets: list[dict]) -> None:
+        """MLflow dataset inputs: dicts of Dataset fields (name, digest, source_type, source, schema,
+        profile) and the `context` they were used in (train, validation)."""
+        self._write("inputs", {"datasets": datasets})
+
+    def register_model(self, name: str, artifact_path: str) -> None:
+        """A new version of registered model `name` from this run's logged MLflow model."""
+        self._write("register", {"name": name, "artifact_path": artifact_path})
+
+    def start_system_metrics(self, interval: float) -> None:
+        """MLflow's own CPU / memory / disk / network sampling, as `system/*` metrics of this run."""
+        try:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+        except ImportError as err:  # psutil missing
+            print(f"NOTE: no system metrics ({err}); pip install psutil", file=sys.stderr, flush=True)
+            return
+        import logging
+
+        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
+        self._system = SystemMetricsMonitor(self.run_id, sampling_interval=interval, resume_logging=self.resumed,
+                                            tracking_uri=self.uri)
+        self._system.start()
+
+    def _stop_system_metrics(self) -> None:
+        if self._system is not None:
+            self._system.finish()
+            self._system = None
+
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every write so far is delivered (or the server is found away: then they stay
         kept); raise what MLflow refused."""
@@ -144,6 +173,7 @@ class Tracker:
 
     def end(self, status: str = "FINISHED") -> None:
         """Mark the run; during an outage wait up to `outage_wait` s, then leave the rest in the run dir."""
+        self._stop_system_metrics()
         self._write("terminate", {"status": status}, check=False)
         deadline = time.monotonic() + self.outage_wait
         with self._changed:
@@ -298,10 +328,31 @@ def apply(client, run_id: str, kind: str, payload: dict) -> None:
         client.log_artifact(run_id, payload["path"], payload["artifact_path"])
     elif kind == "artifacts":
         client.log_artifacts(run_id, payload["path"], payload["artifact_path"])
+    elif kind == "inputs":
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        with_retry(client.log_inputs, run_id, datasets=[
+            DatasetInput(Dataset(**{k: v for k, v in d.items() if k != "context"}),
+                         tags=[InputTag("mlflow.data.context", d["context"])])
+            for d in payload["datasets"]])
+    elif kind == "register":
+        _register(client, run_id, payload["name"], payload["artifact_path"])
     elif kind == "terminate":
         with_retry(client.set_terminated, run_id, status=payload["status"])
     else:
         raise ValueError(f"unknown tracking write {kind!r}")
+
+
+def _register(client, run_id: str, name: str, artifact_path: str) -> None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        with_retry(client.create_registered_model, name)
+    except MlflowException as err:
+        if "already exists" not in str(err).lower() and "RESOURCE_ALREADY_EXISTS" not in str(err):
+            raise
+    source = f"{client.get_run(run_id).info.artifact_uri.rstrip('/')}/{artifact_path}"
+    with_retry(client.create_model_version, name, source, run_id=run_id)
 
 
 def deliver_file(client, path: Path) -> int:
@@ -341,6 +392,15 @@ class NullTracker:
         return set()
 
     def flush(self, timeout=None):
+        pass
+
+    def log_inputs(self, datasets):
+        pass
+
+    def register_model(self, name, artifact_path):
+        pass
+
+    def start_system_metrics(self, interval):
         pass
 
     def end(self, status="FINISHED"):

@@ -35,6 +35,14 @@ class DataSource:
             )
         return self._base[split]
 
+    def first_inputs(self, count: int = 2, split: str = "val"):
+        """The first `count` inputs of a split as an array (an example of what the model takes)."""
+        source = self.train if split == "train" else self.val
+        if isinstance(source, tuple):
+            return np.asarray(source[0][:count])
+        features, _ = next(iter(self._dataset(split).batch(count)))
+        return features.numpy()
+
     def pipeline(self, split: str, batch: int, drop_remainder: bool, shuffle_seed: int | None,
                  shuffle_buffer: int = 10_000, skip: int = 0):
         import tensorflow as tf

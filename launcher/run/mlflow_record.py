@@ -1,0 +1,53 @@
+"""What MLflow's own views need beyond params and metrics: the data as dataset inputs (digest,
+shape, schema: the run page's "Datasets used") and the model as an MLflow model (signature, input
+example; `mlflow.pyfunc.load_model` loads it, the registry can take it)."""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+
+MODEL_ARTIFACT = "mlflow_model"
+
+
+def dataset_inputs(source, dataset_cfg) -> list[dict]:
+    """Each split held as arrays, as MLflow dataset fields plus its context. Splits streamed from
+    files (tf.data) are not read twice to be hashed: they are left out."""
+    import mlflow.data
+
+    path = getattr(dataset_cfg, "path", "") or None
+    found = []
+    for context, split in (("training", source.train), ("validation", source.val)):
+        if not isinstance(split, tuple):
+            continue
+        features, targets = split
+        with warnings.catch_warnings():  # a local path resolves to one source type twice; MLflow warns
+            warnings.simplefilter("ignore", UserWarning)
+            dataset = mlflow.data.from_numpy(features, targets=targets, source=str(path) if path else None,
+                                             name=f"{dataset_cfg.name}-{context}")
+        found.append({**dataset.to_dict(), "context": context})
+    return found
+
+
+def save_mlflow_model(model, example, directory: Path) -> Path:
+    """The trained model in MLflow's Keras format, with the signature of `example` and its output.
+
+    The pip requirements are given (TensorFlow and Keras as running), so MLflow does not infer them
+    by importing the world in a subprocess."""
+    import keras
+    import mlflow.keras
+    import numpy as np
+    import tensorflow as tf
+    from mlflow.models import infer_signature
+
+    example = np.asarray(example)
+    output = np.asarray(model.predict(example, verbose=0))
+    if directory.exists():  # a resumed run exports again
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)  # MLflow writes the input example before it creates the folder
+    mlflow.keras.save_model(
+        model, str(directory), signature=infer_signature(example, output), input_example=example,
+        pip_requirements=[f"tensorflow=={tf.__version__}", f"keras=={keras.__version__}"],
+    )
+    return directory
