@@ -8,6 +8,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from launcher.config.help import register_help
 from launcher.config.schema import register_configs
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -19,6 +20,7 @@ COMPOSE_FIX = (
 )
 
 register_configs()
+register_help(CONF_DIR)
 _task_started = False
 
 

@@ -223,3 +223,22 @@ def test_exit_code_128_plus_the_signal_when_preempted(cli, tmp_path, signal_name
     assert f"Signal SIG{signal_name}: saving at the next step boundary" in done.stdout
     assert "Preempted: stopped by signal" in done.stdout
     assert mlflow_run(tmp_path).info.status == "KILLED"
+
+
+def test_help_introduces_the_launcher_and_lists_the_groups_a_person_chooses():
+    import subprocess
+    import sys
+
+    from conftest import CONF_DIR, ROOT
+
+    done = subprocess.run([sys.executable, "-m", "launcher", "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("launcher: a declarative training launcher")
+    assert "powered by Hydra" not in done.stdout and "schema" not in done.stdout
+    section = done.stdout.split("== Config groups")[1].split("\n== Every key")[0]
+    listed = dict(line.strip().split(": ", 1) for line in section.splitlines()[1:] if line.strip())
+    for group in [d for d in CONF_DIR.iterdir() if d.is_dir() and d.name != "hydra"] + [CONF_DIR / "hydra/launcher"]:
+        options = sorted(p.stem for p in group.glob("*.yaml"))
+        assert listed[group.relative_to(CONF_DIR).as_posix()] == ", ".join(options)
+    assert "optimizer:" in done.stdout  # every key, with its default

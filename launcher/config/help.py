@@ -1,0 +1,31 @@
+"""`python -m launcher --help`: the launcher by name and the config groups a person chooses from.
+
+Hydra's default help lists every group it knows, including the `schema/*` groups the launcher
+stores only so the YAML options can extend them. The help template in conf/config.yaml asks for
+`${launcher_groups:}` instead: the groups and options found in the config folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Groups under conf/hydra/ that users choose (hydra/launcher=parallel).
+HYDRA_GROUPS = ("hydra/launcher",)
+
+
+def group_listing(conf_dir: Path) -> str:
+    """One line per group: `name: option, option` (defaults first as composed by config.yaml)."""
+    lines = []
+    groups = sorted(p for p in conf_dir.iterdir() if p.is_dir() and p.name != "hydra")
+    for group in [*groups, *(conf_dir / g for g in HYDRA_GROUPS)]:
+        options = sorted(p.stem for p in group.glob("*.yaml"))
+        if options:
+            lines.append(f"  {group.relative_to(conf_dir).as_posix()}: {', '.join(options)}")
+    return "\n".join(lines)
+
+
+def register_help(conf_dir: str | Path) -> None:
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("launcher_groups"):
+        OmegaConf.register_new_resolver("launcher_groups", lambda: group_listing(Path(conf_dir)))
