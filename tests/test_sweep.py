@@ -90,11 +90,22 @@ def test_two_by_two_sweep_is_one_parent_and_four_children(tmp_path):
     assert {k.data.tags["plan.replicas"] for k in kids} == {"1", "2"}
 
 
+@pytest.fixture(scope="module")
+def server_sweep(tmp_path_factory):
+    """A 2x2 sweep logged to a real `mlflow server` on 127.0.0.1, shared by the API and browser tests."""
+    from conftest import MlflowServer
+
+    folder = tmp_path_factory.mktemp("server_sweep")
+    server = MlflowServer(folder).start()
+    done = sweep(folder, "precision=fp32,bf16", "strategy=default,mirrored", "tracking.system_metrics_interval=0.2",
+                 "+tracking.tags.team=vision", uri=server.url)
+    yield folder, server.url, done
+    server.stop()
+
+
 @pytest.mark.slow
-def test_sweep_against_a_real_tracking_server(tmp_path, mlflow_server):
-    url, _ = mlflow_server
-    done = sweep(tmp_path, "precision=fp32,bf16", "strategy=default,mirrored", "tracking.system_metrics_interval=0.2",
-                 "+tracking.tags.team=vision", uri=url)
+def test_sweep_against_a_real_tracking_server(server_sweep):
+    tmp_path, url, done = server_sweep
     assert done.returncode == 0, done.stderr[-3000:]
     client, parent, kids = parent_and_children(url)
     check_sweep(client, parent, kids, NAMES)
@@ -115,6 +126,29 @@ def test_sweep_against_a_real_tracking_server(tmp_path, mlflow_server):
     assert prediction.shape == (3, 10) and np.isfinite(prediction).all()
     log = (tmp_path / "sweep" / "0" / "job.log").read_text()
     assert f"{url}/#/experiments/{kids[0].info.experiment_id}/runs/" in log  # the console shows the run's URL
+
+
+@pytest.mark.slow
+def test_the_compare_page_in_a_real_browser_shows_the_swept_params_and_final_metrics(server_sweep):
+    """Chromium (headless, from the OS packages) renders MLflow's compare page of the sweep's runs."""
+    from browser import chromium_or_skip, render
+
+    chromium = chromium_or_skip()
+    _, url, done = server_sweep
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, parent, kids = parent_and_children(url)
+    ids = json.dumps([kid.info.run_id for kid in kids]).replace(" ", "")
+    page = f"{url}/#/compare-runs?runs={ids}&experiments={json.dumps([parent.info.experiment_id])}"
+    shot = ROOT / "outputs" / "mlflow_compare_sweep.png"
+    dom = render(chromium, page, screenshot=shot, wanted=("derived.precision.policy", "val_accuracy"))
+    assert f"Comparing {len(kids)} Runs" in dom
+    for value in ("mixed_bfloat16", "float32"):  # the swept precision, as the runs' derived policy
+        assert value in dom
+    for kid in kids:
+        assert kid.info.run_name in dom or kid.info.run_id in dom
+    for metric in ("val_accuracy", "val_loss", "step/loss"):
+        assert metric in dom
+    assert shot.exists() and shot.stat().st_size > 10_000  # for a person to look at
 
 
 @pytest.mark.slow
