@@ -375,7 +375,7 @@ class TrackingConfig:
     outage_wait: float = 120.0
     """Seconds a finished launch waits for a tracking server that went away mid-run, >= 0; what is
     still undelivered then is kept in the run dir (python -m launcher.tracking.sync delivers it)."""
-    step_metrics_every: int = 10
+    step_metrics_every: int = 32
     """Log `step/loss`, `step/accuracy`, `step/learning_rate` and `step/loss_scale` every this many
     global steps (the mean over those steps), >= 0; 0 = epoch metrics only."""
     system_metrics: bool = True

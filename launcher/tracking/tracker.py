@@ -1,8 +1,8 @@
 """One MLflow run: params, tags, metrics and artifacts, batched, retried, and kept through an outage.
 
-Writes never sit in the step loop: they are queued, in order, and a delivery thread sends them as
-soon as they arrive (metric points queued meanwhile go together in one call), so a kill loses at
-most what is in flight. `flush()`
+Writes never sit in the step loop: they are queued, in order, and a delivery thread sends them
+(metric points gathered for up to METRIC_GAP seconds and sent in one call), so a kill loses at
+most the last second of points. `flush()`
 waits for the queue (a launch calls it at every epoch end); a write MLflow refuses (as opposed to
 a server that does not answer) is raised there, or at the next write.
 A launch's run (`launcher.run`) and a sweep's parent run (`launcher.sweep`) both use it.
@@ -28,6 +28,7 @@ PARAM_LIMIT = 500  # MLflow's value length limits
 TAG_LIMIT = 5000
 BATCH_LIMIT = 100  # params or tags per log_batch call
 METRIC_BATCH = 1000  # metric points per log_batch call
+METRIC_GAP = 1.0  # seconds metric points may wait in the queue to be sent together
 RETRY_SECONDS = 5.0  # during an outage, how often a write tries the server again
 PENDING_FILE = "tracking_pending.jsonl"
 # What an unreachable server looks like through MLflow's client (it wraps requests' errors in text).
@@ -84,6 +85,8 @@ class Tracker:
         self._closing = False
         self._delivery: threading.Thread | None = None
         self._system = None  # MLflow's system metrics monitor, when started
+        self._last_delivery = 0.0
+        self._hurry = 0  # flush() / end() waiting: deliver metric points without gathering
         found = self.client.get_experiment_by_name(experiment)
         if found is None:
             location = None if uri.startswith("http") else (artifact_root / experiment).resolve().as_uri()
@@ -164,11 +167,16 @@ class Tracker:
         kept); raise what MLflow refused."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
-            while self.pending and not self._outage and self._refused is None:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    break
-                self._changed.wait(left)
+            self._hurry += 1
+            self._changed.notify_all()
+            try:
+                while self.pending and not self._outage and self._refused is None:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        break
+                    self._changed.wait(left)
+            finally:
+                self._hurry -= 1
             self._raise_refused()
 
     def end(self, status: str = "FINISHED") -> None:
@@ -177,6 +185,8 @@ class Tracker:
         self._write("terminate", {"status": status}, check=False)
         deadline = time.monotonic() + self.outage_wait
         with self._changed:
+            self._hurry += 1
+            self._changed.notify_all()
             while self.pending:
                 if self._outage and time.monotonic() >= deadline:
                     break
@@ -220,7 +230,14 @@ class Tracker:
                 if wait > 0:  # in an outage: try again later (or sooner, if end() is waiting)
                     self._changed.wait(wait)
                     continue
+                gather = self._last_delivery + METRIC_GAP - time.monotonic()
+                if gather > 0 and not self._hurry and all(kind == "metrics" for kind, _ in self.pending):
+                    # Metric points wait up to METRIC_GAP to go together: one store transaction a
+                    # second instead of one per point (on a 2-core machine that CPU is the step loop's).
+                    self._changed.wait(gather)
+                    continue
             self._deliver_queued()
+            self._last_delivery = time.monotonic()
 
     def _deliver_queued(self) -> None:
         """Send what is queued, in order, until the queue is empty or the server does not answer."""
