@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from conftest import TINY
 
 
 def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
-    done = cli(*TINY, "+tracking.tags.team=vision")
+    done = cli(*TINY, "+tracking.tags.team=vision", "tracking.register_model=digits-mlp")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Plan:" in done.stdout and "Done." in done.stdout
     assert "\x1b[" not in done.stdout  # not a terminal: no progress bar escape codes
@@ -46,6 +47,9 @@ def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
     # Params are the config and what the resolver derived from it; measurements are tags.
     assert not [k for k in params if "matmul_peak" in k or "flops" in k or k.startswith("tracking.run_name")]
     assert tags["team"] == "vision"
+    version, = client.search_model_versions("name='digits-mlp'")
+    assert version.run_id == run.info.run_id and version.source.endswith("/mlflow_model")
+    assert "MLmodel" in {Path(a.path).name for a in client.list_artifacts(run.info.run_id, "mlflow_model")}
     steps = int(params["derived.train.total_steps"])
     every = int(params["tracking.step_metrics_every"])
     for metric in ("step/loss", "step/accuracy", "step/learning_rate"):
