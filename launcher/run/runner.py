@@ -249,9 +249,14 @@ class Launch:
         tr = self.config.tracking
         if not tr.enabled or not tr.log_model:
             return
+        import keras
+
         from launcher.run.mlflow_record import MODEL_ARTIFACT, save_mlflow_model
 
-        saved = save_mlflow_model(self.built.model, self.source.first_inputs(), self.run_dir / MODEL_ARTIFACT)
+        # From the exported file, outside the strategy: the signature's predict runs on this process alone
+        # (the trained model's predict is a distributed call every multi-worker task would have to join).
+        exported = keras.saving.load_model(self.run_dir / "model.keras")
+        saved = save_mlflow_model(exported, self.source.first_inputs(), self.run_dir / MODEL_ARTIFACT)
         self.tracker.log_artifacts(saved, MODEL_ARTIFACT)
         if tr.register_model:
             self.tracker.register_model(tr.register_model, MODEL_ARTIFACT)

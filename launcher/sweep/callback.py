@@ -23,6 +23,21 @@ def _swept(config: DictConfig) -> list[str]:
     return swept_keys(list(config.hydra.overrides.task)) + list((config.hydra.sweeper.get("params") or {}).keys())
 
 
+def _reseed_sampler(config: DictConfig, offset: int) -> None:
+    """A seeded search sampler (Optuna's) run again would propose its first run's trials again, which
+    the jobs would skip as finished: offset its seed by the earlier runs so a continued study samples
+    new points. Hydra builds the sweeper from this same config after this callback."""
+    sampler = config.hydra.sweeper.get("sampler")
+    if sampler is None or sampler.get("seed") is None:
+        return
+    from omegaconf import open_dict, read_write
+
+    with read_write(config), open_dict(config):
+        sampler.seed = int(sampler.seed) + offset
+    print(f"  search sampler seed {sampler.seed} (its first run's + {offset}): new trials, not the same again",
+          flush=True)
+
+
 class SweepCallback(Callback):
     """Creates the parent MLflow run before the jobs start and summarises the sweep after."""
 
@@ -58,6 +73,8 @@ class SweepCallback(Callback):
         print(f"Continuing sweep {state['sweep_id']} in {sweep_dir}: finished jobs are skipped, "
               "interrupted ones resume from their checkpoints.", flush=True)
         state["swept_keys"] = sorted(set(state.get("swept_keys") or []) | set(_swept(config)))
+        state["runs"] = state.get("runs", 1) + 1
+        _reseed_sampler(config, state["runs"] - 1)
         if state.get("parent_run_id"):
             from mlflow.tracking import MlflowClient
 

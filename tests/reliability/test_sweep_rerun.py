@@ -72,17 +72,25 @@ def test_a_killed_sweep_rerun_skips_finished_jobs_and_resumes_the_killed_one(tmp
 
 
 @pytest.mark.slow
-def test_a_rerun_optuna_search_loads_its_study(tmp_path):
+def test_optuna_trials_are_children_and_a_rerun_search_continues_its_study(tmp_path):
     import optuna
 
     search = ["-m", "name=search", "hparams_search=optuna", "hydra.sweeper.n_trials=2", "train.epochs=1",
-              "checkpoint.enabled=false"]
-    for _ in range(2):
-        done = subprocess.run(_command(tmp_path, *search), cwd=ROOT, capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stderr[-3000:]
-    assert "Using an existing study" in done.stderr + done.stdout
+              "checkpoint.enabled=false", "model.hidden_units=[16]"]
+    first = subprocess.run(_command(tmp_path, *search), cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "Best value:" in first.stdout + first.stderr
+    _, parent, kids = _children(tmp_path)
+    assert len(kids) == 2 and all(k.info.status == "FINISHED" for k in kids.values())
+    for name in kids:
+        assert name.startswith("optimizer.learning_rate=") and "scaling=" in name and "model.hidden_units=" in name
+    again = subprocess.run(_command(tmp_path, *search), cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Using an existing study" in again.stderr + again.stdout
     study = optuna.load_study(study_name="launcher", storage=f"sqlite:///{tmp_path}/sweep/optuna.db")
     assert len([t for t in study.trials if t.state.name == "COMPLETE"]) == 4
+    _, same_parent, kids = _children(tmp_path)  # the continued sweep: one parent, every trial its child
+    assert same_parent.info.run_id == parent.info.run_id and len(kids) == 4
 
 
 def test_a_prepared_study_database_is_continued_by_optuna(tmp_path):
