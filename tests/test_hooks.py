@@ -52,7 +52,7 @@ class FakeTracker:
     def logged_steps(self, metric):
         return set(self._logged)
 
-    def flush(self, timeout=None):
+    def flush(self):
         pass
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from launcher.sweep.summary import best_run, minimises, parent_record
+from launcher.sweep.summary import best_run, minimises, parent_record, swept_values
 
 
 def _run(name, status="FINISHED", params=None, **metrics):
@@ -23,8 +23,13 @@ RUNS = [
 ]
 
 
+JOBS = [["precision=fp32", "optimizer.learning_rate=0.01", "train.epochs=2"],
+        ["precision=bf16", "optimizer.learning_rate=0.1", "train.epochs=2"],
+        ["precision=mixed", "optimizer.learning_rate=0.1", "train.epochs=2"]]
+
+
 def test_the_parent_gets_the_swept_values_and_the_best_finished_childs_metrics():
-    params, metrics, tags = parent_record(RUNS, ["precision", "optimizer.learning_rate"], "val_accuracy")
+    params, metrics, tags = parent_record(RUNS, JOBS, ["precision", "optimizer.learning_rate"], "val_accuracy")
     assert params == {"sweep.precision": "bf16,fp32,mixed", "sweep.optimizer.learning_rate": "0.01,0.1"}
     assert metrics == {"val_accuracy": 0.90, "val_loss": 0.7, "loss": 0.4, "best.val_accuracy": 0.90}
     assert tags["sweep.best_run_id"] == "id-precision=bf16,optimizer.learning_rate=0.1"  # the failed 0.99 is not best
@@ -38,5 +43,11 @@ def test_losses_are_minimised_unless_the_sweeper_says_otherwise():
 
 
 def test_a_sweep_without_a_finished_child_has_no_best():
-    params, metrics, tags = parent_record([RUNS[2]], ["precision"], "val_accuracy")
+    params, metrics, tags = parent_record([RUNS[2]], JOBS[2:], ["precision"], "val_accuracy")
     assert metrics == {} and "sweep.best_run_id" not in tags and params == {"sweep.precision": "mixed"}
+
+
+def test_swept_values_keep_list_values_whole_and_leave_unswept_keys_out():
+    jobs = [["model.hidden_units=[256,128]", "+seed=1"], ["model.hidden_units=[64]", "+seed=2"]]
+    assert swept_values(jobs, ["model.hidden_units", "seed", "precision"]) == {
+        "sweep.model.hidden_units": "[256,128],[64]", "sweep.seed": "1,2"}

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from launcher.contract import SUMMARY_METRICS
+from launcher.files import JOB_FILE, read_json
 
 PARAMS = ("derived.precision.policy", "strategy.kind", "derived.replicas", "derived.xla",
           "derived.batch.global", "derived.lr")
@@ -106,13 +107,22 @@ def best_run(runs, objective: str, direction: str | None = None):
     return pick(scored, key=lambda r: r.data.metrics[objective])
 
 
-def parent_record(runs, swept: list[str], objective: str, direction: str | None = None):
+def swept_values(job_overrides: list[list[str]], swept: list[str]) -> dict[str, str]:
+    """`sweep.<key>` -> the values the jobs gave it, in Hydra's sweep syntax (`bf16,fp32`)."""
+    values: dict[str, set[str]] = {key: set() for key in swept}
+    for overrides in job_overrides:
+        for override in overrides:
+            key, _, value = override.partition("=")
+            if key.lstrip("+~") in values:
+                values[key.lstrip("+~")].add(value)
+    return {f"sweep.{key}": ",".join(sorted(found)) for key, found in values.items() if found}
+
+
+def parent_record(runs, job_overrides: list[list[str]], swept: list[str], objective: str,
+                  direction: str | None = None):
     """What the collapsed sweep row shows: the swept keys with their values as params; the best
     child's final metrics as metrics, its name and run id as tags."""
-    params = {}
-    for key in swept:
-        values = sorted({r.data.params.get(key) or _override_value(r, key) for r in runs} - {None, ""}, key=str)
-        params[f"sweep.{key}"] = ",".join(values)
+    params = swept_values(job_overrides, swept)
     best = best_run(runs, objective, direction)
     if best is None:
         return params, {}, {"sweep.objective": objective}
@@ -123,15 +133,6 @@ def parent_record(runs, swept: list[str], objective: str, direction: str | None 
     return params, metrics, tags
 
 
-def _override_value(run, key: str) -> str | None:
-    """A swept group choice (precision=bf16) is not a param by that name: read it from the job's name."""
-    for part in run.data.tags.get("sweep.overrides", run.info.run_name or "").split(","):
-        name, _, value = part.partition("=")
-        if name.strip().lstrip("+") == key:
-            return value
-    return None
-
-
 def summarise(uri: str, parent_run_id: str, sweep_dir: Path, swept: list[str] = (), objective: str = "val_accuracy",
               direction: str | None = None) -> list[dict]:
     """Write the table and plots into the sweep dir, log them on the parent with the sweep's record
@@ -139,15 +140,17 @@ def summarise(uri: str, parent_run_id: str, sweep_dir: Path, swept: list[str] = 
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
-    from launcher.tracking.tracker import with_retry
+    from launcher.tracking.tracker import PARAM_LIMIT, with_retry
 
     client = MlflowClient(uri)
     parent, runs = children(client, parent_run_id)
     rows = table_rows(runs)
-    params, metrics, tags = parent_record(runs, list(swept), objective, direction)
+    # Each job's overrides as it recorded them (sweep.job), not re-split from its name: values may hold commas.
+    job_overrides = [read_json(path, {}).get("overrides", []) for path in sorted(sweep_dir.glob(f"*/{JOB_FILE}"))]
+    params, metrics, tags = parent_record(runs, job_overrides, list(swept), objective, direction)
     params = {k: v for k, v in params.items() if k not in parent.data.params}  # a continued sweep logged them
     now = int(time.time() * 1000)
-    with_retry(client.log_batch, parent_run_id, params=[Param(k, v[:500]) for k, v in params.items()],
+    with_retry(client.log_batch, parent_run_id, params=[Param(k, v[:PARAM_LIMIT]) for k, v in params.items()],
                metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
                tags=[RunTag(k, str(v)) for k, v in tags.items()])
     out = sweep_dir / "summary"

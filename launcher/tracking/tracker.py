@@ -2,9 +2,9 @@
 
 Writes never sit in the step loop: they are queued, in order, and a delivery thread sends them
 (metric points gathered for up to METRIC_GAP seconds and sent in one call), so a kill loses at
-most the last second of points. `flush()`
-waits for the queue (a launch calls it at every epoch end); a write MLflow refuses (as opposed to
-a server that does not answer) is raised there, or at the next write.
+most the last second of points. `flush()` waits for the queue (a launch calls it at every epoch
+end); a write MLflow refuses (as opposed to a server that does not answer) is raised there, or at
+the next write.
 A launch's run (`launcher.run`) and a sweep's parent run (`launcher.sweep`) both use it.
 
 When the tracking server goes away mid-run, training goes on: every write is kept, in order,
@@ -62,7 +62,7 @@ def _quiet_client_retries() -> None:
 
 
 class Tracker:
-    """Thin wrapper over MlflowClient for one run."""
+    """One MLflow run's writes, queued in order for a delivery thread; created or resumed here."""
 
     def __init__(self, uri: str, experiment: str, run_name: str, artifact_root: Path,
                  resume_run_id: str | None = None, parent_run_id: str | None = None,
@@ -162,19 +162,15 @@ class Tracker:
             self._system.finish()
             self._system = None
 
-    def flush(self, timeout: float | None = None) -> None:
+    def flush(self) -> None:
         """Wait until every write so far is delivered (or the server is found away: then they stay
         kept); raise what MLflow refused."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             self._hurry += 1
             self._changed.notify_all()
             try:
                 while self.pending and not self._outage and self._refused is None:
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        break
-                    self._changed.wait(left)
+                    self._changed.wait()
             finally:
                 self._hurry -= 1
             self._raise_refused()
@@ -366,7 +362,7 @@ def _register(client, run_id: str, name: str, artifact_path: str) -> None:
     try:
         with_retry(client.create_registered_model, name)
     except MlflowException as err:
-        if "already exists" not in str(err).lower() and "RESOURCE_ALREADY_EXISTS" not in str(err):
+        if err.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
     source = f"{client.get_run(run_id).info.artifact_uri.rstrip('/')}/{artifact_path}"
     with_retry(client.create_model_version, name, source, run_id=run_id)
@@ -384,6 +380,7 @@ def deliver_file(client, path: Path) -> int:
             raise
     Path(path).unlink()
     return len(lines)
+
 
 class NullTracker:
     run_id = None
@@ -408,7 +405,7 @@ class NullTracker:
     def logged_steps(self, metric):
         return set()
 
-    def flush(self, timeout=None):
+    def flush(self):
         pass
 
     def log_inputs(self, datasets):

@@ -134,7 +134,7 @@ class Engine:
             logs = self._train_epoch(position, epochs, hooks)
             position.epoch, position.step_in_epoch = epoch + 1, 0
             logs.update(self.evaluate(epoch))
-            logs.update(self._optimizer_logs())
+            logs.update(optimizer_logs(self.optimizer))
             self.callbacks.on_epoch_end(epoch, logs)
             result.epochs.append(EpochResult(epoch, logs))  # hooks below may add to logs
             try:
@@ -195,9 +195,6 @@ class Engine:
         steps = self.plan["train.validation_steps"]
         totals = self._eval_chunk(self._iterator("val", epoch), tf.constant(steps, tf.int32)).numpy()
         return {f"val_{k}": v for k, v in _summarise(totals).items()}
-
-    def _optimizer_logs(self) -> dict[str, float]:
-        return optimizer_logs(self.optimizer)
 
 
 def optimizer_logs(optimizer) -> dict[str, float]:

@@ -36,8 +36,7 @@ class StepMetricsHook(Hook):
         if position.global_step % self.every:
             return
         if self.tracker.run_id is not None:  # a worker that does not log still cuts its chunks here
-            seen = self._examples or 1.0
-            point = {f"{PREFIX}{k}": total / seen for k, total in self._sums.items()} if self._examples else {}
+            point = {f"{PREFIX}{k}": s / self._examples for k, s in self._sums.items()} if self._examples else {}
             point.update({f"{PREFIX}{k}": v for k, v in self.read_optimizer().items()})
             self.tracker.log_metrics(point, step=position.global_step)
         self._sums = dict.fromkeys(AVERAGED, 0.0)
