@@ -41,7 +41,8 @@ class Hook:
 
     Order of calls in one fit: `load_state` (when resuming) and `on_train_begin`; per chunk
     of steps `steps_until_boundary` (may shorten the chunk) then `after_steps`; per epoch
-    `on_epoch_end` (may add to `logs`, may raise `Preempted`); finally `on_train_end`.
+    `on_epoch_end` (may add to `logs`, may raise `Preempted`); finally `on_train_end`. A chunk whose
+    numerics stop the run gets `on_numerics_stop` instead of `after_steps` (nothing is saved after it).
     `state()` is what the hook needs back after a resume; the checkpoint hook stores the
     merged state of the list beside every checkpoint.
     """
@@ -59,8 +60,14 @@ class Hook:
         return None
 
     def after_steps(self, position: Position, logs: dict) -> None:
-        """A chunk of steps ended at `position`; `logs` holds the chunk's mean `loss` and `accuracy`
-        and its number of `examples` (already on the host: reading them costs nothing)."""
+        """A chunk of steps ended at `position`; `logs` holds the chunk's mean `loss` and `accuracy`,
+        its number of `examples` and its `telemetry` (`launcher.train.numerics.ChunkTelemetry`: skipped
+        steps, gradient norm, per-step loss and loss scale), all already on the host: reading them costs
+        nothing."""
+
+    def on_numerics_stop(self, position: Position, logs: dict, stop: Exception) -> None:
+        """The chunk ending at `position` (its `logs` as in `after_steps`) stops the run: `stop` is the
+        `NumericsStop` with the diagnosis. Record what explains it; the engine raises it next."""
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
         """The epoch ended (evaluated); `position` is at the start of the next one."""
@@ -92,6 +99,10 @@ class HookList(Hook):
     def after_steps(self, position: Position, logs: dict) -> None:
         for hook in self.hooks:
             hook.after_steps(position, logs)
+
+    def on_numerics_stop(self, position: Position, logs: dict, stop: Exception) -> None:
+        for hook in self.hooks:
+            hook.on_numerics_stop(position, logs, stop)
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
         for hook in self.hooks:

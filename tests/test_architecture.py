@@ -34,6 +34,7 @@ TF_FREE_MODULES = [
     "launcher.run.hooks.checkpoint", "launcher.run.hooks.best_model", "launcher.run.hooks.metrics",
     "launcher.run.hooks.history", "launcher.run.hooks.preemption", "launcher.run.hooks.utilization",
     "launcher.run.hooks.profiling", "launcher.run.hooks.callback_state", "launcher.run.params",
+    "launcher.train.numerics", "launcher.run.hooks.step_metrics",
 ]
 
 

@@ -347,9 +347,11 @@ def test_step_metrics_cut_chunks_at_the_interval_and_log_the_interval_mean_with_
     (point, step), = tracker.calls
     assert step == 10 and reads == [1]
     assert point == pytest.approx({"step/loss": (4 * 32 + 1 * 192 + 2 * 96) / 320,
-                                   "step/accuracy": (0.5 * 192 + 96) / 320, "step/learning_rate": 0.1})
+                                   "step/accuracy": (0.5 * 192 + 96) / 320, "step/learning_rate": 0.1,
+                                   "step/skipped_steps": 0.0})
     hook.after_steps(Position(global_step=20), {"loss": 3.0, "accuracy": 0.25, "examples": 320.0})
-    assert tracker.calls[-1] == ({"step/loss": 3.0, "step/accuracy": 0.25, "step/learning_rate": 0.1}, 20)
+    assert tracker.calls[-1] == ({"step/loss": 3.0, "step/accuracy": 0.25, "step/learning_rate": 0.1,
+                                  "step/skipped_steps": 0.0}, 20)
 
 
 def test_step_metrics_on_a_worker_that_does_not_log_still_cut_chunks_but_read_nothing():

@@ -95,6 +95,7 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("train.epochs", ">= 1", 5),
     Bound("train.steps_per_execution", ">= 1", 16),
     Bound("train.max_steps_per_epoch", ">= 0", 0),
+    Bound("train.collapse_steps", ">= 0", 20),
     Bound("train.early_stopping.patience", ">= 0", 3),
     Bound("train.reduce_lr_on_plateau.patience", ">= 0", 2),
     Bound("train.reduce_lr_on_plateau.factor", "(0, 1)", 0.5),

@@ -82,6 +82,13 @@ class Unreachable(Enum):
     local = "local"
 
 
+class OnNonfinite(Enum):
+    """What a training step with a NaN/inf loss does."""
+
+    stop = "stop"
+    skip = "skip"
+
+
 class MonitorMode(Enum):
     min = "min"
     max = "max"
@@ -213,6 +220,9 @@ class ImageFolderConfig(DatasetBase):
 class PrecisionConfig:
     name: PrecisionName = PrecisionName.fp32
     """fp32, mixed (float16 compute), bf16 (bfloat16 compute) or auto (the resolver picks)."""
+    float32_layers: list[str] = field(default_factory=list)
+    """Layers (by name) kept in float32 under a mixed or bf16 policy, e.g. one whose activations
+    overflow float16; `mode=doctor` finds them. Names are checked against the built model."""
 
 
 @dataclass
@@ -320,8 +330,13 @@ class TrainConfig:
     """Steps run inside one tf.function call (fewer Python round trips), >= 1."""
     max_steps_per_epoch: int = 0
     """Cap on steps per epoch, >= 0 (0 = the whole training split)."""
-    terminate_on_nan: bool = True
-    """Stop at the end of a chunk of steps whose loss is NaN or inf."""
+    on_nonfinite: OnNonfinite = OnNonfinite.stop
+    """A step whose loss is NaN/inf: stop (at once, naming the step, with a diagnosis) or skip (the step's
+    update is skipped, as loss scaling skips overflowing gradients; under float32 the resolver adds a
+    fixed-scale-1 loss-scale optimizer for that)."""
+    collapse_steps: int = 20
+    """Stop with a diagnosis after this many consecutive skipped (non-finite) steps, or this many steps
+    with the dynamic loss scale at its minimum, >= 0 (0 = never)."""
     measure_utilization: bool = True
     """Log model_flops_utilization per epoch (model FLOPs vs this machine's cached matmul peak)."""
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)

@@ -19,6 +19,7 @@ from launcher.config.schema import (
     LossScaleMode,
     LrRule,
     LrSchedule,
+    OnNonfinite,
     OptimizerUpdate,
     PrecisionName,
     StrategyKind,
@@ -376,6 +377,13 @@ def rule_loss_scale(cfg: Config, env: Environment, plan: Plan, violations: list)
                 f"loss_scale={mode.value} is unused with precision={precision}: only float16 "
                 "gradients underflow. Drop the override (loss_scale=auto)."
             )
+        if cfg.train.on_nonfinite == OnNonfinite.skip:
+            # Only a loss-scale optimizer skips a step; at scale 1 it changes nothing else.
+            plan.decide("loss_scale.mode", "fixed", "train.on_nonfinite=skip: a fixed scale of 1 (no scaling)")
+            plan.decide("loss_scale.value", 1.0, "scaling by 1 leaves the gradients as they are")
+            plan.decide("loss_scale.optimizer", "replica_safe",
+                        "train.on_nonfinite=skip: it skips a non-finite step on every replica together")
+            return
         plan.decide("loss_scale.mode", "none", f"{precision} gradients do not underflow")
         plan.decide("loss_scale.optimizer", "none", "no loss scaling")
         return
@@ -392,6 +400,7 @@ def rule_loss_scale(cfg: Config, env: Environment, plan: Plan, violations: list)
     if mode == LossScaleMode.fixed:
         _check_fixed(ls, plan, violations)
         plan.decide("loss_scale.mode", "fixed", f"requested: scale stays at {ls.value:g}")
+        plan.decide("loss_scale.value", ls.value, "requested")
     else:
         _check_dynamic(ls, violations)
         why = "requested" if mode == LossScaleMode.dynamic else "loss_scale=auto: mixed needs loss scaling"
@@ -550,6 +559,20 @@ def rule_training(cfg: Config, env: Environment, plan: Plan, violations: list) -
         plan.decide("steps_per_execution", tr.steps_per_execution, "steps run per tf.function call (in-graph loop)")
     if cfg.deterministic:
         plan.decide("determinism", True, "requested: op determinism on, seeded; slower kernels")
+    collapse = (f"; stop after {tr.collapse_steps} consecutive skipped steps or steps at the minimum loss scale"
+                if tr.collapse_steps > 0 else "; train.collapse_steps=0: skipped steps never stop the run")
+    if tr.on_nonfinite == OnNonfinite.stop:
+        plan.decide("numerics.on_nonfinite", "stop", "a NaN/inf loss stops the run at that step, with a diagnosis"
+                    + collapse)
+    else:
+        plan.decide("numerics.on_nonfinite", "skip", "a NaN/inf step is skipped by the loss-scale optimizer"
+                    + collapse)
+    layers = list(cfg.precision.float32_layers)
+    if layers and plan.get("precision.policy", "float32") == "float32":
+        plan.warn(f"precision.float32_layers={layers} is unused with a float32 policy: every layer is float32.")
+    elif layers:
+        plan.decide("precision.float32_layers", layers,
+                    "requested: these layers compute in float32 (float32 range), the rest in the mixed policy")
 
 
 def rule_profile(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:

@@ -196,6 +196,7 @@ class Launch:
         from launcher.run.hooks.preemption import PreemptionGuard
         from launcher.train.callbacks import make_callbacks
         from launcher.train.engine import Engine
+        from launcher.train.numerics import NumericsStop
 
         config = self.config
         outcome = Outcome(plan=self.plan, run_id=self.tracker.run_id, run_dir=self.run_dir, model=self.built.model)
@@ -209,7 +210,8 @@ class Launch:
                       flush=True)
             try:
                 engine = Engine(self.built, self.plan, self.source, seed=config.seed,
-                                shuffle_buffer=config.dataset.shuffle_buffer, callbacks=make_callbacks(config.train))
+                                shuffle_buffer=config.dataset.shuffle_buffer, callbacks=make_callbacks(config.train),
+                                guard=numerics_guard(config, self.plan))
                 outcome.result = engine.fit(config.train.epochs, start=self.position, hooks=hooks)
                 self.finish(outcome.result)
                 status = "FINISHED"
@@ -220,6 +222,12 @@ class Launch:
             except KeyboardInterrupt:
                 status = "KILLED"
                 raise
+            except NumericsStop as stop:  # the diagnosis says it all: no traceback
+                print(f"\n{stop}\nThe MLflow run is marked FAILED; the last checkpoint is untouched.",
+                      file=sys.stderr, flush=True)
+                outcome.error = f"NumericsStop: {stop.kind} at global step {stop.step}"
+                self.tracker.set_tags({"error": outcome.error, "numerics.stop": stop.kind,
+                                       "numerics.stop_step": str(stop.step), "numerics.diagnosis": str(stop)[:4900]})
             except CheckpointWriteError as err:  # the message says it all: no traceback
                 print(f"\n{err}\nThe MLflow run is marked FAILED.", file=sys.stderr, flush=True)
                 outcome.error = f"CheckpointWriteError: {err}"
@@ -362,6 +370,16 @@ def _check_model(config, source) -> None:
     from launcher.config.registry import MODELS
 
     MODELS.get(config.model.name).check(config.model, source)
+
+
+def numerics_guard(config, plan):
+    """The engine's NumericsGuard from train.* and the Plan's loss scaling."""
+    from launcher.train.numerics import NumericsGuard
+
+    dynamic = plan.get("loss_scale.mode") == "dynamic"
+    return NumericsGuard(on_nonfinite=config.train.on_nonfinite.value, collapse_steps=config.train.collapse_steps,
+                         precision=plan.get("precision", "fp32"),
+                         min_scale=config.loss_scale.min_scale if dynamic else None)
 
 
 def _utilization_inputs(config, plan, model, tracker, env) -> tuple[float, float]:

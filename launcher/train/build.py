@@ -10,6 +10,7 @@ from typing import Any
 
 import keras
 
+from launcher.config.errors import ConfigError
 from launcher.config.registry import MODELS
 from launcher.train import loss_scale
 from launcher.train.fused_update import FUSED
@@ -46,9 +47,31 @@ def float32_output(model):
     return keras.Model(model.inputs, out, name=model.name)
 
 
+def keep_in_float32(model, names) -> None:
+    """Run the named layers in float32 under a mixed policy (their variables already are float32).
+
+    Setting the policy before the first call is enough: each layer casts its inputs to its compute
+    dtype, so the next float16 layer casts back. An unknown name is a ConfigError listing the names.
+    """
+    if not names:
+        return
+    layers = {layer.name: layer for layer in model._flatten_layers(include_self=False)}
+    unknown = [name for name in names if name not in layers]
+    if unknown:
+        shown = sorted(layers)
+        raise ConfigError.single(
+            "precision.float32_layers", unknown, f"names of layers in the built model: {shown}",
+            f"precision.float32_layers=[{shown[0]}] (python -m launcher mode=doctor finds the ones that overflow)",
+        )
+    for name in names:
+        layers[name].dtype_policy = "float32"
+
+
 def build(cfg, plan, source, strategy) -> Built:
     with strategy.scope():
         model = float32_output(MODELS.get(cfg.model.name).build(cfg.model, source))
+        if plan.get("precision.float32_layers"):
+            keep_in_float32(model, list(cfg.precision.float32_layers))
         fused = plan.get("optimizer.update") == "fused"
         inner = make_optimizer(cfg.optimizer, learning_rate(plan, cfg.optimizer), fused)
         optimizer = loss_scale.wrap(inner, plan, cfg.loss_scale)

@@ -6,9 +6,7 @@ import keras
 
 
 def make_callbacks(train_cfg) -> list:
-    callbacks = []
-    if train_cfg.terminate_on_nan:
-        callbacks.append(keras.callbacks.TerminateOnNaN())
+    callbacks = []  # non-finite losses: the engine's NumericsGuard (train.on_nonfinite), not TerminateOnNaN
     es = train_cfg.early_stopping
     if es.enabled:
         callbacks.append(

@@ -13,7 +13,9 @@ MultiWorkerMirroredStrategy, so the engine owns the loop:
 
 Steps run `steps_per_execution` at a time in an in-graph loop; per-replica
 loss/accuracy sums are reduced across replicas and returned to Python once per
-chunk. Standard Keras callbacks are driven through `CallbackList`; the launcher's own
+chunk, with the chunk's numerics telemetry (skipped steps, the unscaled gradient norm, the loss
+scale per step, the first non-finite loss) counted on the device; `NumericsGuard` reads it and
+stops a collapsing run with a diagnosis. Standard Keras callbacks are driven through `CallbackList`; the launcher's own
 work around the steps (checkpoints, tracking, preemption...) is a `launcher.contract.HookList`.
 """
 
@@ -28,13 +30,17 @@ import tensorflow as tf
 
 from launcher.contract import EPOCH_LINE_METRICS, EpochResult, FitResult, Hook, Position
 from launcher.train.loss_scale import current_scale
+from launcher.train.numerics import ChunkTelemetry, NumericsGuard, NumericsStop
 
 SUM = tf.distribute.ReduceOp.SUM
+# Per replica-step, summed across replicas: loss sum, correct, examples, then (training only) the
+# unscaled gradient norm when finite and the count of finite norms.
+STATS, TRAIN_STATS = 3, 5
 
 
 class Engine:
     def __init__(self, built, plan, source, *, seed: int = 0, shuffle_buffer: int = 10_000,
-                 callbacks=(), verbose: int = 1):
+                 callbacks=(), verbose: int = 1, guard: NumericsGuard | None = None):
         self.strategy = built.strategy
         self.model = built.model
         self.optimizer = built.optimizer
@@ -44,6 +50,10 @@ class Engine:
         self.shuffle_buffer = shuffle_buffer
         self.verbose = verbose
         self.global_batch = plan["batch.global"]
+        self.guard = guard or NumericsGuard()
+        self._scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+        # Carried across chunks (and epochs): consecutive skipped steps, steps at the scale's floor.
+        self._streaks = (0, 0)
         self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
         self._build_functions()
         self._stepped = False
@@ -65,7 +75,15 @@ class Engine:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
             scaled = self.optimizer.scale_loss(loss)
         grads = tape.gradient(scaled, self.model.trainable_variables)
-        return grads, _stats(y, logits, per_example)
+        return grads, tf.concat([_stats(y, logits, per_example), self._grad_telemetry(grads)], axis=0)
+
+    def _grad_telemetry(self, grads):
+        """[norm, 1] for a finite unscaled global gradient norm of this replica's batch, else [0, 0]."""
+        norm = tf.linalg.global_norm([tf.cast(g, tf.float32) for g in grads if g is not None])
+        if self._scaled:
+            norm = norm / tf.cast(self.optimizer.dynamic_scale, tf.float32)
+        finite = tf.math.is_finite(norm)
+        return tf.stack([tf.where(finite, norm, 0.0), tf.cast(finite, tf.float32)])
 
     def _apply_step(self, x, y):
         grads, stats = self._forward_backward_fn(x, y)
@@ -88,20 +106,61 @@ class Engine:
         eval_step = tf.function(self._eval_step, jit_compile=True) if step == "fused_xla" else self._eval_step
         strategy = self.strategy
 
-        def loop(replica_fn):
-            @tf.function
-            def run_chunk(iterator, steps):
-                totals = tf.zeros([3], tf.float32)
-                for _ in tf.range(steps):
-                    x, y = next(iterator)
-                    stats = strategy.run(replica_fn, args=(x, y))
-                    totals += strategy.reduce(SUM, stats, axis=None)
-                return totals
+        @tf.function
+        def eval_chunk(iterator, steps):
+            totals = tf.zeros([STATS], tf.float32)
+            for _ in tf.range(steps):
+                x, y = next(iterator)
+                totals += strategy.reduce(SUM, strategy.run(eval_step, args=(x, y)), axis=None)
+            return totals
 
-            return run_chunk
+        self._train_chunk = self._telemetry_loop(replica_step)
+        self._eval_chunk = eval_chunk
 
-        self._train_chunk = loop(replica_step)
-        self._eval_chunk = loop(eval_step)
+    def _telemetry_loop(self, replica_step):
+        """The training chunk: steps in an in-graph loop, numerics counted on the device.
+
+        A step counts as skipped when the optimizer's iteration counter did not move (the loss-scale
+        optimizer skipped its non-finite gradients). With on_nonfinite=stop a non-finite loss ends
+        the chunk after that step, so the host learns its exact step.
+        """
+        strategy, optimizer = self.strategy, self.optimizer
+        scaled = self._scaled
+        min_scale = float(self.guard.min_scale) if self.guard.min_scale is not None else -1.0
+        stop_on_nonfinite = self.guard.on_nonfinite == "stop"
+
+        @tf.function
+        def train_chunk(iterator, steps, skip_streak, floor_streak):
+            totals = tf.zeros([TRAIN_STATS], tf.float32)
+            ran, skipped = tf.constant(0), tf.constant(0)
+            bad_at, bad_loss = tf.constant(-1), tf.constant(0.0)
+            losses = tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[])
+            scales = tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[])
+            skips = tf.TensorArray(tf.bool, size=0, dynamic_size=True, element_shape=[])
+            for _ in tf.range(steps):
+                before = tf.identity(optimizer.iterations)
+                x, y = next(iterator)
+                step = strategy.reduce(SUM, strategy.run(replica_step, args=(x, y)), axis=None)
+                totals += step
+                skipped_now = tf.equal(tf.identity(optimizer.iterations), before)
+                skip_streak = tf.where(skipped_now, skip_streak + 1, 0)
+                loss = step[0] / tf.maximum(step[2], 1.0)
+                losses = losses.write(ran, loss)
+                skips = skips.write(ran, skipped_now)
+                if scaled:
+                    scale = tf.cast(optimizer.dynamic_scale, tf.float32)
+                    scales = scales.write(ran, scale)
+                    floor_streak = tf.where(scale <= min_scale, floor_streak + 1, 0)
+                ran += 1
+                skipped += tf.cast(skipped_now, tf.int32)
+                if stop_on_nonfinite and not tf.math.is_finite(loss):
+                    bad_at, bad_loss = ran - 1, loss
+                    break
+            return {"totals": totals, "ran": ran, "skipped": skipped, "skip_streak": skip_streak,
+                    "floor_streak": floor_streak, "bad_at": bad_at, "bad_loss": bad_loss,
+                    "losses": losses.stack(), "scales": scales.stack(), "skips": skips.stack()}
+
+        return train_chunk
 
     # -------------------------------------------------------------- data
 
@@ -160,7 +219,8 @@ class Engine:
         bar = keras.utils.Progbar(steps, verbose=self.verbose, unit_name="step") if live else None
         if bar is not None:
             print(f"Epoch {position.epoch + 1}/{epochs}", flush=True)
-        totals = np.zeros(3)
+        totals = np.zeros(TRAIN_STATS)
+        self._skipped_in_epoch = 0
         start = time.perf_counter()
         while position.step_in_epoch < steps:
             done = position.step_in_epoch
@@ -172,24 +232,48 @@ class Engine:
                 n = 1  # the first call traces and compiles; one step makes time-to-first-step honest
                 self._stepped = True
             self.callbacks.on_train_batch_begin(done)
-            chunk_totals = self._train_chunk(iterator, tf.constant(n, tf.int32)).numpy()
+            telemetry, chunk_totals = self._run_chunk(iterator, n, position.global_step + 1)
             totals += chunk_totals
-            position.step_in_epoch += n
-            position.global_step += n
+            position.step_in_epoch += telemetry.ran
+            position.global_step += telemetry.ran
+            logs = {**_summarise(chunk_totals), "examples": float(chunk_totals[2]), "telemetry": telemetry}
+            try:
+                self.guard.check(telemetry)
+            except NumericsStop as stop:
+                hooks.on_numerics_stop(position, logs, stop)  # before any save: nothing non-finite is kept
+                raise
             running = _summarise(totals)
             self.callbacks.on_train_batch_end(position.step_in_epoch - 1, running)
             if bar is not None:
                 bar.update(
                     position.step_in_epoch, values=list(running.items()), finalize=position.step_in_epoch >= steps
                 )
-            hooks.after_steps(position, {**_summarise(chunk_totals), "examples": float(chunk_totals[2])})
+            hooks.after_steps(position, logs)
             if self.model.stop_training:
                 break
         elapsed = time.perf_counter() - start
         logs = _summarise(totals)
+        logs.update(_grad_and_skips(totals, self._skipped_in_epoch))
         logs["examples_per_sec"] = totals[2] / elapsed if elapsed > 0 else 0.0
         logs["epoch_time_sec"] = elapsed
         return logs
+
+    def _run_chunk(self, iterator, n: int, first_step: int) -> tuple[ChunkTelemetry, np.ndarray]:
+        out = self._train_chunk(iterator, tf.constant(n, tf.int32), *(tf.constant(v) for v in self._streaks))
+        out = {k: v.numpy() for k, v in out.items()}
+        self._streaks = (int(out["skip_streak"]), int(out["floor_streak"]))
+        totals = out["totals"].astype(np.float64)
+        bad_at = int(out["bad_at"])
+        telemetry = ChunkTelemetry(
+            first_step=first_step, ran=int(out["ran"]), skipped=int(out["skipped"]),
+            skip_streak=self._streaks[0], floor_streak=self._streaks[1],
+            grad_norm=float(totals[3] / totals[4]) if totals[4] else float("nan"),
+            nonfinite_loss_step=first_step + bad_at if bad_at >= 0 else None,
+            nonfinite_loss_value=float(out["bad_loss"]),
+            losses=out["losses"].tolist(), scales=out["scales"].tolist(), skips=out["skips"].tolist(),
+        )
+        self._skipped_in_epoch += telemetry.skipped
+        return telemetry, totals
 
     def evaluate(self, epoch: int = 0) -> dict[str, float]:
         steps = self.plan["train.validation_steps"]
@@ -211,6 +295,14 @@ def _stats(y, logits, per_example):
     correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1), labels), tf.float32)
     count = tf.cast(tf.shape(labels)[0], tf.float32)
     return tf.stack([tf.reduce_sum(tf.cast(per_example, tf.float32)), tf.reduce_sum(correct), count])
+
+
+def _grad_and_skips(totals, skipped: int) -> dict[str, float]:
+    """The epoch's mean unscaled gradient norm and its count of skipped (non-finite) steps."""
+    logs = {"skipped_steps": float(skipped)}
+    if totals[4]:
+        logs["grad_norm"] = float(totals[3] / totals[4])
+    return logs
 
 
 def _summarise(totals) -> dict[str, float]:

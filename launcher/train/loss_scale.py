@@ -144,7 +144,7 @@ def wrap(inner, plan, loss_scale_cfg):
     if choice == "none":
         return inner
     fixed = plan.get("loss_scale.mode") == "fixed"
-    initial = loss_scale_cfg.value if fixed else loss_scale_cfg.initial_scale
+    initial = plan.get("loss_scale.value", loss_scale_cfg.value) if fixed else loss_scale_cfg.initial_scale
     if choice == STOCK:
         return keras.optimizers.LossScaleOptimizer(
             inner, initial_scale=initial, dynamic_growth_steps=loss_scale_cfg.growth_interval
