@@ -22,6 +22,8 @@ def load(cfg) -> DataSource:
             "dataset.path=/absolute/path/to/data.npz (save one with numpy.savez(path, x=x, y=y))",
         )
     x, y = _read(path, cfg)
+    if cfg.drop_nonfinite:
+        x, y = _drop_nonfinite(x, y, path)
     problems = array_problems(x, y, path, cfg.x_key, cfg.y_key, cfg.num_classes)
     num_val = max(1, int(round(len(x) * cfg.validation_split)))  # as split_arrays holds it out
     raise_if_any(problems or split_problems(len(x) - num_val, num_val, cfg.validation_split, str(path)))
@@ -29,6 +31,16 @@ def load(cfg) -> DataSource:
     if kind != "tokens":
         x = x.astype("float32")
     return split_arrays(x, y, cfg.validation_split, cfg.shuffle_seed, cfg.limit, kind, cfg.num_classes or None)
+
+
+def _drop_nonfinite(x: np.ndarray, y: np.ndarray, path: Path) -> tuple[np.ndarray, np.ndarray]:
+    if x.dtype.kind != "f" or len(x) != len(y):
+        return x, y  # nothing to drop, or shapes the checks below refuse anyway
+    keep = np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+    if not keep.all():
+        print(f"  dataset.drop_nonfinite: dropped {int((~keep).sum())} of {len(x)} examples of {path.name} "
+              "(NaN or inf in their inputs)", flush=True)
+    return x[keep], y[keep]
 
 
 def _read(path: Path, cfg) -> tuple[np.ndarray, np.ndarray]:

@@ -32,6 +32,11 @@ def main(cfg: DictConfig) -> float | None:
     from hydra.types import RunMode
 
     hydra_cfg = HydraConfig.get()
+    if getattr(cfg.mode, "value", cfg.mode) == "doctor" and hydra_cfg.mode != RunMode.MULTIRUN:
+        from launcher.doctor.launch import doctor_in_hydra
+
+        doctor_in_hydra(cfg, hydra_cfg)
+        return None
     if hydra_cfg.mode == RunMode.MULTIRUN:
         from launcher.sweep.job import run_job
 

@@ -4,6 +4,7 @@ Each is the MLP's shape with one fault a person meets in real projects:
 
 - `overflow`:  a layer whose activations exceed float16's range (65504) and one that scales them back,
                as a large-magnitude embedding or un-normalised sum followed by a normalisation does;
+- `float16_logits`: logits left in the compute dtype, so a loss on them would compute in float16;
 - `poisoned`:  gradients that turn non-finite after a given number of updates (an injected non-finite
                gradient stream: the forward pass stays finite, so only the gradients show it).
 """
@@ -81,7 +82,18 @@ class _Builder:
         return model
 
 
+class _Float16Logits(_Builder):
+    """The classifier without the float32 output layer a careful builder adds: logits in the policy's dtype."""
+
+    def build(self, cfg, source):
+        inputs = model_input(source)
+        x = keras.layers.Flatten()(inputs)
+        x = keras.layers.Dense(32, activation="relu", name="dense_0")(x)
+        return keras.Model(inputs, keras.layers.Dense(source.num_classes, name="logits16")(x), name="mlp")
+
+
 BUILDERS = {
+    "float16_logits": _Float16Logits(None),
     "overflow": _Builder(lambda x: Scale(1e-5, name="attenuate")(Scale(1e5, name="amplify")(x))),
     "poisoned": _Builder(lambda x: PoisonGradients(name="poison")(x)),
 }

@@ -21,7 +21,8 @@ ALLOWED = {
     "tracking": {"config"},
     "run": {"config", "plan", "train", "tracking", "contract", "files", "console"},
     "sweep": {"config", "tracking", "contract", "files"},
-    "__main__": {"config", "run", "sweep"},
+    "doctor": {"config", "plan", "train", "run", "tracking", "contract", "files", "console"},
+    "__main__": {"config", "run", "sweep", "doctor"},
     **{leaf: set() for leaf in LEAVES},
 }
 TF_FREE_MODULES = [
@@ -34,7 +35,7 @@ TF_FREE_MODULES = [
     "launcher.run.hooks.checkpoint", "launcher.run.hooks.best_model", "launcher.run.hooks.metrics",
     "launcher.run.hooks.history", "launcher.run.hooks.preemption", "launcher.run.hooks.utilization",
     "launcher.run.hooks.profiling", "launcher.run.hooks.callback_state", "launcher.run.params",
-    "launcher.train.numerics", "launcher.run.hooks.step_metrics",
+    "launcher.train.numerics", "launcher.run.hooks.step_metrics", "launcher.doctor.diagnose",
 ]
 
 

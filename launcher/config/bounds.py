@@ -19,6 +19,7 @@ from launcher.config.errors import Violation
 CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     ">= 1": (lambda v: math.isfinite(v) and v >= 1, "an integer >= 1"),
     ">= 0": (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),
+    ">= 4": (lambda v: math.isfinite(v) and v >= 4, "an integer >= 4"),
     "> 0": (lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
     "(0, 1)": (lambda v: 0 < v < 1, "a fraction in (0, 1)"),
     "[0, 1)": (lambda v: 0 <= v < 1, "a fraction in [0, 1)"),
@@ -96,6 +97,9 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("train.steps_per_execution", ">= 1", 16),
     Bound("train.max_steps_per_epoch", ">= 0", 0),
     Bound("train.collapse_steps", ">= 0", 20),
+    Bound("doctor.steps", ">= 4", 60),
+    Bound("doctor.tolerance", "> 0", 0.5),
+    Bound("doctor.max_fixes", ">= 1", 4),
     Bound("train.early_stopping.patience", ">= 0", 3),
     Bound("train.reduce_lr_on_plateau.patience", ">= 0", 2),
     Bound("train.reduce_lr_on_plateau.factor", "(0, 1)", 0.5),

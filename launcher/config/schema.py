@@ -89,6 +89,13 @@ class OnNonfinite(Enum):
     skip = "skip"
 
 
+class Mode(Enum):
+    """What a launch does with the config."""
+
+    train = "train"
+    doctor = "doctor"
+
+
 class MonitorMode(Enum):
     min = "min"
     max = "max"
@@ -200,6 +207,8 @@ class NpzConfig(DatasetBase):
     """Array name of the integer labels in the file."""
     num_classes: int = 0
     """Label classes, >= 0 (0 = the largest label + 1); a label outside 0..num_classes-1 is refused."""
+    drop_nonfinite: bool = False
+    """Drop examples whose inputs hold NaN or inf at load (and say how many); false refuses such a file."""
 
 
 @dataclass
@@ -406,6 +415,16 @@ class TrackingConfig:
 
 
 @dataclass
+class DoctorConfig:
+    steps: int = 60
+    """Training steps per trial, >= 4 (each trial is one short run of the config)."""
+    tolerance: float = 0.5
+    """A trial diverges when its final loss exceeds the float32 one-device baseline's by this fraction, > 0."""
+    max_fixes: int = 4
+    """Candidate fixes tried (each a trial) before the doctor gives up on verifying one, >= 1."""
+
+
+@dataclass
 class Config:
     model: Any = MISSING
     dataset: Any = MISSING
@@ -417,6 +436,10 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    doctor: DoctorConfig = field(default_factory=DoctorConfig)
+    mode: Mode = Mode.train
+    """train, or doctor: short trials that find why this config breaks (NaN, divergence, a crash), name
+    the layer and verify the overrides that fix it; report in the run dir and MLflow."""
     xla: str = "auto"
     """true, false or auto. A string, not an Enum: Hydra parses `xla=true` as a bool, which an
     Enum field rejects; the resolver validates it instead."""

@@ -41,9 +41,13 @@ class Outcome:
 
 def execute(cfg_node, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> Outcome:
     """Resolve, print and save the Plan, then train unless explain=true. Raises ConfigError."""
-    from launcher.config.schema import to_config
+    from launcher.config.schema import Mode, to_config
 
-    return Launch(to_config(cfg_node), run_dir, launch_dir, choices or {}).execute()
+    config = to_config(cfg_node)
+    if config.mode == Mode.doctor:  # the CLI sends a single doctor run elsewhere; a sweep job ends here
+        raise ConfigError.single("mode", "doctor", "mode=train for sweep jobs (the doctor examines one config)",
+                                 "drop -m: python -m launcher mode=doctor <the overrides of one job>")
+    return Launch(config, run_dir, launch_dir, choices or {}).execute()
 
 
 class Launch:

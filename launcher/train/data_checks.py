@@ -58,8 +58,8 @@ def array_problems(x: np.ndarray, y: np.ndarray, path: Path, x_key: str, y_key: 
                 "dataset.x_key", x_key,
                 f"finite inputs {where} (found NaN or inf in {len(rows)} example(s), e.g. index "
                 f"{', '.join(map(str, rows[:SHOWN]))})",
-                "drop or impute those examples before saving, e.g. x = np.nan_to_num(x) or keep = "
-                "np.isfinite(x).all(axis=1)"))
+                "dataset.drop_nonfinite=true (drop them at load), or drop or impute them before saving, e.g. "
+                "x = np.nan_to_num(x) or keep = np.isfinite(x).all(axis=1)"))
     return found
 
 

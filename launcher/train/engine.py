@@ -54,7 +54,7 @@ class Engine:
         self._scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         # Carried across chunks (and epochs): consecutive skipped steps, steps at the scale's floor.
         self._streaks = (0, 0)
-        self._loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
         self._build_functions()
         self._stepped = False
         # Callbacks such as ReduceLROnPlateau reach the optimizer through the model.
@@ -69,7 +69,7 @@ class Engine:
     def _forward_backward(self, x, y):
         with tf.GradientTape() as tape:
             logits = self.model(x, training=True)
-            per_example = self._loss(y, logits)
+            per_example = self.loss_fn(y, logits)
             loss = tf.nn.compute_average_loss(per_example)
             if self.model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
@@ -92,7 +92,7 @@ class Engine:
 
     def _eval_step(self, x, y):
         logits = self.model(x, training=False)
-        return _stats(y, logits, self._loss(y, logits))
+        return _stats(y, logits, self.loss_fn(y, logits))
 
     def _build_functions(self):
         step = self.plan["step"]
@@ -122,12 +122,15 @@ class Engine:
 
         A step counts as skipped when the optimizer's iteration counter did not move (the loss-scale
         optimizer skipped its non-finite gradients). With on_nonfinite=stop a non-finite loss ends
-        the chunk after that step, so the host learns its exact step.
+        the chunk after that step, and so does a streak reaching collapse_steps: the guard on the host
+        then stops the run at that exact step.
         """
         strategy, optimizer = self.strategy, self.optimizer
         scaled = self._scaled
         min_scale = float(self.guard.min_scale) if self.guard.min_scale is not None else -1.0
         stop_on_nonfinite = self.guard.on_nonfinite == "stop"
+        collapse = self.guard.collapse_steps
+        replicas = float(strategy.num_replicas_in_sync)
 
         @tf.function
         def train_chunk(iterator, steps, skip_streak, floor_streak):
@@ -137,6 +140,7 @@ class Engine:
             losses = tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[])
             scales = tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[])
             skips = tf.TensorArray(tf.bool, size=0, dynamic_size=True, element_shape=[])
+            grads_ok = tf.TensorArray(tf.bool, size=0, dynamic_size=True, element_shape=[])
             for _ in tf.range(steps):
                 before = tf.identity(optimizer.iterations)
                 x, y = next(iterator)
@@ -147,6 +151,7 @@ class Engine:
                 loss = step[0] / tf.maximum(step[2], 1.0)
                 losses = losses.write(ran, loss)
                 skips = skips.write(ran, skipped_now)
+                grads_ok = grads_ok.write(ran, tf.equal(step[4], replicas))
                 if scaled:
                     scale = tf.cast(optimizer.dynamic_scale, tf.float32)
                     scales = scales.write(ran, scale)
@@ -156,21 +161,31 @@ class Engine:
                 if stop_on_nonfinite and not tf.math.is_finite(loss):
                     bad_at, bad_loss = ran - 1, loss
                     break
+                if collapse and (skip_streak >= collapse or floor_streak >= collapse):
+                    break  # the guard stops the run at this exact step
             return {"totals": totals, "ran": ran, "skipped": skipped, "skip_streak": skip_streak,
                     "floor_streak": floor_streak, "bad_at": bad_at, "bad_loss": bad_loss,
-                    "losses": losses.stack(), "scales": scales.stack(), "skips": skips.stack()}
+                    "losses": losses.stack(), "scales": scales.stack(), "skips": skips.stack(),
+                    "grads_finite": grads_ok.stack()}
 
         return train_chunk
 
     # -------------------------------------------------------------- data
 
-    def _iterator(self, split: str, epoch: int, skip: int = 0):
+    def _batches(self, split: str, epoch: int, skip: int = 0):
         train = split == "train"
         drop = self.plan["batch.drop_remainder"] if train else False
         # Seed per epoch: the order of epoch e does not depend on earlier epochs, and
         # skipping the batches already trained on puts a resumed run at the same example.
         seed = self.seed * 100_003 + epoch if train else None
-        ds = self.source.pipeline(split, self.global_batch, drop, seed, self.shuffle_buffer, skip=skip)
+        return self.source.pipeline(split, self.global_batch, drop, seed, self.shuffle_buffer, skip=skip)
+
+    def batch_at(self, position: Position):
+        """The global batch the training step after `position` reads, on the host (a replay sees what it saw)."""
+        return next(iter(self._batches("train", position.epoch, skip=position.step_in_epoch)))
+
+    def _iterator(self, split: str, epoch: int, skip: int = 0):
+        ds = self._batches(split, epoch, skip)
         # Every worker reads the same batches and keeps its replicas' slice of each.
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
@@ -271,6 +286,7 @@ class Engine:
             nonfinite_loss_step=first_step + bad_at if bad_at >= 0 else None,
             nonfinite_loss_value=float(out["bad_loss"]),
             losses=out["losses"].tolist(), scales=out["scales"].tolist(), skips=out["skips"].tolist(),
+            grads_finite=out["grads_finite"].tolist(),
         )
         self._skipped_in_epoch += telemetry.skipped
         return telemetry, totals

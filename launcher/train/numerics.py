@@ -31,6 +31,7 @@ class ChunkTelemetry:
     losses: list[float] = field(default_factory=list)  # per step, mean over the global batch
     scales: list[float] = field(default_factory=list)  # per step, after the step (empty: no loss scaling)
     skips: list[bool] = field(default_factory=list)  # per step
+    grads_finite: list[bool] = field(default_factory=list)  # per step: every replica's gradient norm finite
 
     @property
     def last_step(self) -> int:
