@@ -343,6 +343,10 @@ class TrainConfig:
     """A step whose loss is NaN/inf: stop (at once, naming the step, with a diagnosis) or skip (the step's
     update is skipped, as loss scaling skips overflowing gradients; under float32 the resolver adds a
     fixed-scale-1 loss-scale optimizer for that)."""
+    telemetry: bool = True
+    """Count per step on the device: the unscaled gradient norm, skipped steps, the loss and loss scale of
+    every step (step/grad_norm, step/skipped_steps, the trace up to a numerics stop); false = the bare
+    loop (the guard still stops on a NaN loss and on collapse_steps)."""
     collapse_steps: int = 20
     """Stop with a diagnosis after this many consecutive skipped (non-finite) steps, or this many steps
     with the dynamic loss scale at its minimum, >= 0 (0 = never)."""

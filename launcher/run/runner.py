@@ -215,7 +215,7 @@ class Launch:
             try:
                 engine = Engine(self.built, self.plan, self.source, seed=config.seed,
                                 shuffle_buffer=config.dataset.shuffle_buffer, callbacks=make_callbacks(config.train),
-                                guard=numerics_guard(config, self.plan))
+                                guard=numerics_guard(config, self.plan), telemetry=config.train.telemetry)
                 outcome.result = engine.fit(config.train.epochs, start=self.position, hooks=hooks)
                 self.finish(outcome.result)
                 status = "FINISHED"

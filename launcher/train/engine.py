@@ -40,7 +40,7 @@ STATS, TRAIN_STATS = 3, 5
 
 class Engine:
     def __init__(self, built, plan, source, *, seed: int = 0, shuffle_buffer: int = 10_000,
-                 callbacks=(), verbose: int = 1, guard: NumericsGuard | None = None):
+                 callbacks=(), verbose: int = 1, guard: NumericsGuard | None = None, telemetry: bool = True):
         self.strategy = built.strategy
         self.model = built.model
         self.optimizer = built.optimizer
@@ -51,6 +51,7 @@ class Engine:
         self.verbose = verbose
         self.global_batch = plan["batch.global"]
         self.guard = guard or NumericsGuard()
+        self.telemetry = telemetry  # False: no gradient norm, no per-step trace (the guard still runs)
         self._scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         # Carried across chunks (and epochs): consecutive skipped steps, steps at the scale's floor.
         self._streaks = (0, 0)
@@ -79,6 +80,8 @@ class Engine:
 
     def _grad_telemetry(self, grads):
         """[norm, 1] for a finite unscaled global gradient norm of this replica's batch, else [0, 0]."""
+        if not self.telemetry:
+            return tf.zeros([2], tf.float32)
         norm = tf.linalg.global_norm([tf.cast(g, tf.float32) for g in grads if g is not None])
         if self._scaled:
             norm = norm / tf.cast(self.optimizer.dynamic_scale, tf.float32)
@@ -130,6 +133,7 @@ class Engine:
         min_scale = float(self.guard.min_scale) if self.guard.min_scale is not None else -1.0
         stop_on_nonfinite = self.guard.on_nonfinite == "stop"
         collapse = self.guard.collapse_steps
+        trace = self.telemetry
         replicas = float(strategy.num_replicas_in_sync)
 
         @tf.function
@@ -149,12 +153,14 @@ class Engine:
                 skipped_now = tf.equal(tf.identity(optimizer.iterations), before)
                 skip_streak = tf.where(skipped_now, skip_streak + 1, 0)
                 loss = step[0] / tf.maximum(step[2], 1.0)
-                losses = losses.write(ran, loss)
-                skips = skips.write(ran, skipped_now)
-                grads_ok = grads_ok.write(ran, tf.equal(step[4], replicas))
+                if trace:
+                    losses = losses.write(ran, loss)
+                    skips = skips.write(ran, skipped_now)
+                    grads_ok = grads_ok.write(ran, tf.equal(step[4], replicas))
                 if scaled:
                     scale = tf.cast(optimizer.dynamic_scale, tf.float32)
-                    scales = scales.write(ran, scale)
+                    if trace:
+                        scales = scales.write(ran, scale)
                     floor_streak = tf.where(scale <= min_scale, floor_streak + 1, 0)
                 ran += 1
                 skipped += tf.cast(skipped_now, tf.int32)

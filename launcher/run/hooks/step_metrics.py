@@ -67,6 +67,8 @@ class StepMetricsHook(Hook):
         self._skipped += telemetry.skipped
         if math.isfinite(telemetry.grad_norm):
             self._grad_norms.append((telemetry.grad_norm, telemetry.ran))
+        if not telemetry.losses:  # train.telemetry=false: no per-step trace
+            return
         scales = telemetry.scales or [None] * telemetry.ran
         for i, (loss, scale, skipped) in enumerate(zip(telemetry.losses, scales, telemetry.skips, strict=True)):
             self._trace.append((telemetry.first_step + i, loss, scale, skipped))
