@@ -62,7 +62,8 @@ def test_collapse_steps_zero_never_stops_on_skips():
 def test_an_exploding_learning_rate_stops_at_the_first_nonfinite_step(tmp_path, capsys, telemetry):
     outcome = execute(compose(*TINY, "precision=fp32", "xla=false", "tracking.enabled=false",
                               "checkpoint.enabled=false", "optimizer.name=sgd", "optimizer.momentum=0.0",
-                              "optimizer.learning_rate=1e12", f"train.telemetry={telemetry}"), tmp_path / "run", tmp_path)
+                              "optimizer.learning_rate=1e12", f"train.telemetry={telemetry}"),
+                      tmp_path / "run", tmp_path)
     assert outcome.error.startswith("NumericsStop: nonfinite_loss at global step ")
     step = int(outcome.error.rsplit(" ", 1)[1])
     assert step < 10  # stopped at the step, not at the epoch's end (45 steps)
