@@ -10,7 +10,8 @@ the baseline and the measured variant:
 - tracking:  epoch metrics only (tracking.step_metrics_every=0, tracking.system_metrics=false) vs the
              defaults (step metrics every 32 steps, system metrics on);
 - telemetry: train.telemetry=false (no gradient norm, no per-step trace) vs true, tracking as in the
-             baseline above so only the compiled step differs; precision=mixed so the loss scale is read.
+             baseline above so only the compiled step differs; precision=mixed so the loss scale is read
+             (telemetry_fp32: the same in float32, whose faster steps make the same work relatively dearer).
 
 Prints the median examples/s of each (epochs after the first) and their ratio: the cost.
 """
@@ -45,6 +46,11 @@ COMPARISONS = {
     "telemetry": {
         "telemetry off": [*EPOCH_ONLY, "precision=mixed", "train.telemetry=false"],
         "telemetry on": [*EPOCH_ONLY, "precision=mixed", "train.telemetry=true"],
+    },
+    # float32 steps are several times faster on CPUs without a float16 path: the relative worst case.
+    "telemetry_fp32": {
+        "telemetry off": [*EPOCH_ONLY, "precision=fp32", "train.telemetry=false"],
+        "telemetry on": [*EPOCH_ONLY, "precision=fp32", "train.telemetry=true"],
     },
 }
 
