@@ -14,7 +14,7 @@ from launcher.doctor.diagnose import Facts, candidate_fixes, judge
 from launcher.doctor.trials import Trial, render_overrides
 from launcher.run.runner import execute
 
-SMALL = ["model.hidden_units=[32]", "scaling.batch_size=32", "doctor.steps=40"]
+SMALL = ["model.hidden_units=[32]", "scaling.batch_size=32", "doctor.steps=30"]
 
 
 def doctor(tmp_path, *overrides: str):

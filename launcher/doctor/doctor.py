@@ -65,10 +65,8 @@ def examine(config, env, overrides: str) -> Examination:
         exam.seconds = time.perf_counter() - started
         return exam
     exam.checks = environment_checks(plan, env)
-    exam.trials, trained = _bisect(config, plan, steps, env)
+    exam.trials, trained = _bisect(config, plan, steps, env)  # each judged against the baseline
     baseline = exam.trials[0]
-    for trial in exam.trials:
-        judge(trial, baseline, config.doctor.tolerance)
     failing = first_failure(exam.trials)
     baseline_model = trained.get("baseline")
     if baseline_model is not None:
