@@ -93,6 +93,7 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("optimizer.momentum", "[0, 1)", 0.9),
     Bound("optimizer.weight_decay", ">= 0", 0.0),
     Bound("optimizer.clipnorm", ">= 0", 0.0),
+    Bound("optimizer.gradient_accumulation_steps", ">= 1", 1),
     Bound("train.epochs", ">= 1", 5),
     Bound("train.steps_per_execution", ">= 1", 16),
     Bound("train.max_steps_per_epoch", ">= 0", 0),

@@ -292,6 +292,9 @@ class OptimizerConfig:
     """adamw: decoupled weight decay, >= 0 (0 = Keras's default 0.004)."""
     clipnorm: float = 0.0
     """Clip each gradient to this L2 norm, >= 0 (0 = no clipping)."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches per step, >= 1: each step sums the gradients of this many micro-batches of
+    scaling.batch_size and applies once (the effective batch is this many times larger; LR rules use it)."""
     update: OptimizerUpdate = OptimizerUpdate.auto
     """How the update is applied: fused (TensorFlow's one-kernel-per-variable apply ops), keras
     (Keras's elementwise ops) or auto (fused unless XLA already compiles the update)."""

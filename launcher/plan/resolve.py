@@ -501,6 +501,18 @@ def rule_batch(cfg: Config, env: Environment, plan: Plan, violations: list) -> N
             return
         plan.decide("batch.global", global_batch, "batch_rule=global: requested")
         plan.decide("batch.per_replica", global_batch // replicas, f"{global_batch} / {replicas} replica(s)")
+    accumulate = cfg.optimizer.gradient_accumulation_steps
+    if accumulate > 1:
+        micro = plan["batch.per_replica"]
+        plan.decide("batch.micro", micro, "scaling.batch_size per replica, one forward/backward at a time")
+        plan.decide("batch.per_replica", micro * accumulate, f"{accumulate} micro-batches of {micro} per step")
+        plan.decide("batch.global", plan["batch.global"] * accumulate,
+                    f"effective: {accumulate} accumulated micro-batches x {plan['batch.global']}")
+        plan.decide("gradient_accumulation", accumulate,
+                    "the replica step sums the micro-batches' gradients and applies once, under every strategy, "
+                    "precision and XLA (Keras's own accumulator merges inside a cond under tf.distribute, keras#16633)")
+        plan.decide("batch.drop_remainder", True, "gradient accumulation: every step needs whole micro-batches")
+        return
     if replicas > 1:
         drop, why = True, "several replicas: every step gets full, equal per-replica batches"
     elif plan.get("xla"):

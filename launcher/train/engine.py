@@ -50,6 +50,7 @@ class Engine:
         self.shuffle_buffer = shuffle_buffer
         self.verbose = verbose
         self.global_batch = plan["batch.global"]
+        self.accumulate = int(plan.get("gradient_accumulation", 1))
         self.guard = guard or NumericsGuard()
         self.telemetry = telemetry  # False: no gradient norm, no per-step trace (the guard still runs)
         self._scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
@@ -68,6 +69,24 @@ class Engine:
     # ------------------------------------------------------------- steps
 
     def _forward_backward(self, x, y):
+        """Scaled gradients of this replica's batch and its stats; with accumulation, the batch is
+        `accumulate` micro-batches, each run forward and backward in turn and their gradients averaged."""
+        if self.accumulate == 1:
+            grads, stats = self._micro_step(x, y)
+        else:
+            grads, stats = None, None
+            for x_micro, y_micro in zip(tf.split(x, self.accumulate), tf.split(y, self.accumulate), strict=True):
+                micro_grads, micro_stats = self._micro_step(x_micro, y_micro)
+                micro_grads = [tf.convert_to_tensor(g) if g is not None else None for g in micro_grads]
+                if grads is None:
+                    grads, stats = micro_grads, micro_stats
+                else:
+                    grads = [a if b is None else a + b for a, b in zip(grads, micro_grads, strict=True)]
+                    stats += micro_stats
+            grads = [g / self.accumulate if g is not None else None for g in grads]
+        return grads, tf.concat([stats, self._grad_telemetry(grads)], axis=0)
+
+    def _micro_step(self, x, y):
         with tf.GradientTape() as tape:
             logits = self.model(x, training=True)
             per_example = self.loss_fn(y, logits)
@@ -75,8 +94,7 @@ class Engine:
             if self.model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
             scaled = self.optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled, self.model.trainable_variables)
-        return grads, tf.concat([_stats(y, logits, per_example), self._grad_telemetry(grads)], axis=0)
+        return tape.gradient(scaled, self.model.trainable_variables), _stats(y, logits, per_example)
 
     def _grad_telemetry(self, grads):
         """[norm, 1] for a finite unscaled global gradient norm of this replica's batch, else [0, 0]."""
