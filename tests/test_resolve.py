@@ -482,3 +482,25 @@ def test_bounds_and_rules_are_reported_together():
 
 def test_max_to_keep_is_only_checked_when_checkpointing():
     plan_for(CPU_PLAIN, "checkpoint=off", "checkpoint.max_to_keep=0")
+
+
+# ------------------------------------------------------------- numerics
+
+
+def test_skip_under_float32_adds_a_scale_one_replica_safe_optimizer_and_mixed_keeps_dynamic_scaling():
+    plan = plan_for(CPU_PLAIN, "precision=fp32", "train.on_nonfinite=skip")
+    assert plan["loss_scale.optimizer"] == "replica_safe" and plan["loss_scale.value"] == 1.0
+    assert plan["numerics.on_nonfinite"] == "skip"
+    mixed = plan_for(CPU_PLAIN, "precision=mixed", "train.on_nonfinite=skip")
+    assert mixed["loss_scale.mode"] == "dynamic"
+    assert "loss_scale.value" not in mixed
+    stop = plan_for(CPU_PLAIN, "precision=fp32")
+    assert stop["loss_scale.optimizer"] == "none"
+    assert "stop after 20 consecutive" in stop.reason("numerics.on_nonfinite")
+
+
+def test_float32_layers_are_a_decision_under_a_mixed_policy_and_a_warning_under_float32():
+    mixed = plan_for(CPU_PLAIN, "precision=mixed", "precision.float32_layers=[dense_0]")
+    assert mixed["precision.float32_layers"] == ["dense_0"]
+    plain = plan_for(CPU_PLAIN, "precision=fp32", "precision.float32_layers=[dense_0]")
+    assert "precision.float32_layers" not in plain and any("float32_layers" in w for w in plain.warnings)
