@@ -114,7 +114,7 @@ def test_an_exploding_learning_rate_is_the_baseline_s_and_a_lower_rate_fixes_it(
     assert code == 3
     assert "broken by the float32 one-device baseline itself" in report
     fix = recommendation(report)
-    assert "optimizer.learning_rate=0.2" in fix
+    assert "optimizer.learning_rate=0.2" in fix and "optimizer.learning_rate=2.0" not in fix  # replaced, not added
     trains_with(tmp_path, broken, fix)
 
 

@@ -25,6 +25,14 @@ def _overrides(fix) -> str:
     return render_overrides(fix.overrides)
 
 
+def command(examined: str, fix: dict) -> str:
+    """The examined command line with the fix applied: an override of a key the fix sets is replaced."""
+    from launcher.doctor.trials import render_overrides
+
+    kept = [token for token in examined.split() if token.partition("=")[0].lstrip("+~") not in fix]
+    return " ".join(["python -m launcher", *kept, render_overrides(fix)])
+
+
 def _loss(value: float) -> str:
     return f"{value:.4g}" if math.isfinite(value) else str(value)
 
@@ -70,8 +78,8 @@ def markdown(exam, plot: Path | None) -> str:
     if exam.healthy:
         lines.append("Nothing to change.")
     elif exam.recommendation is not None:
-        lines += [f"Verified by a trial: `python -m launcher {exam.overrides} {_overrides(exam.recommendation)}`"
-                  .replace("  ", " "), "", exam.recommendation.why + "."]
+        lines += [f"Verified by a trial: `{command(exam.overrides, exam.recommendation.overrides)}`", "",
+                  exam.recommendation.why + "."]
     else:
         lines.append("No candidate fix trained; the sections above say where it breaks.")
     if plot is not None:
