@@ -75,7 +75,7 @@ def first_nonfinite(model, loss_fn, x, y, scale: float, step: int) -> Culprit:
         if not _finite(out):
             return Culprit(step, "forward", layer.name,
                            f"its {out.dtype.name} output is non-finite ({_describe(out)}); its input was finite")
-    if _finite(loss) is False:
+    if not _finite(loss):
         return Culprit(step, "forward", "loss", f"the loss is {float(loss)} on finite outputs")
     output_grads = tape.gradient(scaled, outputs[:-1])
     for i in range(len(layers) - 1, -1, -1):

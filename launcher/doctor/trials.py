@@ -36,7 +36,6 @@ class Trial:
     scales: list[float] = field(default_factory=list)
     skips: list[bool] = field(default_factory=list)
     grads_finite: list[bool] = field(default_factory=list)
-    grad_norms: list[float] = field(default_factory=list)
     stop_kind: str | None = None
     stop_step: int | None = None
     detail: str = ""  # the diagnosis, the error or the refusal
@@ -112,7 +111,6 @@ class _Recorder(Hook):
         self.trial.scales += t.scales
         self.trial.skips += t.skips
         self.trial.grads_finite += t.grads_finite
-        self.trial.grad_norms += [t.grad_norm] * t.ran
 
 
 @dataclass

@@ -30,7 +30,7 @@ class StepMetricsHook(Hook):
     def _reset(self) -> None:
         self._sums = dict.fromkeys(AVERAGED, 0.0)
         self._examples = 0.0
-        self._grad_norms: list[tuple[float, int]] = []  # (chunk mean, steps)
+        self._grad_norm_sum, self._grad_norm_steps = 0.0, 0  # chunk means weighted by their steps
         self._skipped = 0
         self._trace: list[tuple[int, float, float | None, bool]] = []  # (step, loss, scale, skipped)
 
@@ -66,7 +66,8 @@ class StepMetricsHook(Hook):
             return
         self._skipped += telemetry.skipped
         if math.isfinite(telemetry.grad_norm):
-            self._grad_norms.append((telemetry.grad_norm, telemetry.ran))
+            self._grad_norm_sum += telemetry.grad_norm * telemetry.ran
+            self._grad_norm_steps += telemetry.ran
         if not telemetry.losses:  # train.telemetry=false: no per-step trace
             return
         scales = telemetry.scales or [None] * telemetry.ran
@@ -76,8 +77,7 @@ class StepMetricsHook(Hook):
     def _point(self) -> dict[str, float]:
         point = {f"{PREFIX}{k}": s / self._examples for k, s in self._sums.items()} if self._examples else {}
         point[f"{PREFIX}skipped_steps"] = float(self._skipped)
-        steps = sum(n for _, n in self._grad_norms)
-        if steps:
-            point[f"{PREFIX}grad_norm"] = sum(g * n for g, n in self._grad_norms) / steps
+        if self._grad_norm_steps:
+            point[f"{PREFIX}grad_norm"] = self._grad_norm_sum / self._grad_norm_steps
         point.update({f"{PREFIX}{k}": v for k, v in self.read_optimizer().items()})
         return point
