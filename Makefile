@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Test processes in parallel (pytest-xdist); most tests wait on subprocesses, so 2 helps even on 2 cores.
+TEST_WORKERS ?= 2
 
 .PHONY: train test lint explain clean
 
@@ -20,7 +22,7 @@ explain: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check launcher models datasets tests benchmarks
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	$(PY) -m pytest tests -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check launcher models datasets tests benchmarks

@@ -1,51 +1,146 @@
-"""MultiWorkerMirroredStrategy: two local worker processes on 127.0.0.1 train in lockstep."""
+"""MultiWorkerMirroredStrategy as a person runs it: `strategy.local_workers=N` starts N worker processes on
+127.0.0.1; workers started by hand (strategy.workers) are checked against each other; bad clusters are refused
+within a stated time."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
-from conftest import ROOT, TINY, free_ports
+from conftest import ROOT, TINY, compose, free_ports
+
+QUIET = ["tracking.system_metrics=false"]
+
+
+def launcher(*overrides, run_dir, db):
+    return [sys.executable, "-m", "launcher", *TINY, *QUIET, *overrides, f"hydra.run.dir={run_dir}",
+            f"tracking.uri=sqlite:///{db}"]
+
+
+def outcome(directory):
+    return json.loads((directory / "outcome.json").read_text())
+
+
+def mlflow_runs(db):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{db}")
+    return client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
 
 
 @pytest.mark.slow
-def test_two_workers_train_in_lockstep_and_only_the_chief_tracks(tmp_path):
-    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-    procs = []
-    for index in range(2):
-        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        env = {**os.environ, "TF_CONFIG": json.dumps(tf_config)}
-        args = [
-            sys.executable, "-m", "launcher", *TINY, "strategy=multi_worker", "precision=mixed", "xla=true",
-            "train.profile.steps=4", "train.profile.skip_steps=4",
-            f"hydra.run.dir={tmp_path}/worker{index}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-        ]
-        procs.append(
-            subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        )
-    outputs = [p.communicate(timeout=300) for p in procs]
-    for proc, (_, err) in zip(procs, outputs, strict=True):
-        assert proc.returncode == 0, err[-3000:]
-    finals = [[line for line in out.splitlines() if line.strip().startswith("loss ")][-1] for out, _ in outputs]
-    # Losses are reduced across both workers: the two processes report the same number.
-    assert finals[0] == finals[1]
-    chief_out = outputs[0][0]
-    assert re.search(r"replicas\s+2\s+2 worker\(s\) x 1 device\(s\)", chief_out)
-    assert re.search(r"loss_scale.optimizer\s+replica_safe", chief_out)
-    assert re.search(r"process.is_chief\s+False", outputs[1][0])
-    # Only the chief traces the profile window.
-    assert (tmp_path / "worker0" / "profile" / "top_ops.txt").exists()
-    assert not (tmp_path / "worker1" / "profile").exists()
+def test_two_local_workers_train_like_one_process_with_the_same_global_batch(tmp_path):
+    """float16 + XLA on two workers: one MLflow run (the chief's), identical final weights on both workers,
+    the loss of a single process with the same global batch (64), a profile traced by the chief only."""
+    job = tmp_path / "job"
+    args = launcher("strategy=multi_worker", "strategy.local_workers=2", "precision=mixed", "xla=true",
+                    "train.profile.steps=4", "train.profile.skip_steps=4", run_dir=job, db=tmp_path / "mlflow.db")
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    out = done.stdout
+    assert re.search(r"\[worker 0\]\s+replicas\s+2\s+2 worker\(s\) x 1 device\(s\)", out)
+    assert re.search(r"\[worker 0\]\s+loss_scale.optimizer\s+replica_safe", out)
+    assert re.search(r"\[worker 1\]\s+process.is_chief\s+False", out)
+    assert "All 2 workers finished with identical weights" in out
+    chief, other = outcome(job), outcome(job / "workers" / "worker1")
+    assert chief["status"] == other["status"] == "FINISHED"
+    assert chief["weights_sha256"] == other["weights_sha256"]
+    assert chief["metrics"]["loss"] == other["metrics"]["loss"]  # reduced across both workers
+    # Only the chief tracks, exports and traces; the other worker's temporary checkpoints are gone.
+    (run,) = mlflow_runs(tmp_path / "mlflow.db")
+    assert run.info.status == "FINISHED" and run.data.tags["plan.strategy"] == "multi_worker"
+    assert run.data.tags["multi_worker.weights_identical"] == "true"
+    assert (job / "model.keras").exists() and not (job / "workers" / "worker1" / "model.keras").exists()
+    assert (job / "profile" / "top_ops.txt").exists() and not (job / "workers" / "worker1" / "profile").exists()
+    assert sorted(p.name for p in (job / "checkpoints").glob("ckpt-*.index")) == ["ckpt-22.index", "ckpt-44.index"]
+    assert not list((job / "checkpoints").glob(".worker*"))
+    assert (job / "workers" / "worker1.log").read_text().count("Done.") == 1
 
-    from mlflow.tracking import MlflowClient
+    from launcher.run.runner import execute
 
-    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    runs = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
-    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
-    assert runs[0].data.tags["plan.strategy"] == "multi_worker"
-    assert (tmp_path / "worker0" / "model.keras").exists()
-    assert not (tmp_path / "worker1" / "model.keras").exists()
+    single = execute(compose(*TINY, *QUIET, "precision=mixed", "xla=true", "scaling.batch_size=64",
+                             "tracking.enabled=false", "checkpoint=off"), tmp_path / "single", tmp_path)
+    assert abs(single.result.final["loss"] - chief["metrics"]["loss"]) < 0.02
+
+
+@pytest.mark.slow
+def test_a_killed_worker_stops_the_job_and_the_same_command_resumes_it(tmp_path):
+    job, db = tmp_path / "job", tmp_path / "mlflow.db"
+    args = launcher("strategy=multi_worker", "strategy.local_workers=2", "xla=false", "train.epochs=40",
+                    "checkpoint.interval_steps=8", run_dir=job, db=db)
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    while not (job / "checkpoints" / "ckpt-16.json").exists():
+        assert proc.poll() is None and time.time() < deadline, "no checkpoint at step 16"
+        time.sleep(0.2)
+    worker1 = None
+    for line in subprocess.run(["pgrep", "-f", f"hydra.run.dir={job}/workers/worker1"], capture_output=True,
+                               text=True).stdout.split():
+        worker1 = int(line)
+    assert worker1, "worker 1 not found"
+    os.kill(worker1, signal.SIGKILL)
+    killed_at = time.time()
+    _, err = proc.communicate(timeout=60)
+    stopped_after = time.time() - killed_at
+    assert proc.returncode == 1
+    assert stopped_after < 15, stopped_after  # GRACE_SECONDS (5) for the others, plus process exits
+    assert re.search(rf"Worker 1 \(pid {worker1}\) was killed by SIGKILL; the other 1 worker\(s\) were stopped", err)
+    assert "Re-run the same command to resume" in err
+
+    saved = sorted(int(p.stem.split("-")[1]) for p in (job / "checkpoints").glob("ckpt-*.json"))
+    short = [a if not a.startswith("train.epochs=") else "train.epochs=2" for a in args]
+    done = subprocess.run(short, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    resumed_at = f"global step {saved[-1]})"
+    assert re.search(rf"\[worker 0\] Resuming at .*{re.escape(resumed_at)}", done.stdout)
+    assert re.search(rf"\[worker 1\] Resuming at .*{re.escape(resumed_at)}", done.stdout)
+    (run,) = mlflow_runs(db)  # the chief continued its MLflow run
+    assert run.info.status == "FINISHED"
+    assert outcome(job)["weights_sha256"] == outcome(job / "workers" / "worker1")["weights_sha256"]
+
+
+@pytest.mark.slow
+def test_bad_cluster_specs_are_refused_within_a_bounded_time(tmp_path):
+    """Malformed, duplicate and out-of-range specs: refused by the resolver, before any waiting. A peer that
+    never comes: killed after strategy.connect_timeout (5 s here) naming its address. Workers started with
+    different overrides: every worker stops, naming the keys."""
+    db = tmp_path / "mlflow.db"
+    start = time.time()
+    bad = subprocess.run(launcher("strategy=multi_worker", "strategy.workers=[127.0.0.1:7000,127.0.0.1:7000,nohost]",
+                                  "strategy.task_index=3", run_dir=tmp_path / "bad", db=db),
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and time.time() - start < 60
+    assert "listed twice" in bad.stderr and "'nohost'" in bad.stderr and "strategy.task_index=3" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+    ports = free_ports(2)
+    workers = f"strategy.workers=[127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}]"
+    start = time.time()
+    alone = subprocess.run(launcher("strategy=multi_worker", workers, "strategy.connect_timeout=5",
+                                    run_dir=tmp_path / "alone", db=db),
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert alone.returncode == -signal.SIGKILL and time.time() - start < 60  # killed by its watchdog process
+    assert f"worker 1 at 127.0.0.1:{ports[1]} (Connection refused)" in alone.stderr
+    assert "strategy.connect_timeout=5 s" in alone.stderr
+    assert not mlflow_runs_exist(db)
+
+    ports = free_ports(2)
+    workers = f"strategy.workers=[127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}]"
+    procs = [subprocess.Popen(launcher("strategy=multi_worker", workers, f"strategy.task_index={i}",
+                                       f"optimizer.learning_rate={0.001 * (i + 1)}", run_dir=tmp_path / f"w{i}", db=db),
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    results = [p.communicate(timeout=180) for p in procs]
+    for proc, (_, err) in zip(procs, results, strict=True):
+        assert proc.returncode == 2, err[-2000:]
+        assert "optimizer.learning_rate=0.001: expected the chief's value on every worker; worker 1 has 0.002" in err
+    assert not mlflow_runs_exist(db)
+
+
+def mlflow_runs_exist(db) -> bool:
+    return db.exists() and bool(mlflow_runs(db))

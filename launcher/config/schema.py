@@ -29,6 +29,12 @@ class StrategyKind(Enum):
     multi_worker = "multi_worker"
 
 
+class Communication(Enum):
+    auto = "auto"
+    ring = "ring"
+    nccl = "nccl"
+
+
 class LossScaleMode(Enum):
     auto = "auto"
     dynamic = "dynamic"
@@ -242,6 +248,19 @@ class StrategyConfig:
     """mirrored: replicas wanted, >= 0 (0 = every GPU; without GPUs, 2 logical CPU devices)."""
     device: str = "auto"
     """one_device: "auto" (first GPU, else CPU) or a device string such as /cpu:0 or /gpu:1."""
+    local_workers: int = 0
+    """multi_worker: start this many worker processes on this machine (127.0.0.1, free ports), >= 0
+    (0 = this process is one worker of a cluster named by workers, TF_CONFIG or Slurm)."""
+    workers: list[str] = field(default_factory=list)
+    """multi_worker: every worker's host:port, the same list on every worker (chief first)."""
+    task_index: int = 0
+    """multi_worker with `workers`: this worker's position in that list, 0 = the chief."""
+    port: int = 12345
+    """multi_worker under Slurm: task k of a node listens on port + k, in 1..65535."""
+    communication: Communication = Communication.auto
+    """multi_worker collectives: auto (ring on CPU, NCCL on GPUs), ring or nccl (GPUs only)."""
+    connect_timeout: float = 300.0
+    """multi_worker: seconds to wait for every peer at start-up before stopping with their addresses, > 0."""
 
 
 @dataclass
@@ -382,6 +401,9 @@ class CheckpointConfig:
     """After the first save, restore it into fresh objects and check every variable is consumed."""
     export_model: bool = True
     """Export the final (and best, when monitored) model as .keras and log it to MLflow."""
+    directory: str = ""
+    """Where checkpoints go; "" = <run dir>/checkpoints. Multi-worker: a path every worker can read
+    (shared filesystem): the chief writes it, the others resume from it."""
 
 
 @dataclass

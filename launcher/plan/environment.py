@@ -32,6 +32,8 @@ class Environment:
     tf_version: str = "unknown"
     keras_version: str = "unknown"
     tf_config: dict | None = None
+    slurm: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    """The SLURM_* environment variables (empty outside a Slurm job)."""
     machine: str = ""
     matmul_gflops: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
     """Measured matmul rates, "<dtype>_<backend>" -> GFLOP/s ({} when not measured); see plan.hardware."""
@@ -100,6 +102,10 @@ def read_tf_config() -> dict | None:
         return {"_invalid": raw}
 
 
+def read_slurm() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key.startswith("SLURM_")}
+
+
 def _probe_gpus() -> tuple[Gpu, ...]:
     import tensorflow as tf
 
@@ -130,6 +136,7 @@ def probe(measure: bool = False) -> Environment:
         tf_version=tf.__version__,
         keras_version=keras.version(),
         tf_config=read_tf_config(),
+        slurm=read_slurm(),
         machine=platform.machine(),
         matmul_gflops=measured_rates() if measure and not gpus else {},
     )

@@ -24,6 +24,7 @@ from launcher.config.schema import (
     PrecisionName,
     StrategyKind,
 )
+from launcher.plan.cluster import Cluster, find_cluster
 from launcher.plan.decisions import Plan
 from launcher.plan.environment import FAST_BF16_RATIO, Environment
 
@@ -207,44 +208,49 @@ def _mirrored_strategy(cfg, env, plan, violations) -> None:
 
 def _multi_worker_strategy(cfg, env, plan, violations) -> None:
     plan.decide("strategy", "multi_worker", "requested: MultiWorkerMirroredStrategy")
-    tf_config = env.tf_config
-    workers = (tf_config or {}).get("cluster", {}).get("worker") if isinstance(tf_config, dict) else None
-    task = (tf_config or {}).get("task", {}) if isinstance(tf_config, dict) else {}
-    if not workers or not isinstance(task, dict) or "index" not in task:
-        found = "none" if tf_config is None else repr(tf_config)[:120]
-        violations.append(
-            Violation(
-                "strategy",
-                "multi_worker",
-                f"a TF_CONFIG environment variable with cluster.worker and task.index (found {found})",
-                "export TF_CONFIG='{\"cluster\": {\"worker\": [\"host1:port\", \"host2:port\"]}, "
-                "\"task\": {\"type\": \"worker\", \"index\": 0}}' on every worker, or strategy=mirrored",
-            )
-        )
-        workers = ["localhost"]
-    chief = _is_chief(tf_config or {})
-    plan.decide(
-        "process.is_chief", chief,
-        "this worker logs to MLflow and exports the model" if chief
-        else "not the chief: trains and checkpoints, leaves MLflow and export to the chief",
-    )
+    strategy = cfg.strategy
     local = max(len(env.gpus), 1)
     device = "/gpu" if env.gpus else "/cpu"
+    if strategy.local_workers:
+        # This process only starts and watches the workers; each of them resolves its own Plan.
+        workers = [f"127.0.0.1:<free port {i}>" for i in range(strategy.local_workers)]
+        plan.decide("strategy.local_workers", strategy.local_workers,
+                    "started on this machine, each a process of its own on a free 127.0.0.1 port")
+        cluster = Cluster(tuple(workers), 0, "strategy.local_workers")
+    else:
+        cluster, problems = find_cluster(strategy, env.tf_config, env.slurm)
+        violations.extend(problems)
+        cluster = cluster or Cluster(("localhost:0",), 0, "none")
+    plan.decide("strategy.cluster", list(cluster.workers), f"from {cluster.source}")
+    plan.decide("strategy.task_index", cluster.index, f"this worker is {cluster.task[0]} {cluster.task[1]}")
+    plan.decide(
+        "process.is_chief", cluster.is_chief,
+        "this worker logs to MLflow, exports the model and writes the checkpoints" if cluster.is_chief
+        else "not the chief: trains, saves into a temporary directory removed after each save, resumes from "
+             "the chief's checkpoints; leaves MLflow and export to the chief",
+    )
+    _communication(strategy, env, plan, violations)
+    plan.decide("strategy.connect_timeout", float(strategy.connect_timeout),
+                "seconds this worker waits for its peers at start-up before stopping with their addresses")
     plan.decide(
         "strategy.devices", [f"{device}:{i}" for i in range(local)], f"per worker; found {env.describe_devices()}"
     )
     plan.decide("strategy.logical_cpus", 0, "one CPU device per worker")
-    plan.decide("replicas", len(workers) * local, f"{len(workers)} worker(s) x {local} device(s)")
+    plan.decide("replicas", len(cluster.workers) * local, f"{len(cluster.workers)} worker(s) x {local} device(s)")
 
 
-def _is_chief(tf_config: dict) -> bool:
-    task = tf_config.get("task", {}) if isinstance(tf_config, dict) else {}
-    if not isinstance(task, dict):
-        return True
-    if task.get("type") == "chief":
-        return True
-    has_chief = bool(tf_config.get("cluster", {}).get("chief"))
-    return task.get("type", "worker") == "worker" and task.get("index", 0) == 0 and not has_chief
+def _communication(strategy, env, plan, violations) -> None:
+    wanted = strategy.communication.value
+    if wanted == "nccl" and not env.gpus:
+        violations.append(Violation("strategy.communication", "nccl", "ring or auto on a machine without GPUs "
+                                    "(NCCL runs on GPUs only)", "strategy.communication=auto"))
+    if wanted != "auto":
+        plan.decide("strategy.communication", wanted, "requested")
+    elif env.gpus:
+        plan.decide("strategy.communication", "nccl", "auto: GPUs all-reduce fastest through NCCL")
+    else:
+        plan.decide("strategy.communication", "ring",
+                    "auto: no GPU, so gradients are all-reduced over gRPC by TensorFlow's ring collectives")
 
 
 # ----------------------------------------------------------------------- XLA

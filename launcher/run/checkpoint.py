@@ -8,6 +8,11 @@ early-stopping state and the MLflow run id. A checkpoint without its sidecar
 was interrupted while being written and is never resumed from.
 
 When to save is `checkpoint_policy.SavePolicy`; `hooks.checkpoint.CheckpointHook` applies it.
+
+Multi-worker, as TensorFlow requires: every worker saves (the save may read variables through
+collectives), only the chief into the real directory; the others save into a temporary directory
+of their own, removed right after. Every worker resumes from the chief's checkpoints, so the
+directory must be readable by all of them (`checkpoint.directory` on a shared filesystem).
 """
 
 from __future__ import annotations
@@ -55,12 +60,19 @@ def check_writable(directory: Path) -> None:
         ) from None
 
 
+def worker_temp_dir(directory: Path, worker: int) -> Path:
+    """Where a non-chief worker's saves go (and are removed from)."""
+    return directory / f".worker{worker}-temp"
+
+
 class Checkpointer:
-    def __init__(self, cfg, directory: Path, built, model_config: dict):
+    def __init__(self, cfg, directory: Path, built, model_config: dict, worker: int = 0):
         import tensorflow as tf
 
         self.cfg = cfg
         self.directory = directory
+        self.worker = worker
+        self.is_chief = worker == 0
         self.built = built
         self.model_config = model_config
         self.verified = False
@@ -75,6 +87,9 @@ class Checkpointer:
         )
         self.best_dir = directory / "best"
         self.best_manager = tf.train.CheckpointManager(self.checkpoint, str(self.best_dir), max_to_keep=1)
+        if not self.is_chief:
+            self.temp_dir = worker_temp_dir(directory, worker)
+            shutil.rmtree(self.temp_dir, ignore_errors=True)  # left by a worker killed mid-save
 
     # -------------------------------------------------------------- state
 
@@ -87,6 +102,8 @@ class Checkpointer:
 
     def record(self, mlflow_run_id: str | None, layout: dict | None = None) -> None:
         """Remember the model config, MLflow run and layout (strategy, replicas, batch) of this run."""
+        if not self.is_chief:
+            return
         self.directory.mkdir(parents=True, exist_ok=True)
         state = {"model": self.model_config, "mlflow_run_id": mlflow_run_id, "layout": layout}
         write_json_atomic(self.state_path, state)
@@ -100,6 +117,8 @@ class Checkpointer:
         CheckpointWriteError: the checkpoints already on disk stay as they were.
         """
         self._set_counters(position)
+        if not self.is_chief:
+            return self._save_and_discard(position, verify=True)
         with self._writing(self.directory, position):
             path = self.manager.save(checkpoint_number=position.global_step)
             fault_point("before_sidecar", position.global_step)
@@ -109,6 +128,18 @@ class Checkpointer:
         self._drop_orphan_sidecars()
         if not self.verified and self.cfg.verify_restore:
             self.verify(path)
+        return path
+
+    def _save_and_discard(self, position: Position, verify: bool) -> str:
+        """A non-chief worker's part of a save: the same collectives as the chief's (its first save is verified
+        as the chief's is), then the files go."""
+        import tensorflow as tf
+
+        manager = tf.train.CheckpointManager(self.checkpoint, str(self.temp_dir), max_to_keep=1)
+        path = manager.save(checkpoint_number=position.global_step)
+        if verify and not self.verified and self.cfg.verify_restore:
+            self.verify(path)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
         return path
 
     def _set_counters(self, position: Position) -> None:
@@ -124,6 +155,8 @@ class Checkpointer:
 
     def save_best(self, position: Position) -> str:
         self._set_counters(position)
+        if not self.is_chief:
+            return self._save_and_discard(position, verify=False)
         with self._writing(self.best_dir, position):
             return self.best_manager.save(checkpoint_number=position.global_step)
 

@@ -24,7 +24,15 @@ def launch_in_hydra(cfg: DictConfig, hydra_cfg) -> None:
     """The run dir and launch dir come from Hydra; a non-zero result exits the process."""
     from hydra.utils import get_original_cwd
 
-    code = run(cfg, Path(hydra_cfg.runtime.output_dir), Path(get_original_cwd()), dict(hydra_cfg.runtime.choices))
+    run_dir, launch_dir = Path(hydra_cfg.runtime.output_dir), Path(get_original_cwd())
+    strategy = cfg.strategy
+    if getattr(strategy.kind, "value", strategy.kind) == "multi_worker" and strategy.get("local_workers", 0) > 0:
+        from launcher.run.local_workers import run_local_workers
+
+        code = run_local_workers(list(hydra_cfg.overrides.task), int(strategy.local_workers), run_dir, launch_dir,
+                                 str(cfg.checkpoint.get("directory", "")))
+    else:
+        code = run(cfg, run_dir, launch_dir, dict(hydra_cfg.runtime.choices))
     if code:
         sys.exit(code)
 
@@ -60,16 +68,18 @@ def _run_locked(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict 
     history = [e.logs for e in result.epochs] if result else []
     # Statuses as MLflow names them.
     status = "KILLED" if outcome.exit_code is not None else "FAILED" if outcome.error else "FINISHED"
-    write_outcome(run_dir, outcome.run_id, status, outcome.error, final, history)
+    write_outcome(run_dir, outcome.run_id, status, outcome.error, final, history,
+                  weights_sha256=outcome.weights_sha256)
     if outcome.exit_code is not None:
         return outcome.exit_code
     return EXIT_TRAINING_FAILED if outcome.error else 0
 
 
 def write_outcome(run_dir: Path, run_id: str | None, status: str, error: str | None,
-                  metrics: dict | None = None, history: list | None = None) -> None:
-    """outcome.json in the run dir: how a sweep (or a benchmark) learns what its job did."""
+                  metrics: dict | None = None, history: list | None = None, weights_sha256: str | None = None) -> None:
+    """outcome.json in the run dir: how a sweep (or a benchmark, or the local multi-worker launcher) learns
+    what its job did."""
     run_dir.mkdir(parents=True, exist_ok=True)
     data = {"run_id": run_id, "status": status, "error": error, "metrics": metrics or {}, "history": history or [],
-            "pid": os.getpid()}
+            "pid": os.getpid(), "weights_sha256": weights_sha256}
     write_json_atomic(run_dir / OUTCOME_FILE, data)

@@ -37,6 +37,7 @@ class Outcome:
     error: str | None = None
     exit_code: int | None = None
     model: Any = None
+    weights_sha256: str | None = None  # of the final weights (multi-worker: the same on every worker)
 
 
 def execute(cfg_node, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> Outcome:
@@ -64,6 +65,8 @@ class Launch:
         self.checkpointer = None
         self.metrics_hook = None  # set by _hooks(); read after a resume (metrics re-logged)
         self.best_hook = None  # set by _hooks() when checkpoint.monitor is set; read at export
+        self.agreement = None  # multi-worker: collectives over the workers (Plan, stop signals, final weights)
+        self.weights_sha256: str | None = None
 
     def execute(self) -> Outcome:
         self.prepare()
@@ -72,8 +75,18 @@ class Launch:
             return Outcome(plan=self.plan, run_dir=self.run_dir)
         self.build()
         self.restore()
+        self.agree()
         self.start_tracking()
         return self.fit()
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """checkpoint.directory (relative to the launch dir), else <run dir>/checkpoints."""
+        configured = str(self.config.checkpoint.directory).strip()
+        if not configured:
+            return self.run_dir / "checkpoints"
+        path = Path(configured).expanduser()
+        return path if path.is_absolute() else self.launch_dir / path
 
     # ------------------------------------------------------------------ steps
 
@@ -98,7 +111,7 @@ class Launch:
         if config.checkpoint.enabled and not config.explain:
             from launcher.run.checkpoint import check_writable
 
-            _collecting(problems, check_writable, self.run_dir / "checkpoints")
+            _collecting(problems, check_writable, self.checkpoint_dir)
         self.tracking_uri = config.tracking.uri
         if config.tracking.enabled and not config.explain:
             self._check_tracking_server(problems)
@@ -142,10 +155,11 @@ class Launch:
         cfg = self.config.checkpoint
         if not cfg.enabled:
             return
-        directory = self.run_dir / "checkpoints"
-        if str(cfg.resume) == "never":
+        directory = self.checkpoint_dir
+        worker = self.plan.get("strategy.task_index", 0)
+        if str(cfg.resume) == "never" and self.plan.is_chief:
             set_aside(directory)
-        self.checkpointer = Checkpointer(cfg, directory, self.built, self.settings["model"])
+        self.checkpointer = Checkpointer(cfg, directory, self.built, self.settings["model"], worker)
         restored = self.checkpointer.restore()
         if not restored:
             return
@@ -158,6 +172,23 @@ class Launch:
             self.plan.warn(decision.warning)
         print(f"  resume  {decision.value}  {decision.reason}", flush=True)
         self._write_plan()
+
+    def agree(self) -> None:
+        """Multi-worker: every worker must have resolved the same Plan from the same config (and resume from
+        the same step); any difference stops every worker, naming the keys, before anything is tracked."""
+        if self.plan["strategy"] != "multi_worker":
+            return
+        import json
+
+        from launcher.train.agreement import Agreement, comparable, differences
+
+        self.agreement = Agreement(self.built.strategy, len(self.plan["strategy.cluster"]))
+        mine = comparable({k: d.value for k, d in self.plan.decisions.items()}, self.settings)
+        payloads = [json.loads(text) for text in self.agreement.gather_text(json.dumps(mine, default=str))]
+        differing = differences(payloads)
+        if differing:
+            raise ConfigError([_worker_difference(key, values) for key, values in list(differing.items())[:20]])
+        print(f"  workers  {len(payloads)} worker(s) resolved the same Plan", flush=True)
 
     def start_tracking(self) -> None:
         """Continue the checkpoint's MLflow run, or open a new one with params, tags and the Plan."""
@@ -218,6 +249,7 @@ class Launch:
                                 guard=numerics_guard(config, self.plan), telemetry=config.train.telemetry)
                 outcome.result = engine.fit(config.train.epochs, start=self.position, hooks=hooks)
                 self.finish(outcome.result)
+                outcome.weights_sha256 = self.weights_sha256
                 status = "FINISHED"
             except Preempted as stop:
                 status = "KILLED"
@@ -255,7 +287,24 @@ class Launch:
             if self.best_hook is not None and self.best_hook.exported:
                 self.tracker.log_artifact(self.best_hook.exported, "model")
             self._log_mlflow_model()
-        _print_summary(result, self.run_dir, self.tracker)
+        self._final_weights_agree()
+        hint = self.tracker.ui_hint if self.plan.is_chief else "logged by the chief (worker 0)"
+        _print_summary(result, self.run_dir, hint)
+
+    def _final_weights_agree(self) -> None:
+        """The final weights' digest; multi-worker: the same on every worker, or the run fails."""
+        from launcher.train.agreement import weights_digest
+
+        self.weights_sha256 = weights_digest(self.built.model.get_weights())
+        if self.agreement is None:
+            return
+        digests = self.agreement.gather_text(self.weights_sha256)
+        identical = len(set(digests)) == 1
+        self.tracker.set_tags({"multi_worker.weights_identical": str(identical).lower()})
+        if not identical:
+            raise RuntimeError("workers ended with different weights: " + ", ".join(
+                f"worker {rank} sha256 {d[:12]}" for rank, d in enumerate(digests)))
+        print(f"  final weights identical on {len(digests)} workers (sha256 {self.weights_sha256[:12]})", flush=True)
 
     def _log_mlflow_model(self) -> None:
         tr = self.config.tracking
@@ -294,7 +343,14 @@ class Launch:
             export = self.run_dir / "best.keras" if cfg.export_model and self.plan.is_chief else None
             self.best_hook = BestModelHook(cfg.monitor, cfg.mode.value, self.checkpointer, self.built.model, export)
         stateful = HookList(h for h in (history, self.best_hook, early_stopping, self.metrics_hook) if h is not None)
-        hooks = [FaultHook() if faults_enabled() else None, self._utilization_hook(), self._profiler_hook(),
+        stop_agreement = None
+        if self.agreement is not None:
+            from launcher.run.hooks.preemption import StopAgreementHook
+
+            guard.agree = self.agreement.any_stop
+            stop_agreement = StopAgreementHook(guard)
+        hooks = [stop_agreement, FaultHook() if faults_enabled() else None, self._utilization_hook(),
+                 self._profiler_hook(),
                  history, self.best_hook, early_stopping]
         if self.checkpointer:
             hooks.append(CheckpointHook(self.checkpointer, SavePolicy.from_config(cfg), guard, steps, stateful))
@@ -403,7 +459,17 @@ def _utilization_inputs(config, plan, model, tracker, env) -> tuple[float, float
     return flops, peak
 
 
-def _print_summary(result: FitResult, run_dir: Path, tracker) -> None:
+def _worker_difference(key: str, values: list):
+    from launcher.config.errors import Violation
+
+    others = ", ".join(f"worker {rank} has {value!r}" for rank, value in enumerate(values) if rank)
+    fix = ("checkpoint.directory must be a path every worker reads (a shared filesystem): they resume from the "
+           "chief's checkpoints" if key == "plan.resume"
+           else "start every worker with the same overrides (only strategy.task_index differs)")
+    return Violation(key.removeprefix("config."), values[0], f"the chief's value on every worker; {others}", fix)
+
+
+def _print_summary(result: FitResult, run_dir: Path, tracking_hint: str) -> None:
     final = result.final
     if not result.epochs:
         print("\nNothing to train: the checkpoint already covers every epoch.")
@@ -412,4 +478,4 @@ def _print_summary(result: FitResult, run_dir: Path, tracker) -> None:
         if key in final:
             print(f"  {key:<17}{final[key]:.4f}")
     print(f"  run dir          {run_dir}")
-    print(f"  MLflow           {tracker.ui_hint}")
+    print(f"  MLflow           {tracking_hint}")

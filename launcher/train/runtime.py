@@ -41,8 +41,30 @@ def make_strategy(plan):
         ops = tf.distribute.ReductionToOneDevice() if on_cpu else None
         return tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
     if kind == "multi_worker":
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        return _multi_worker(plan)
     raise ValueError(f"unknown strategy {kind!r}")
+
+
+def _multi_worker(plan):
+    """MultiWorkerMirroredStrategy over the Plan's cluster, with the Plan's collective implementation.
+
+    Creating it starts this worker's gRPC server and blocks until every peer has joined; TensorFlow
+    waits without bound for a peer that never comes, so a watchdog stops the process after
+    `strategy.connect_timeout` seconds naming the peers that do not answer.
+    """
+    import tensorflow as tf
+
+    from launcher.train.cluster_watchdog import joining
+
+    workers, index = plan["strategy.cluster"], plan["strategy.task_index"]
+    spec = tf.train.ClusterSpec({"worker": workers})
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        spec, task_type="worker", task_id=index, rpc_layer="grpc"
+    )
+    implementation = tf.distribute.experimental.CommunicationImplementation[plan["strategy.communication"].upper()]
+    options = tf.distribute.experimental.CommunicationOptions(implementation=implementation)
+    with joining(workers, index, plan.get("strategy.connect_timeout", 300.0)):
+        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
 
 
 def split_cpu(count: int) -> None:

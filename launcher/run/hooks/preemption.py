@@ -21,20 +21,32 @@ class PreemptionGuard:
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
-        self.signum: int | None = None
+        self.received: int | None = None  # set by the handler, at any moment
+        self.agreed: int | None = None  # what every worker saw at the last boundary (multi-worker)
+        self.agree = None  # multi-worker: callable(received) -> the signal any worker received, or None
         self._previous: dict[int, object] = {}
+
+    @property
+    def signum(self) -> int | None:
+        """The stop in force: under multi-worker only what all workers agreed on at a boundary."""
+        return self.received if self.agree is None else self.agreed
 
     @property
     def requested(self) -> bool:
         return self.signum is not None
 
+    def synchronize(self) -> None:
+        """Multi-worker: every worker learns whether any of them was signalled (the same step for all)."""
+        if self.agree is not None and self.agreed is None:
+            self.agreed = self.agree(self.received)
+
     def _handle(self, signum, frame):
-        if self.signum is not None:
+        if self.received is not None:
             previous = self._previous.get(signum)
             if callable(previous):
                 previous(signum, frame)
             raise KeyboardInterrupt
-        self.signum = signum
+        self.received = signum
         print(f"\nSignal {signal.Signals(signum).name}: saving at the next step boundary, then stopping.",
               flush=True)
 
@@ -48,6 +60,20 @@ class PreemptionGuard:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         return False
+
+
+class StopAgreementHook(Hook):
+    """First in a multi-worker job's list: at every boundary the workers agree whether to stop, so a signal
+    that reached one worker (or reached them between different steps) stops them all at the same step."""
+
+    def __init__(self, guard: PreemptionGuard):
+        self.guard = guard
+
+    def after_steps(self, position: Position, logs: dict) -> None:
+        self.guard.synchronize()
+
+    def on_epoch_end(self, position: Position, logs: dict) -> None:
+        self.guard.synchronize()
 
 
 class PreemptionHook(Hook):

@@ -1,0 +1,186 @@
+"""`strategy=multi_worker strategy.local_workers=N`: a multi-worker job on this machine, from one command.
+
+This process never imports TensorFlow: it picks N free 127.0.0.1 ports, starts N `python -m launcher`
+workers with the same overrides plus `strategy.workers` / `strategy.task_index`, streams their output
+prefixed `[worker i]` (and into `workers/worker<i>.log`), and waits. Worker 0, the chief, runs in the
+job's run dir exactly as a single process would (MLflow run, checkpoints, model); the others run in
+`workers/worker<i>/` and save into temporary directories (see `run.checkpoint`).
+
+- The first worker to fail stops the job: the others get SIGTERM, then SIGKILL after `GRACE_SECONDS`
+  (they are usually blocked in a collective with the dead peer), and the exit code and message name
+  the worker and its last lines.
+- SIGINT / SIGTERM to this process reach every worker once; they agree on a step boundary, save and
+  stop (exit 128 + signal), as a single process does. A second signal kills them.
+- Re-running the same command resumes every worker from the chief's last checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from launcher.files import OUTCOME_FILE, read_json
+
+GRACE_SECONDS = 5.0
+TAIL_LINES = 25
+# Overrides this launcher sets for each worker (the user's own are dropped).
+OWN_KEYS = ("strategy.local_workers", "strategy.workers", "strategy.task_index", "hydra.run.dir",
+            "checkpoint.directory")
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def worker_commands(overrides: list[str], count: int, run_dir: Path, checkpoint_dir: str) -> list[list[str]]:
+    """Each worker's command line: the user's overrides and where this worker runs in the cluster."""
+    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in OWN_KEYS]
+    addresses = ",".join(f"127.0.0.1:{port}" for port in free_ports(count))
+    commands = []
+    for index in range(count):
+        directory = run_dir if index == 0 else run_dir / "workers" / f"worker{index}"
+        commands.append([
+            sys.executable, "-m", "launcher", *kept, "strategy.local_workers=0",
+            f"strategy.workers=[{addresses}]", f"strategy.task_index={index}",
+            f"hydra.run.dir={directory}", f"checkpoint.directory={checkpoint_dir}",
+        ])
+    return commands
+
+
+class Worker:
+    """One worker process, its output streamed with a prefix and kept in a log file."""
+
+    def __init__(self, index: int, command: list[str], log_path: Path, cwd: Path):
+        self.index = index
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log = open(log_path, "a")  # noqa: SIM115 - closed by the streaming thread
+        env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+        env["PYTHONUNBUFFERED"] = "1"
+        # Its own session: a terminal's Ctrl-C reaches this launcher, which forwards it exactly once.
+        self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True, start_new_session=True, preexec_fn=_die_with_parent)
+        self.thread = threading.Thread(target=self._stream, name=f"worker{index}-output", daemon=True)
+        self.thread.start()
+
+    def _stream(self) -> None:
+        with self.log:
+            for line in self.process.stdout:
+                self.tail.append(line.rstrip())
+                self.log.write(line)
+                print(f"[worker {self.index}] {line}", end="", flush=True)
+
+    def signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(signum)
+
+    def describe_exit(self) -> str:
+        code = self.process.returncode
+        if code is not None and code < 0:
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"exited with code {code}"
+
+
+def run_local_workers(overrides: list[str], count: int, run_dir: Path, launch_dir: Path,
+                      checkpoint_dir: str = "") -> int:
+    """Start, stream and watch the workers; the job's exit code (the failing worker's, 0 when all finish)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint_dir = checkpoint_dir or str(run_dir / "checkpoints")
+    commands = worker_commands(overrides, count, run_dir, checkpoint_dir)
+    print(f"Starting {count} local workers (multi-worker job in {run_dir}; logs in {run_dir / 'workers'})",
+          flush=True)
+    workers = [Worker(i, cmd, run_dir / "workers" / f"worker{i}.log", launch_dir) for i, cmd in enumerate(commands)]
+    job = _Job(workers)
+    previous = {sig: signal.signal(sig, job.forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = job.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for worker in workers:
+            worker.thread.join(timeout=5)
+    if code == 0:
+        _report_weights(run_dir, count)
+    return code
+
+
+class _Job:
+    def __init__(self, workers: list[Worker]):
+        self.workers = workers
+        self.signalled: int | None = None
+
+    def forward(self, signum, _frame) -> None:
+        if self.signalled is not None:  # a second signal: no more waiting for a clean stop
+            self._kill_all()
+            return
+        self.signalled = signum
+        print(f"\nSignal {signal.Signals(signum).name}: passed to every worker; they save at the next step "
+              "boundary and stop.", file=sys.stderr, flush=True)
+        for worker in self.workers:
+            worker.signal(signum)
+
+    def wait(self) -> int:
+        while True:
+            codes = [w.process.poll() for w in self.workers]
+            failed = next((w for w, c in zip(self.workers, codes, strict=True) if c not in (None, 0)), None)
+            if failed is not None and self.signalled is None:
+                return self._fail(failed)
+            if all(c is not None for c in codes):
+                if self.signalled is not None:
+                    return 128 + self.signalled
+                return 0
+            time.sleep(0.1)
+
+    def _fail(self, failed: Worker) -> int:
+        failed.thread.join(timeout=2)  # its last lines
+        others = [w for w in self.workers if w is not failed and w.process.poll() is None]
+        for worker in others:
+            worker.signal(signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_SECONDS
+        while any(w.process.poll() is None for w in others) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self._kill_all()
+        last = "\n".join(f"    {line}" for line in failed.tail if line.strip())
+        print(f"\nWorker {failed.index} (pid {failed.process.pid}) {failed.describe_exit()}; the other "
+              f"{len(self.workers) - 1} worker(s) were stopped.\nIts last lines:\n{last}\n"
+              "Re-run the same command to resume every worker from the chief's last checkpoint.",
+              file=sys.stderr, flush=True)
+        code = failed.process.returncode
+        return code if code and code > 0 else 1
+
+    def _kill_all(self) -> None:
+        for worker in self.workers:
+            if worker.process.poll() is None:
+                worker.signal(signal.SIGKILL)
+        for worker in self.workers:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                worker.process.wait(timeout=10)
+
+
+def _report_weights(run_dir: Path, count: int) -> None:
+    dirs = [run_dir] + [run_dir / "workers" / f"worker{i}" for i in range(1, count)]
+    digests = [read_json(d / OUTCOME_FILE, {}).get("weights_sha256") for d in dirs]
+    if None not in digests and len(set(digests)) == 1:
+        print(f"All {count} workers finished with identical weights (sha256 {digests[0][:12]}).", flush=True)
+
+
+def _die_with_parent() -> None:
+    """Linux: a worker gets SIGKILL if this launcher dies without passing a signal on (best effort)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
