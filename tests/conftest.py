@@ -87,6 +87,18 @@ def cli(tmp_path):
     return run
 
 
+def digits_shards(folder: Path, shards: int) -> str:
+    """The digits written as TFRecord shards by the converter; returns the training glob."""
+    import numpy as np
+    from launcher_datasets.to_tfrecord import convert
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    np.savez(folder / "digits.npz", x=(digits.images / 16.0).astype("float32")[..., None], y=digits.target)
+    convert(folder / "digits.npz", folder / "shards", shards=shards)
+    return f"{folder}/shards/train-*.tfrecord"
+
+
 def free_ports(count: int) -> list[int]:
     """Distinct free ports on 127.0.0.1 (all bound at once, so never the same one twice)."""
     sockets = [socket.socket() for _ in range(count)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, digits_shards
 
 from launcher.contract import Position
 
@@ -139,8 +140,11 @@ def test_negative_control_without_the_data_position_the_weights_differ(reference
 
 
 @pytest.mark.slow
-def test_mirrored_resume_reaches_identical_state(tmp_path):
-    mirrored = [*EXACT, "strategy=mirrored", "precision=fp32"]
+def test_mirrored_resume_from_tfrecord_shards_reaches_identical_state(tmp_path):
+    """Streamed data: the digits as 6 TFRecord shards (the converter's output), killed mid-epoch under mirrored,
+    resumed exactly (the epoch's first batches re-read and skipped)."""
+    mirrored = [*EXACT, "strategy=mirrored", "precision=fp32", "dataset=tfrecord",
+                f"dataset.train={digits_shards(tmp_path, 6)}"]
     steps = 1438 // 64  # global batch 64, remainder dropped
     total = steps * EPOCHS
     reference_dir = tmp_path / "ref"
@@ -150,6 +154,7 @@ def test_mirrored_resume_reaches_identical_state(tmp_path):
     assert newest_checkpoint(run_dir) == 30
     resumed = run_to_end(run_dir, *mirrored)
     assert f"Resuming at epoch 2, step {30 - steps} (global step 30)" in resumed.stdout
+    assert re.search(r"data.resume\s+exact \(skips\)", resumed.stdout)
     final = checkpoint_tensors(run_dir, total)
     assert_identical(final, checkpoint_tensors(reference_dir, total))
     assert int(final["global_step/.ATTRIBUTES/VARIABLE_VALUE"]) == total

@@ -124,3 +124,44 @@ def test_workers_compare_plans_and_configs_but_not_their_own_index():
                                                                                        "kind": "multi_worker"}})
     assert differences([chief, other]) == {"config.optimizer.learning_rate": [0.1, 0.2], "plan.lr": [0.1, 0.2]}
     assert differences([chief, chief]) == {}
+
+
+def test_file_sharding_needs_a_file_per_worker_and_an_epoch_is_the_smallest_share():
+    from launcher.plan.decisions import Plan
+    from launcher.plan.sharding import decide_sharding
+
+    def plan(workers):
+        p = Plan()
+        p.decide("strategy", "multi_worker", "")
+        p.decide("strategy.cluster", [f"h:{i}" for i in range(workers)], "")
+        p.decide("batch.global", 64, "")
+        return p
+
+    two = plan(2)
+    # Shares 600 and 300 examples; a step takes 32 of each: 300 // 64 global batches x 2 workers = 8 steps.
+    assert decide_sharding(two, (300, 200, 300, 100), 900) == 8 * 64
+    assert two["data.sharding"] == "file" and "shares [600, 300]" in two.reason("data.sharding")
+    three = plan(3)
+    assert decide_sharding(three, (300, 200), 500) == 500
+    assert three["data.sharding"] == "data" and "2 training file(s) < 3 workers" in three.reason("data.sharding")
+    arrays = plan(2)
+    assert decide_sharding(arrays, (), 900) == 900 and "arrays in memory" in arrays.reason("data.sharding")
+    assert "data.resume" not in arrays
+    single = Plan()
+    single.decide("strategy", "mirrored", "")
+    assert decide_sharding(single, (10, 10), 20) == 20 and single["data.resume"] == "exact (skips)"
+    assert "data.sharding" not in single
+
+
+def test_tfrecord_without_shards_or_spec_is_refused_with_the_converter_command(tmp_path):
+    from launcher.config.registry import DATASETS
+
+    cfg = config("dataset=tfrecord", f"dataset.train={tmp_path}/none-*.tfrecord").dataset
+    with pytest.raises(ConfigError, match=r"(?s)dataset.train=.*no file matches.*to_tfrecord"):
+        DATASETS.get("tfrecord").load(cfg)
+    (tmp_path / "train-0.tfrecord").write_bytes(b"")
+    (tmp_path / "val-0.tfrecord").write_bytes(b"")
+    cfg = config("dataset=tfrecord", f"dataset.train={tmp_path}/train-*.tfrecord").dataset
+    with pytest.raises(ConfigError, match=r"dataset.features=\{\}: expected a feature spec \(none given and no "
+                                          r"dataset.json"):
+        DATASETS.get("tfrecord").load(cfg)

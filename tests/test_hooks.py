@@ -373,3 +373,24 @@ def test_queued_metric_points_go_in_one_call_up_to_mlflows_limit_and_never_past_
     assert _coalesced(queue[2:])[2] == 1
     big = [("metrics", {"items": [["m", 1.0, 0, i] for i in range(400)]})] * 3
     assert _coalesced(big)[2] == 2 and len(_coalesced(big)[1]["items"]) <= METRIC_BATCH
+
+
+# ------------------------------------------------ multi-worker stop agreement
+
+
+def test_a_signal_on_one_worker_stops_every_worker_at_the_same_boundary():
+    """Two guards stand for two workers; `agree` is the collective (any worker's signal, seen by all)."""
+    from launcher.run.hooks.preemption import PreemptionGuard, StopAgreementHook
+
+    guards = [PreemptionGuard(enabled=False), PreemptionGuard(enabled=False)]
+    for guard in guards:
+        guard.agree = lambda _mine: next((g.received for g in guards if g.received), None)
+    guards[1].received = 15  # SIGTERM reached worker 1 only, in the middle of a chunk
+    assert not any(g.requested for g in guards)  # nothing acts on it before the workers agree
+    hooks = [HookList([StopAgreementHook(g), CheckpointHook(FakeCheckpointer(), SavePolicy(0, 0), g, 10),
+                       PreemptionHook(g, 10)]) for g in guards]
+    for hook in hooks:
+        with pytest.raises(Preempted) as stop:
+            hook.after_steps(Position(0, 4, 4), {})
+        assert stop.value.signum == 15 and stop.value.position.global_step == 4
+    assert [h.hooks[1].checkpointer.saves[0][0] for h in hooks] == [4, 4]  # both saved at step 4

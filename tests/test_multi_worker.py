@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, TINY, compose, free_ports
+from conftest import ROOT, TINY, compose, digits_shards, free_ports
 
 QUIET = ["tracking.system_metrics=false"]
 
@@ -71,10 +71,13 @@ def test_two_local_workers_train_like_one_process_with_the_same_global_batch(tmp
 
 @pytest.mark.slow
 def test_a_killed_worker_stops_the_job_and_the_same_command_resumes_it(tmp_path):
+    """Two workers reading their own TFRecord files (file sharding); worker 1 killed; the rerun resumes both."""
     job, db = tmp_path / "job", tmp_path / "mlflow.db"
     args = launcher("strategy=multi_worker", "strategy.local_workers=2", "xla=false", "train.epochs=40",
-                    "checkpoint.interval_steps=8", run_dir=job, db=db)
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                    "checkpoint.interval_steps=8", "dataset=tfrecord", f"dataset.train={digits_shards(tmp_path, 6)}",
+                    run_dir=job, db=db)
+    out = open(tmp_path / "job.out", "w")  # noqa: SIM115 - a pipe nobody reads would block the workers
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 180
     while not (job / "checkpoints" / "ckpt-16.json").exists():
         assert proc.poll() is None and time.time() < deadline, "no checkpoint at step 16"
@@ -89,6 +92,9 @@ def test_a_killed_worker_stops_the_job_and_the_same_command_resumes_it(tmp_path)
     _, err = proc.communicate(timeout=60)
     stopped_after = time.time() - killed_at
     assert proc.returncode == 1
+    out.close()
+    assert re.search(r"\[worker 0\]\s+data.sharding\s+file\s+6 training files >= 2 workers",
+                     (tmp_path / "job.out").read_text())
     assert stopped_after < 15, stopped_after  # GRACE_SECONDS (5) for the others, plus process exits
     assert re.search(rf"Worker 1 \(pid {worker1}\) was killed by SIGKILL; the other 1 worker\(s\) were stopped", err)
     assert "Re-run the same command to resume" in err

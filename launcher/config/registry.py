@@ -31,5 +31,5 @@ MODELS = Registry(
 )
 DATASETS = Registry(
     "dataset",
-    {name: f"launcher_datasets.{name}" for name in ("digits", "synthetic", "npz", "image_folder")},
+    {name: f"launcher_datasets.{name}" for name in ("digits", "synthetic", "npz", "image_folder", "tfrecord")},
 )

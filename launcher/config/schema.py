@@ -218,6 +218,29 @@ class NpzConfig(DatasetBase):
 
 
 @dataclass
+class TfrecordConfig(DatasetBase):
+    name: str = "tfrecord"
+    train: str = MISSING
+    """Glob of the training shards, e.g. data/digits/train-*.tfrecord (relative to the launch directory)."""
+    val: str = ""
+    """Glob of the validation shards; "" = val-* beside the training shards."""
+    features: dict[str, Any] = field(default_factory=dict)
+    """{name: {shape, dtype: float32|int64, encoding: raw|image}}; {} = from dataset.json beside the shards."""
+    x_key: str = "x"
+    """The feature that is the model's input."""
+    y_key: str = "y"
+    """The feature that is the integer label."""
+    num_classes: int = 0
+    """Label classes, >= 0 (0 = from dataset.json)."""
+    cache: bool = False
+    """Cache the parsed examples in memory after the first epoch (data that fits)."""
+    parallel_calls: int = -1
+    """Files read and records parsed in parallel; -1 = AUTOTUNE."""
+    prefetch: int = -1
+    """Batches prepared ahead of the step; -1 = AUTOTUNE."""
+
+
+@dataclass
 class ImageFolderConfig(DatasetBase):
     name: str = "image_folder"
     path: str = MISSING
@@ -498,6 +521,7 @@ DATASET_SCHEMAS = {
     "synthetic": SyntheticConfig,
     "npz": NpzConfig,
     "image_folder": ImageFolderConfig,
+    "tfrecord": TfrecordConfig,
 }
 GROUP_SCHEMAS = {
     "precision": PrecisionConfig,

@@ -398,6 +398,7 @@ def review(config: Config, env, start_runtime=None) -> tuple[Plan, Any, list]:
     """
     from launcher.plan.resolve import resolve_all
     from launcher.plan.schedule import schedule
+    from launcher.plan.sharding import decide_sharding
 
     plan, problems = resolve_all(config, env)
     if not problems and start_runtime is not None:
@@ -407,7 +408,8 @@ def review(config: Config, env, start_runtime=None) -> tuple[Plan, Any, list]:
     if source is not None and "model" not in broken:
         _collecting(problems, _check_model, config, source)
     if source is not None and "batch.global" in plan:
-        _collecting(problems, schedule, config, plan, source.num_train, source.num_val)
+        num_train = decide_sharding(plan, source.train_shards, source.num_train)
+        _collecting(problems, schedule, config, plan, num_train, source.num_val)
     return plan, source, problems
 
 

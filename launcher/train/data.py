@@ -22,6 +22,9 @@ class DataSource:
     kind: str
     # Token inputs only: ids are in [0, vocab_size).
     vocab_size: int = 0
+    # Streamed from files: examples per training shard, in file order (empty for arrays in memory).
+    train_shards: tuple[int, ...] = ()
+    prefetch: int = -1  # batches prepared ahead; -1 = AUTOTUNE
     _base: dict = field(default_factory=dict, repr=False)
 
     def _dataset(self, split: str):
@@ -44,17 +47,21 @@ class DataSource:
         return features.numpy()
 
     def pipeline(self, split: str, batch: int, drop_remainder: bool, shuffle_seed: int | None,
-                 shuffle_buffer: int = 10_000, skip: int = 0):
+                 shuffle_buffer: int = 10_000, skip: int = 0, skip_examples: int = 0):
+        """Batches of `batch`; a resumed epoch skips `skip` batches, or `skip_examples` examples of this worker's
+        own stream (file-sharded multi-worker data, where a step takes a worker's share of a global batch)."""
         import tensorflow as tf
 
         ds = self._dataset(split)
         if shuffle_seed is not None:
             size = self.num_train if split == "train" else self.num_val
             ds = ds.shuffle(min(shuffle_buffer, size), seed=shuffle_seed, reshuffle_each_iteration=False)
+        if skip_examples:
+            ds = ds.skip(skip_examples)
         ds = ds.batch(batch, drop_remainder=drop_remainder)
         if skip:
             ds = ds.skip(skip)
-        return ds.prefetch(tf.data.AUTOTUNE)
+        return ds.prefetch(tf.data.AUTOTUNE if self.prefetch < 0 else self.prefetch)
 
 
 def split_arrays(x: np.ndarray, y: np.ndarray, validation_split: float, seed: int, limit: int = 0,

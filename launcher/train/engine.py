@@ -202,6 +202,11 @@ class Engine:
         # Seed per epoch: the order of epoch e does not depend on earlier epochs, and
         # skipping the batches already trained on puts a resumed run at the same example.
         seed = self.seed * 100_003 + epoch if train else None
+        if train and skip and self.plan.get("data.sharding") == "file":
+            # Each worker reads its own files and a step takes its share of the global batch from them.
+            share = self.global_batch // len(self.plan["strategy.cluster"])
+            return self.source.pipeline(split, self.global_batch, drop, seed, self.shuffle_buffer,
+                                        skip_examples=skip * share)
         return self.source.pipeline(split, self.global_batch, drop, seed, self.shuffle_buffer, skip=skip)
 
     def batch_at(self, position: Position):
@@ -210,9 +215,12 @@ class Engine:
 
     def _iterator(self, split: str, epoch: int, skip: int = 0):
         ds = self._batches(split, epoch, skip)
-        # Every worker reads the same batches and keeps its replicas' slice of each.
+        # Every worker reads the same batches and keeps its replicas' slice of each, or (multi-worker training
+        # data in enough files, see plan.sharding) reads its own files.
+        by_file = split == "train" and self.plan.get("data.sharding") == "file"
+        policy = tf.data.experimental.AutoShardPolicy.FILE if by_file else tf.data.experimental.AutoShardPolicy.DATA
         options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+        options.experimental_distribute.auto_shard_policy = policy
         ds = ds.with_options(options)
         return iter(self.strategy.experimental_distribute_dataset(ds))
 

@@ -1,0 +1,146 @@
+"""TFRecord shards: data that streams from files instead of living in memory.
+
+The shards are read with `tf.data` (interleaved across files, parsed and decoded with parallel calls,
+optionally cached), never loaded whole. The feature spec comes from `dataset.features` or from the
+`dataset.json` the converter (`python -m launcher_datasets.to_tfrecord`) writes beside the shards, with
+the example count of every shard, so steps per epoch are known without a pass over the data and a
+multi-worker job can shard by file (see `launcher.plan.sharding`).
+
+Feature spec: `{name: {shape: [...], dtype: float32|int64, encoding: raw|image}}`; `raw` features are
+stored flat (float_list / int64_list) and reshaped, `image` features are encoded PNG/JPEG bytes decoded
+and resized to `shape` ([H, W, C]) and scaled to [0, 1].
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+from pathlib import Path
+
+from launcher.config.errors import ConfigError
+from launcher.train.data import DataSource
+
+METADATA = "dataset.json"
+ENCODINGS = ("raw", "image")
+DTYPES = ("float32", "int64")
+
+
+def load(cfg) -> DataSource:
+    train_files = _files("dataset.train", str(cfg.train))
+    val_glob = str(cfg.val) or str(Path(str(cfg.train)).expanduser().parent / "val-*")
+    val_files = _files("dataset.val", val_glob)
+    metadata = _metadata(train_files[0].parent)
+    features = dict(cfg.features) or metadata.get("features", {})
+    _check_features(features, cfg.x_key, cfg.y_key, train_files[0].parent)
+    train_counts = _counts(train_files, metadata, "train")
+    val_counts = _counts(val_files, metadata, "val")
+    x_spec = features[cfg.x_key]
+    num_classes = int(cfg.num_classes or metadata.get("num_classes", 0))
+    if num_classes < 2:
+        raise ConfigError.single("dataset.num_classes", cfg.num_classes,
+                                 "the number of label classes (>= 2; not found in dataset.json)",
+                                 "dataset.num_classes=10")
+    kind = metadata.get("kind") or ("image" if len(x_spec["shape"]) == 3 else
+                                    "tokens" if x_spec["dtype"] == "int64" else "tabular")
+    parse = _parser(features, cfg.x_key, cfg.y_key)
+    return DataSource(
+        train=_reader([str(f) for f in train_files], parse, cfg),
+        val=_reader([str(f) for f in val_files], parse, cfg),
+        num_train=sum(train_counts), num_val=sum(val_counts),
+        input_shape=tuple(int(d) for d in x_spec["shape"]), num_classes=num_classes, kind=kind,
+        vocab_size=int(metadata.get("vocab_size", 0)),
+        train_shards=tuple(train_counts), prefetch=int(cfg.prefetch),
+    )
+
+
+def _files(key: str, pattern: str) -> list[Path]:
+    files = sorted(Path(p) for p in glob.glob(str(Path(pattern).expanduser())))
+    if not files:
+        raise ConfigError.single(
+            key, pattern, "a glob matching TFRecord shards (no file matches)",
+            f"{key}=/data/my_set/{key.split('.')[-1]}-*.tfrecord (write shards with "
+            "python -m launcher_datasets.to_tfrecord <data.npz | image folder> <out dir>)",
+        )
+    return files
+
+
+def _metadata(folder: Path) -> dict:
+    path = folder / METADATA
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ConfigError.single("dataset.train", str(folder), f"a readable {METADATA} ({err})",
+                                 f"re-write the shards with python -m launcher_datasets.to_tfrecord, or delete {path} "
+                                 "and give dataset.features") from None
+
+
+def _check_features(features: dict, x_key: str, y_key: str, folder: Path) -> None:
+    if not features:
+        raise ConfigError.single(
+            "dataset.features", {}, f"a feature spec (none given and no {METADATA} in {folder})",
+            "dataset.features='{x: {shape: [8, 8, 1], dtype: float32}, y: {shape: [], dtype: int64}}'",
+        )
+    for key, name in (("dataset.x_key", x_key), ("dataset.y_key", y_key)):
+        if name not in features:
+            raise ConfigError.single(key, name, f"one of the features {sorted(features)}", f"{key}=<feature name>")
+    for name, spec in features.items():
+        encoding, dtype = spec.get("encoding", "raw"), spec.get("dtype", "float32")
+        if encoding not in ENCODINGS or dtype not in DTYPES or not isinstance(spec.get("shape", []), list | tuple):
+            raise ConfigError.single(
+                f"dataset.features.{name}", dict(spec),
+                f"shape: [...], dtype: one of {list(DTYPES)}, encoding: one of {list(ENCODINGS)}",
+                f"dataset.features.{name}={{shape: [8, 8, 1], dtype: float32, encoding: raw}}",
+            )
+
+
+def _counts(files: list[Path], metadata: dict, split: str) -> list[int]:
+    """Examples per shard: from dataset.json when it lists these files, else counted (one pass)."""
+    known = dict(zip(metadata.get("splits", {}).get(split, {}).get("files", []),
+                     metadata.get("splits", {}).get(split, {}).get("counts", []), strict=False))
+    if all(f.name in known for f in files):
+        return [int(known[f.name]) for f in files]
+    import tensorflow as tf
+
+    print(f"  dataset: counting the records of {len(files)} {split} shard(s) (no counts in {METADATA})", flush=True)
+    return [int(tf.data.TFRecordDataset(str(f)).reduce(0, lambda n, _: n + 1)) for f in files]
+
+
+def _parser(features: dict, x_key: str, y_key: str):
+    import tensorflow as tf
+
+    wanted = {x_key: features[x_key], y_key: features[y_key]}
+    spec = {
+        name: tf.io.FixedLenFeature([], tf.string) if f.get("encoding") == "image"
+        else tf.io.FixedLenFeature([math.prod(f["shape"])], tf.float32 if f["dtype"] == "float32" else tf.int64)
+        for name, f in wanted.items()
+    }
+
+    def decode(name, value):
+        f = wanted[name]
+        if f.get("encoding") == "image":
+            height, width, channels = f["shape"]
+            image = tf.io.decode_image(value, channels=channels, expand_animations=False)
+            return tf.image.resize(image, (height, width)) / 255.0
+        value = tf.reshape(value, f["shape"])
+        return value if f["dtype"] == "float32" else tf.cast(value, tf.int32)
+
+    def parse(record):
+        parsed = tf.io.parse_single_example(record, spec)
+        return decode(x_key, parsed[x_key]), decode(y_key, parsed[y_key])
+
+    return parse
+
+
+def _reader(files: list[str], parse, cfg):
+    """Shards interleaved in a fixed order (deterministic: a resumed epoch sees the same examples)."""
+    import tensorflow as tf
+
+    calls = tf.data.AUTOTUNE if cfg.parallel_calls < 1 else int(cfg.parallel_calls)
+    ds = tf.data.Dataset.from_tensor_slices(files).interleave(
+        tf.data.TFRecordDataset, cycle_length=min(len(files), 4), num_parallel_calls=calls, deterministic=True
+    )
+    ds = ds.map(parse, num_parallel_calls=calls, deterministic=True)
+    return ds.cache() if cfg.cache else ds
