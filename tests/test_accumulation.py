@@ -59,3 +59,52 @@ def test_accumulation_below_one_is_refused_with_the_fix():
     with pytest.raises(ConfigError) as refused:
         resolve(config("optimizer.gradient_accumulation_steps=0"), CPU_PLAIN)
     assert "optimizer.gradient_accumulation_steps=1" in str(refused.value)
+
+
+# ------------------------------------------------------ clipping and EMA
+
+
+@pytest.mark.parametrize("precision", [["precision=mixed", "xla=true"], ["precision=fp32", "xla=false"]],
+                         ids=["float16-xla", "float32"])
+def test_global_clipnorm_clips_the_all_reduced_gradient_as_one_device_does(tmp_path, precision):
+    """Two replicas of 32 clip the gradient of the global batch of 64, as one device with 64 does (Keras would
+    clip each replica's half before summing: a different update). lr 0.5 x clip 0.01 bounds each step's move."""
+    clip = "optimizer.global_clipnorm=0.01"
+    mirrored = trained(tmp_path, "mirrored", *precision, "strategy=mirrored", "scaling.batch_size=32", clip)
+    single = trained(tmp_path, "single", *precision, "strategy=default", "scaling.batch_size=64", clip)
+    free = trained(tmp_path, "free", *precision, "strategy=mirrored", "scaling.batch_size=32")  # negative control
+    assert "after the all-reduce" in mirrored.plan.reason("optimizer.global_clipnorm")
+    initial = execute(compose(*ONE_STEP, *precision, "train.max_steps_per_epoch=1", "optimizer.learning_rate=1e-12"),
+                      tmp_path / "initial", tmp_path).model.get_weights()
+    moved = np.sqrt(sum(np.sum((a - b) ** 2) for a, b in zip(mirrored.model.get_weights(), initial, strict=True)))
+    assert moved <= 2 * 0.5 * 0.01 * 1.001  # two steps, each at most lr x clip
+    same = distance(mirrored.model.get_weights(), single.model.get_weights())
+    other = distance(mirrored.model.get_weights(), free.model.get_weights())
+    tolerance = 1e-4 if "precision=mixed" in precision else 1e-6
+    assert same < tolerance, (same, other)
+    assert other > 20 * tolerance
+
+
+def test_the_exported_model_holds_the_moving_average_of_the_weights(tmp_path):
+    """float16 + mirrored + XLA (replica-safe loss scaling): after two steps the average is m*w1 + (1-m)*w2
+    (Keras starts it at the first step's weights), the same on both replicas, and it is what model.keras holds."""
+    import keras
+
+    from launcher.train.ema import ema_optimizer
+
+    setup = ["precision=mixed", "strategy=mirrored", "xla=true", "optimizer.use_ema=true", "optimizer.ema_momentum=0.5",
+             "checkpoint.export_model=true"]
+    run = trained(tmp_path, "ema", *setup)
+    first = execute(compose(*ONE_STEP, *setup, "train.max_steps_per_epoch=1", "checkpoint.export_model=false"),
+                    tmp_path / "first", tmp_path).model.get_weights()
+    final = run.model.get_weights()  # the trained weights: the engine swaps the average in only to evaluate/export
+    exported = keras.saving.load_model(tmp_path / "ema" / "model.keras").get_weights()
+    averages = ema_optimizer(run.model.optimizer)._model_variables_moving_average
+    for average in averages:
+        copies = [v.numpy() for v in average.value.values]
+        np.testing.assert_array_equal(copies[0], copies[1])
+    expected = [0.5 * w1 + 0.5 * w2 for w1, w2 in zip(first, final, strict=True)]
+    assert distance(exported, expected) < 1e-6
+    assert distance(exported, [a.numpy() for a in averages]) == 0.0
+    assert distance(exported, final) > 1e-4
+    assert "best model and the exported model" in run.plan.reason("optimizer.use_ema")

@@ -97,6 +97,8 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("optimizer.momentum", "[0, 1)", 0.9),
     Bound("optimizer.weight_decay", ">= 0", 0.0),
     Bound("optimizer.clipnorm", ">= 0", 0.0),
+    Bound("optimizer.global_clipnorm", ">= 0", 0.0),
+    Bound("optimizer.ema_momentum", "[0, 1)", 0.99),
     Bound("optimizer.gradient_accumulation_steps", ">= 1", 1),
     Bound("train.epochs", ">= 1", 5),
     Bound("train.steps_per_execution", ">= 1", 16),

@@ -333,7 +333,14 @@ class OptimizerConfig:
     weight_decay: float = 0.0
     """adamw: decoupled weight decay, >= 0 (0 = Keras's default 0.004)."""
     clipnorm: float = 0.0
-    """Clip each gradient to this L2 norm, >= 0 (0 = no clipping)."""
+    """Clip each variable's gradient to this L2 norm, >= 0 (0 = no clipping); after the all-reduce."""
+    global_clipnorm: float = 0.0
+    """Clip the whole gradient to this global L2 norm, >= 0 (0 = off); after the all-reduce (Keras clips
+    each replica's part before it)."""
+    use_ema: bool = False
+    """Keep an exponential moving average of the weights; validation, best model and export use it."""
+    ema_momentum: float = 0.99
+    """use_ema: weight of the average's previous value per step, in [0, 1)."""
     gradient_accumulation_steps: int = 1
     """Micro-batches per step, >= 1: each step sums the gradients of this many micro-batches of
     scaling.batch_size and applies once (the effective batch is this many times larger; LR rules use it)."""

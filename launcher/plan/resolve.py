@@ -593,6 +593,23 @@ def rule_training(cfg: Config, env: Environment, plan: Plan, violations: list) -
                     "requested: these layers compute in float32 (float32 range), the rest in the mixed policy")
 
 
+def rule_big_batch(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
+    """Clipping and the weights' moving average, as the launcher applies them (not as Keras would)."""
+    opt = cfg.optimizer
+    where = ("after the all-reduce, on the unscaled gradient of the global batch (Keras would clip each of the "
+             f"{plan.get('replicas', 1)} replicas' partial gradients before summing them)"
+             if plan.get("replicas", 1) > 1 else "on the unscaled gradient, after the (one-replica) reduction")
+    if opt.clipnorm > 0:
+        plan.decide("optimizer.clipnorm", opt.clipnorm, f"each variable's gradient clipped to this L2 norm {where}")
+    if opt.global_clipnorm > 0:
+        plan.decide("optimizer.global_clipnorm", opt.global_clipnorm, f"the whole gradient clipped to this L2 "
+                                                                      f"norm {where}")
+    if opt.use_ema:
+        plan.decide("optimizer.use_ema", opt.ema_momentum,
+                    "the weights' moving average (this momentum per step) is what validation, the best model and the "
+                    "exported model use; checkpoints keep both, so a resume continues both")
+
+
 def rule_profile(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
     profile = cfg.train.profile
     if profile.steps > 0 and profile.skip_steps >= 0:
@@ -619,6 +636,7 @@ RULES: tuple[Rule, ...] = (
     rule_batch,
     rule_learning_rate,
     rule_training,
+    rule_big_batch,
     rule_profile,
     rule_bounds,
 )

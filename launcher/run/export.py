@@ -6,10 +6,14 @@ from pathlib import Path
 
 
 def export_model(model, path: Path) -> None:
-    """Save the model without the training-only optimizer state (it lives in the checkpoints)."""
+    """Save the model without the training-only optimizer state (it lives in the checkpoints); under
+    optimizer.use_ema with the weights' moving average."""
+    from launcher.train.ema import ema_weights
+
     optimizer = model.optimizer
     model.optimizer = None
     try:
-        model.save(path)
+        with ema_weights(model, optimizer):
+            model.save(path)
     finally:
         model.optimizer = optimizer

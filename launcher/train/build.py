@@ -29,14 +29,19 @@ class Built:
 def make_optimizer(cfg, lr, fused: bool = False):
     """The configured Keras optimizer; `fused` swaps in its one-kernel-per-variable twin."""
     name = cfg.name.value
-    clip = {"clipnorm": cfg.clipnorm} if cfg.clipnorm else {}
+    extra = {"use_ema": True, "ema_momentum": cfg.ema_momentum} if cfg.use_ema else {}
     if name == "sgd":
         cls, kwargs = keras.optimizers.SGD, {"momentum": cfg.momentum}
     elif name == "adamw":
         cls, kwargs = keras.optimizers.AdamW, {"weight_decay": cfg.weight_decay or 0.004}
     else:
         cls, kwargs = keras.optimizers.Adam, {}
-    return (FUSED[cls] if fused else cls)(lr, **kwargs, **clip)
+    cls = FUSED[cls] if fused else cls
+    if cfg.clipnorm or cfg.global_clipnorm:
+        from launcher.train.clipping import clipping
+
+        cls = clipping(cls, cfg.clipnorm, cfg.global_clipnorm)
+    return cls(lr, **kwargs, **extra)
 
 
 def float32_output(model):

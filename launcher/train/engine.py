@@ -324,8 +324,12 @@ class Engine:
         return telemetry, totals
 
     def evaluate(self, epoch: int = 0) -> dict[str, float]:
+        """Validation metrics, of the weights' moving average under optimizer.use_ema."""
+        from launcher.train.ema import ema_weights
+
         steps = self.plan["train.validation_steps"]
-        totals = self._eval_chunk(self._iterator("val", epoch), tf.constant(steps, tf.int32)).numpy()
+        with ema_weights(self.model, self.optimizer):
+            totals = self._eval_chunk(self._iterator("val", epoch), tf.constant(steps, tf.int32)).numpy()
         return {f"val_{k}": v for k, v in _summarise(totals).items()}
 
 
