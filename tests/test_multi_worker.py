@@ -83,7 +83,7 @@ def test_a_killed_worker_stops_the_job_and_the_same_command_resumes_it(tmp_path)
         assert proc.poll() is None and time.time() < deadline, "no checkpoint at step 16"
         time.sleep(0.2)
     worker1 = None
-    for line in subprocess.run(["pgrep", "-f", f"hydra.run.dir={job}/workers/worker1"], capture_output=True,
+    for line in subprocess.run(["pgrep", "-f", f"strategy.task_index=1 hydra.run.dir={job} "], capture_output=True,
                                text=True).stdout.split():
         worker1 = int(line)
     assert worker1, "worker 1 not found"

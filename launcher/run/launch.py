@@ -29,8 +29,7 @@ def launch_in_hydra(cfg: DictConfig, hydra_cfg) -> None:
     if getattr(strategy.kind, "value", strategy.kind) == "multi_worker" and strategy.get("local_workers", 0) > 0:
         from launcher.run.local_workers import run_local_workers
 
-        code = run_local_workers(list(hydra_cfg.overrides.task), int(strategy.local_workers), run_dir, launch_dir,
-                                 str(cfg.checkpoint.get("directory", "")))
+        code = run_local_workers(list(hydra_cfg.overrides.task), int(strategy.local_workers), run_dir, launch_dir)
     else:
         code = run(cfg, run_dir, launch_dir, dict(hydra_cfg.runtime.choices))
     if code:
@@ -46,12 +45,35 @@ def run(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None =
     quiet_tensorflow_logs(bool(cfg.get("tf_logs", False)))
     from launcher.run.lock import RunDirBusy, RunDirLock
 
+    run_dir = worker_run_dir(cfg, run_dir)
+
     try:
         with RunDirLock(run_dir):
             return _run_locked(cfg, run_dir, launch_dir, choices)
     except RunDirBusy as err:
         print(f"\n{err}\n", file=sys.stderr, flush=True)
         return EXIT_CONFIG_ERROR
+
+
+def worker_run_dir(cfg: DictConfig, run_dir: Path) -> Path:
+    """Multi-worker: worker i > 0 runs in <run dir>/workers/worker<i> (the chief in the run dir itself), so
+    every worker can be given the same run dir (name=, a shared filesystem); checkpoint.directory defaults to
+    the chief's <run dir>/checkpoints, which the other workers resume from."""
+    strategy = cfg.strategy
+    if getattr(strategy.kind, "value", strategy.kind) != "multi_worker" or strategy.get("local_workers", 0):
+        return run_dir
+    from omegaconf import open_dict
+
+    from launcher.plan.cluster import find_cluster
+    from launcher.plan.environment import read_slurm, read_tf_config
+
+    cluster, _ = find_cluster(strategy, read_tf_config(), read_slurm())
+    if cluster is None or cluster.is_chief:
+        return run_dir  # a bad spec is refused by the resolver, in this run dir
+    with open_dict(cfg):
+        if not str(cfg.checkpoint.get("directory", "")):
+            cfg.checkpoint.directory = str(run_dir / "checkpoints")
+    return run_dir / "workers" / f"worker{cluster.index}"
 
 
 def _run_locked(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None) -> int:

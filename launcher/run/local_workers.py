@@ -33,8 +33,7 @@ from launcher.files import OUTCOME_FILE, read_json
 GRACE_SECONDS = 5.0
 TAIL_LINES = 25
 # Overrides this launcher sets for each worker (the user's own are dropped).
-OWN_KEYS = ("strategy.local_workers", "strategy.workers", "strategy.task_index", "hydra.run.dir",
-            "checkpoint.directory")
+OWN_KEYS = ("strategy.local_workers", "strategy.workers", "strategy.task_index", "hydra.run.dir")
 
 
 def free_ports(count: int) -> list[int]:
@@ -48,19 +47,15 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def worker_commands(overrides: list[str], count: int, run_dir: Path, checkpoint_dir: str) -> list[list[str]]:
-    """Each worker's command line: the user's overrides and where this worker runs in the cluster."""
+def worker_commands(overrides: list[str], count: int, run_dir: Path) -> list[list[str]]:
+    """Each worker's command line: the user's overrides and where this worker is in the cluster (each worker
+    places itself in the run dir: see `launch.worker_run_dir`)."""
     kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in OWN_KEYS]
     addresses = ",".join(f"127.0.0.1:{port}" for port in free_ports(count))
-    commands = []
-    for index in range(count):
-        directory = run_dir if index == 0 else run_dir / "workers" / f"worker{index}"
-        commands.append([
-            sys.executable, "-m", "launcher", *kept, "strategy.local_workers=0",
-            f"strategy.workers=[{addresses}]", f"strategy.task_index={index}",
-            f"hydra.run.dir={directory}", f"checkpoint.directory={checkpoint_dir}",
-        ])
-    return commands
+    # Only the chief writes Hydra's .hydra/ folder into the shared run dir.
+    return [[sys.executable, "-m", "launcher", *kept, "strategy.local_workers=0", f"strategy.workers=[{addresses}]",
+             f"strategy.task_index={index}", f"hydra.run.dir={run_dir}", *(["hydra.output_subdir=null"] * (index > 0))]
+            for index in range(count)]
 
 
 class Worker:
@@ -97,12 +92,10 @@ class Worker:
         return f"exited with code {code}"
 
 
-def run_local_workers(overrides: list[str], count: int, run_dir: Path, launch_dir: Path,
-                      checkpoint_dir: str = "") -> int:
+def run_local_workers(overrides: list[str], count: int, run_dir: Path, launch_dir: Path) -> int:
     """Start, stream and watch the workers; the job's exit code (the failing worker's, 0 when all finish)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint_dir = checkpoint_dir or str(run_dir / "checkpoints")
-    commands = worker_commands(overrides, count, run_dir, checkpoint_dir)
+    commands = worker_commands(overrides, count, run_dir)
     print(f"Starting {count} local workers (multi-worker job in {run_dir}; logs in {run_dir / 'workers'})",
           flush=True)
     workers = [Worker(i, cmd, run_dir / "workers" / f"worker{i}.log", launch_dir) for i, cmd in enumerate(commands)]
