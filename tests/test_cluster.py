@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from conftest import config
+from conftest import compose, config
 from fakes import CPU_PLAIN, ONE_V100
 
 from launcher.config.errors import ConfigError
@@ -165,3 +165,17 @@ def test_tfrecord_without_shards_or_spec_is_refused_with_the_converter_command(t
     with pytest.raises(ConfigError, match=r"dataset.features=\{\}: expected a feature spec \(none given and no "
                                           r"dataset.json"):
         DATASETS.get("tfrecord").load(cfg)
+
+
+def test_a_non_chief_worker_runs_in_its_own_folder_and_resumes_from_the_chiefs_checkpoints(monkeypatch, tmp_path):
+    from launcher.run.launch import worker_run_dir
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    for key, value in SLURM.items():
+        monkeypatch.setenv(key, value)
+    cfg = compose("strategy=multi_worker")
+    assert worker_run_dir(cfg, tmp_path) == tmp_path / "workers" / "worker3"
+    assert cfg.checkpoint.directory == str(tmp_path / "checkpoints")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    chief = compose("strategy=multi_worker")
+    assert worker_run_dir(chief, tmp_path) == tmp_path and chief.checkpoint.directory == ""

@@ -69,44 +69,63 @@ def test_two_local_workers_train_like_one_process_with_the_same_global_batch(tmp
     assert abs(single.result.final["loss"] - chief["metrics"]["loss"]) < 0.02
 
 
+def start_job(args, log, job, step):
+    """The job running in the background until the chief's checkpoint at `step` exists."""
+    out = open(log, "a")  # noqa: SIM115 - a pipe nobody reads would block the workers
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    while not (job / "checkpoints" / f"ckpt-{step}.json").exists():
+        assert proc.poll() is None and time.time() < deadline, f"no checkpoint at step {step}"
+        time.sleep(0.2)
+    return proc, out
+
+
 @pytest.mark.slow
-def test_a_killed_worker_stops_the_job_and_the_same_command_resumes_it(tmp_path):
-    """Two workers reading their own TFRecord files (file sharding); worker 1 killed; the rerun resumes both."""
-    job, db = tmp_path / "job", tmp_path / "mlflow.db"
+def test_a_killed_worker_stops_the_job_a_signal_stops_every_worker_and_reruns_resume(tmp_path):
+    """Two workers on their own TFRecord files (file sharding). Worker 1 killed: the job stops within seconds
+    naming it. Rerun: both resume; SIGTERM to the launcher: both workers save at the same step and exit 143.
+    Rerun: both resume there and finish, in the chief's MLflow run, with identical weights."""
+    job, db, log = tmp_path / "job", tmp_path / "mlflow.db", tmp_path / "job.out"
     args = launcher("strategy=multi_worker", "strategy.local_workers=2", "xla=false", "train.epochs=40",
                     "checkpoint.interval_steps=8", "dataset=tfrecord", f"dataset.train={digits_shards(tmp_path, 6)}",
                     run_dir=job, db=db)
-    out = open(tmp_path / "job.out", "w")  # noqa: SIM115 - a pipe nobody reads would block the workers
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 180
-    while not (job / "checkpoints" / "ckpt-16.json").exists():
-        assert proc.poll() is None and time.time() < deadline, "no checkpoint at step 16"
-        time.sleep(0.2)
-    worker1 = None
-    for line in subprocess.run(["pgrep", "-f", f"strategy.task_index=1 hydra.run.dir={job} "], capture_output=True,
-                               text=True).stdout.split():
-        worker1 = int(line)
-    assert worker1, "worker 1 not found"
+    proc, out = start_job(args, log, job, 16)
+    pgrep = subprocess.run(["pgrep", "-f", f"strategy.task_index=1 hydra.run.dir={job} "], capture_output=True,
+                           text=True).stdout.split()
+    assert len(pgrep) == 1, pgrep
+    worker1 = int(pgrep[0])
     os.kill(worker1, signal.SIGKILL)
     killed_at = time.time()
     _, err = proc.communicate(timeout=60)
     stopped_after = time.time() - killed_at
-    assert proc.returncode == 1
     out.close()
-    assert re.search(r"\[worker 0\]\s+data.sharding\s+file\s+6 training files >= 2 workers",
-                     (tmp_path / "job.out").read_text())
+    assert proc.returncode == 1
     assert stopped_after < 15, stopped_after  # GRACE_SECONDS (5) for the others, plus process exits
     assert re.search(rf"Worker 1 \(pid {worker1}\) was killed by SIGKILL; the other 1 worker\(s\) were stopped", err)
     assert "Re-run the same command to resume" in err
+    assert re.search(r"\[worker 0\]\s+data.sharding\s+file\s+6 training files >= 2 workers", log.read_text())
 
-    saved = sorted(int(p.stem.split("-")[1]) for p in (job / "checkpoints").glob("ckpt-*.json"))
-    short = [a if not a.startswith("train.epochs=") else "train.epochs=2" for a in args]
+    saved = max(int(p.stem.split("-")[1]) for p in (job / "checkpoints").glob("ckpt-*.json"))
+    proc, out = start_job(args, log, job, saved + 8)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    out.close()
+    assert proc.returncode == 143, err[-2000:]
+    text = log.read_text()
+    assert re.search(rf"\[worker 0\] Resuming at .*global step {saved}\)", text)
+    assert re.search(rf"\[worker 1\] Resuming at .*global step {saved}\)", text)
+    stops = [outcome(d)["error"] for d in (job, job / "workers" / "worker1")]
+    assert all(o["status"] == "KILLED" for o in (outcome(job), outcome(job / "workers" / "worker1")))
+    steps = {re.search(r"global step (\d+)", e)[1] for e in stops}
+    assert len(steps) == 1, stops  # both workers stopped (and saved) at the same step
+    stopped = int(steps.pop())
+    assert (job / "checkpoints" / f"ckpt-{stopped}.json").exists()
+
+    short = [a if not a.startswith("train.epochs=") else "train.epochs=3" for a in args]
     done = subprocess.run(short, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:]
-    resumed_at = f"global step {saved[-1]})"
-    assert re.search(rf"\[worker 0\] Resuming at .*{re.escape(resumed_at)}", done.stdout)
-    assert re.search(rf"\[worker 1\] Resuming at .*{re.escape(resumed_at)}", done.stdout)
-    (run,) = mlflow_runs(db)  # the chief continued its MLflow run
+    assert re.search(rf"\[worker 1\] Resuming at .*global step {stopped}\)", done.stdout)
+    (run,) = mlflow_runs(db)  # the chief continued its MLflow run through both interruptions
     assert run.info.status == "FINISHED"
     assert outcome(job)["weights_sha256"] == outcome(job / "workers" / "worker1")["weights_sha256"]
 
