@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import keras
+import numpy as np
 import pytest
 from conftest import TINY, compose
 
@@ -49,3 +50,32 @@ def test_every_combination_trains_and_loss_decreases(precision, strategy, xla, t
     assert all(math.isfinite(loss) for loss in losses)
     assert losses[-1] < losses[0] * 0.8, losses
     assert outcome.result.final["val_accuracy"] > 0.5
+
+
+@pytest.mark.parametrize("xla", ["false", "true"])
+@pytest.mark.parametrize("strategy", ["default", "mirrored"])
+@pytest.mark.parametrize("precision", ["fp32", "mixed", "bf16"])
+def test_big_batch_knobs_work_in_every_combination(precision, strategy, xla, tmp_path):
+    """Gradient accumulation, clipping after the all-reduce and the weights' moving average, together, in every
+    cell (float16 + mirrored + XLA with the replica-safe loss-scale optimizer included)."""
+    from launcher.train.clipping import _ClipAfterAllReduce
+    from launcher.train.ema import ema_optimizer
+
+    cfg = compose(*TINY, f"precision={precision}", f"strategy={strategy}", f"xla={xla}", "train.epochs=1",
+                  "train.max_steps_per_epoch=8", "optimizer.learning_rate=0.01",
+                  "optimizer.gradient_accumulation_steps=2", "optimizer.global_clipnorm=1.0", "optimizer.use_ema=true",
+                  "tracking.enabled=false",
+                  "checkpoint.enabled=false", "checkpoint.export_model=false")
+    outcome = execute(cfg, tmp_path / "run", tmp_path)
+    assert outcome.error is None
+    plan = outcome.plan
+    assert plan["gradient_accumulation"] == 2 and plan["optimizer.global_clipnorm"] == 1.0
+    assert plan["optimizer.use_ema"] == 0.99
+    inner = ema_optimizer(outcome.model.optimizer)
+    assert isinstance(inner, _ClipAfterAllReduce) and inner.clip_global == 1.0
+    averages = [a.numpy() for a in inner._model_variables_moving_average]
+    trained = [v.numpy() for v in outcome.model.trainable_variables]
+    assert all(np.isfinite(a).all() for a in averages)
+    assert any(not np.array_equal(a, t) for a, t in zip(averages, trained, strict=True))  # an average, not a copy
+    final = outcome.result.final
+    assert math.isfinite(final["loss"]) and math.isfinite(final["val_loss"])
