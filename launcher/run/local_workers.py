@@ -72,7 +72,6 @@ class Worker:
         self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True, start_new_session=True, preexec_fn=_die_with_parent)
         self.thread = threading.Thread(target=self._stream, name=f"worker{index}-output", daemon=True)
-        self.thread.start()
 
     def _stream(self) -> None:
         with self.log:
@@ -99,6 +98,8 @@ def run_local_workers(overrides: list[str], count: int, run_dir: Path, launch_di
     print(f"Starting {count} local workers (multi-worker job in {run_dir}; logs in {run_dir / 'workers'})",
           flush=True)
     workers = [Worker(i, cmd, run_dir / "workers" / f"worker{i}.log", launch_dir) for i, cmd in enumerate(commands)]
+    for worker in workers:  # after every fork: preexec_fn and threads do not mix
+        worker.thread.start()
     job = _Job(workers)
     previous = {sig: signal.signal(sig, job.forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
