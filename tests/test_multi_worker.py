@@ -101,7 +101,8 @@ def test_a_killed_worker_stops_the_job_a_signal_stops_every_worker_and_reruns_re
     out.close()
     assert proc.returncode == 1
     assert stopped_after < 15, stopped_after  # GRACE_SECONDS (5) for the others, plus process exits
-    assert re.search(rf"Worker 1 \(pid {worker1}\) was killed by SIGKILL; the other 1 worker\(s\) were stopped", err)
+    assert re.search(rf"Worker 1 \(pid {worker1}\) was killed by SIGKILL; the other 1 running worker\(s\) were "
+                     "stopped", err)
     assert "Re-run the same command to resume" in err
     assert re.search(r"\[worker 0\]\s+data.sharding\s+file\s+6 training files >= 2 workers", log.read_text())
 
@@ -165,6 +166,14 @@ def test_bad_cluster_specs_are_refused_within_a_bounded_time(tmp_path):
         assert proc.returncode == 2, err[-2000:]
         assert "optimizer.learning_rate=0.001: expected the chief's value on every worker; worker 1 has 0.002" in err
     assert not mlflow_runs_exist(db)
+
+    refused = subprocess.run(launcher("strategy=multi_worker", "strategy.local_workers=2",
+                                      "optimizer.learning_rate=-1", run_dir=tmp_path / "local", db=db),
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2
+    assert re.search(r"Worker \d \(pid \d+\) exited with code 2", refused.stderr)
+    assert "Its configuration was refused (above)" in refused.stderr
+    assert "optimizer.learning_rate=-1" in refused.stdout  # the worker's refusal, streamed with its prefix
 
 
 def mlflow_runs_exist(db) -> bool:

@@ -151,11 +151,12 @@ class _Job:
             time.sleep(0.1)
         self._kill_all()
         last = "\n".join(f"    {line}" for line in failed.tail if line.strip())
-        print(f"\nWorker {failed.index} (pid {failed.process.pid}) {failed.describe_exit()}; the other "
-              f"{len(self.workers) - 1} worker(s) were stopped.\nIts last lines:\n{last}\n"
-              "Re-run the same command to resume every worker from the chief's last checkpoint.",
-              file=sys.stderr, flush=True)
         code = failed.process.returncode
+        after = ("Its configuration was refused (above): fix it and run the command again." if code == 2 else
+                 "Re-run the same command to resume every worker from the chief's last checkpoint.")
+        print(f"\nWorker {failed.index} (pid {failed.process.pid}) {failed.describe_exit()}; the other "
+              f"{len(others)} running worker(s) were stopped.\nIts last lines:\n{last}\n{after}",
+              file=sys.stderr, flush=True)
         return code if code and code > 0 else 1
 
     def _kill_all(self) -> None:
