@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from launcher.run.local_workers import free_ports  # the product's own; re-exported to tests
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -98,16 +99,6 @@ def digits_shards(folder: Path, shards: int) -> str:
     convert(folder / "digits.npz", folder / "shards", shards=shards)
     return f"{folder}/shards/train-*.tfrecord"
 
-
-def free_ports(count: int) -> list[int]:
-    """Distinct free ports on 127.0.0.1 (all bound at once, so never the same one twice)."""
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def free_port() -> int:

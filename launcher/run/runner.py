@@ -37,7 +37,7 @@ class Outcome:
     error: str | None = None
     exit_code: int | None = None
     model: Any = None
-    weights_sha256: str | None = None  # of the final weights (multi-worker: the same on every worker)
+    weights_sha256: str | None = None  # multi-worker: of the final weights, the same on every worker
 
 
 def execute(cfg_node, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> Outcome:
@@ -292,12 +292,12 @@ class Launch:
         _print_summary(result, self.run_dir, hint)
 
     def _final_weights_agree(self) -> None:
-        """The final weights' digest; multi-worker: the same on every worker, or the run fails."""
+        """Multi-worker: the final weights' digest must be the same on every worker, or the run fails."""
+        if self.agreement is None:
+            return
         from launcher.train.agreement import weights_digest
 
         self.weights_sha256 = weights_digest(self.built.model.get_weights())
-        if self.agreement is None:
-            return
         digests = self.agreement.gather_text(self.weights_sha256)
         identical = len(set(digests)) == 1
         self.tracker.set_tags({"multi_worker.weights_identical": str(identical).lower()})

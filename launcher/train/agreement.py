@@ -33,9 +33,10 @@ class Agreement:
         return texts[:: self.per_worker]
 
     def any_stop(self, signum: int | None) -> int | None:
-        """The signal one worker received (the first in rank order), or None when none did."""
-        signals = [int(s) for s in self.gather_text(str(signum or 0))]
-        return next((s for s in signals if s), None)
+        """The signal one worker received (the first in rank order), or None when none did: one small collective
+        per chunk boundary."""
+        signals = self._gather(np.array([signum or 0], np.int32)).reshape(-1)
+        return next((int(s) for s in signals if s), None)
 
     def _gather(self, array: np.ndarray) -> np.ndarray:
         import tensorflow as tf
@@ -47,8 +48,8 @@ class Agreement:
 
 
 # Keys that differ between workers by design.
-PER_WORKER_KEYS = ("process.is_chief", "strategy.task_index", "config.strategy.task_index",
-                   "config.checkpoint.directory", "config.tf_logs")
+PER_WORKER_KEYS = frozenset({"plan.process.is_chief", "plan.strategy.task_index", "config.strategy.task_index",
+                             "config.checkpoint.directory"})
 
 
 def comparable(plan_decisions: dict, settings: dict) -> dict:
@@ -57,8 +58,7 @@ def comparable(plan_decisions: dict, settings: dict) -> dict:
     for group in ("seed", "model", "dataset", "precision", "strategy", "loss_scale", "scaling", "optimizer",
                   "train", "checkpoint"):
         _flatten(f"config.{group}", settings.get(group), flat)
-    return {key: value for key, value in flat.items() if key.removeprefix("plan.") not in PER_WORKER_KEYS
-            and key not in PER_WORKER_KEYS}
+    return {key: value for key, value in flat.items() if key not in PER_WORKER_KEYS}
 
 
 def differences(payloads: list[dict]) -> dict[str, list]:
