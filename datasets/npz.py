@@ -30,6 +30,7 @@ def load(cfg) -> DataSource:
     kind = "tokens" if np.issubdtype(x.dtype, np.integer) and x.ndim == 2 else ("image" if x.ndim == 4 else "tabular")
     if kind != "tokens":
         x = x.astype("float32")
+    y = y.reshape(len(y)).astype("int64")  # integral class ids (checked above), whatever dtype they were saved as
     return split_arrays(x, y, cfg.validation_split, cfg.shuffle_seed, cfg.limit, kind, cfg.num_classes or None)
 
 

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 
 # The epoch metrics a person compares runs by (console summary, sweep table), in reading order.
 SUMMARY_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy", "examples_per_sec")
-# What the one-line epoch report shows, when present.
-EPOCH_LINE_METRICS = (
-    "loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "loss_scale",
-    "examples_per_sec", "model_flops_utilization",
-)
+
+
+def headline(names: Iterable[str], run_metrics: tuple[str, ...] = ("learning_rate", "loss_scale", "examples_per_sec",
+                                                                  "model_flops_utilization")) -> list[str]:
+    """The loss and the task's metrics (`names`), then their validation values, then `run_metrics`."""
+    names = [n for n in names if n != "loss"]
+    return ["loss", *names, "val_loss", *(f"val_{n}" for n in names), *run_metrics]
 
 
 @dataclass
@@ -60,7 +62,8 @@ class Hook:
         return None
 
     def after_steps(self, position: Position, logs: dict) -> None:
-        """A chunk of steps ended at `position`; `logs` holds the chunk's mean `loss` and `accuracy`,
+        """A chunk of steps ended at `position`; `logs` holds the chunk's mean `loss`, the task's metrics
+        over the epoch so far (e.g. `accuracy`),
         its number of `examples` and its `telemetry` (`launcher.train.numerics.ChunkTelemetry`: skipped
         steps, gradient norm, per-step loss and loss scale), all already on the host: reading them costs
         nothing."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from launcher.config.errors import ConfigError
-from launcher.train.model_io import classifier_head, model_input
+from launcher.train.model_io import model_input, output_head
 
 
 def check(cfg, source) -> None:
@@ -27,4 +27,4 @@ def build(cfg, source):
         x = keras.layers.Dense(units, activation=cfg.activation, name=f"dense_{i}")(x)
         if cfg.dropout:
             x = keras.layers.Dropout(cfg.dropout)(x)
-    return keras.Model(inputs, classifier_head(x, source.num_classes), name="mlp")
+    return keras.Model(inputs, output_head(x, source), name="mlp")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from launcher.config.errors import ConfigError
-from launcher.train.model_io import classifier_head, model_input
+from launcher.train.model_io import model_input, output_head
 
 VARIANTS = ("ResNet50", "ResNet101", "ResNet152", "ResNet50V2", "ResNet101V2", "ResNet152V2")
 
@@ -30,4 +30,4 @@ def build(cfg, source):
         include_top=False, weights=None, input_shape=(x.shape[1], x.shape[2], channels), pooling="avg",
     )
     x = backbone(x)
-    return keras.Model(inputs, classifier_head(x, source.num_classes), name=cfg.variant.lower())
+    return keras.Model(inputs, output_head(x, source), name=cfg.variant.lower())

@@ -1,13 +1,14 @@
-"""Small transformer-encoder classifier from Keras layers.
+"""Small transformer from Keras layers: an encoder classifier, or a causal language model.
 
 Token inputs are embedded; images/tabular inputs become a sequence of patches
-(image rows, or feature chunks) projected to embed_dim.
+(image rows, or feature chunks) projected to embed_dim. Under task=sequence the attention is
+causal and the head predicts the next token at every position.
 """
 
 from __future__ import annotations
 
 from launcher.config.errors import ConfigError
-from launcher.train.model_io import PositionEmbedding, classifier_head, model_input
+from launcher.train.model_io import PositionEmbedding, model_input, output_head
 
 
 def check(cfg, source) -> None:
@@ -48,9 +49,10 @@ def build(cfg, source):
     inputs = model_input(source)
     x = _to_sequence(inputs, cfg, source)
     x = PositionEmbedding()(x)
+    causal = getattr(source, "task", "classification") == "sequence"
     for _ in range(cfg.num_layers):
         attention = keras.layers.MultiHeadAttention(cfg.num_heads, cfg.embed_dim // cfg.num_heads, dropout=cfg.dropout)(
-            x, x
+            x, x, use_causal_mask=causal
         )
         x = keras.layers.LayerNormalization(epsilon=1e-6)(x + attention)
         ff = keras.layers.Dense(cfg.ff_dim, activation="gelu")(x)
@@ -58,5 +60,6 @@ def build(cfg, source):
         if cfg.dropout:
             ff = keras.layers.Dropout(cfg.dropout)(ff)
         x = keras.layers.LayerNormalization(epsilon=1e-6)(x + ff)
-    x = keras.layers.GlobalAveragePooling1D()(x)
-    return keras.Model(inputs, classifier_head(x, source.num_classes), name="transformer")
+    if not causal:
+        x = keras.layers.GlobalAveragePooling1D()(x)
+    return keras.Model(inputs, output_head(x, source), name="transformer")

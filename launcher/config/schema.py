@@ -100,6 +100,22 @@ class Mode(Enum):
 
     train = "train"
     doctor = "doctor"
+    eval = "eval"
+    predict = "predict"
+
+
+class TaskName(Enum):
+    """What the model learns: decides the loss, the metrics and the output head."""
+
+    classification = "classification"
+    multilabel = "multilabel"
+    regression = "regression"
+    sequence = "sequence"
+
+
+class EvalSplit(Enum):
+    train = "train"
+    val = "val"
 
 
 class MonitorMode(Enum):
@@ -160,6 +176,17 @@ class TransformerConfig:
     """Dropout rate in attention and feed-forward blocks, in [0, 1)."""
     patch_size: int = 0
     """Tabular inputs: features per token, >= 0 (0 = features // 8); images: a token per row."""
+
+
+@dataclass
+class CustomModelConfig:
+    name: str = "custom"
+    """custom, or the name of an installed plugin model (entry point group launcher.models)."""
+    builder: str = ""
+    """Your builder as module.path:function, called as builder(spec, **params) inside the strategy scope under the
+    Plan's dtype policy; returns an unbuilt-or-built keras.Model whose output is logits. "" = the plugin `name`."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the builder, e.g. model.params='{units: 64}'."""
 
 
 # ------------------------------------------------------------------- dataset
@@ -241,6 +268,22 @@ class TfrecordConfig(DatasetBase):
 
 
 @dataclass
+class CustomDatasetConfig(DatasetBase):
+    name: str = "custom"
+    """custom, or the name of an installed plugin dataset (entry point group launcher.datasets)."""
+    loader: str = ""
+    """Your loader as module.path:function, called as loader(**params); returns (x, y) arrays (split by
+    validation_split), {"train": (x, y), "val": (x, y)}, or {"train": ds, "val": ds} of unbatched tf.data
+    datasets of (x, y). "" = the plugin `name`."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the loader."""
+    num_classes: int = 0
+    """Classification: label classes (0 = the largest label + 1); multilabel: labels per example (0 = from y)."""
+    kind: str = "auto"
+    """Input kind for built-in models: image (H, W, C), tabular (features), tokens (ids) or auto (from x)."""
+
+
+@dataclass
 class ImageFolderConfig(DatasetBase):
     name: str = "image_folder"
     path: str = MISSING
@@ -261,6 +304,34 @@ class PrecisionConfig:
     float32_layers: list[str] = field(default_factory=list)
     """Layers (by name) kept in float32 under a mixed or bf16 policy, e.g. one whose activations
     overflow float16; `mode=doctor` finds them. Names are checked against the built model."""
+
+
+@dataclass
+class TaskConfig:
+    name: TaskName = TaskName.classification
+    """classification (softmax over classes), multilabel (a sigmoid per label), regression (real targets) or
+    sequence (next-token language modelling on token data, padding masked)."""
+    loss: str = "auto"
+    """auto (the task's), crossentropy, binary_crossentropy, mse, mae, huber, or your own as module.path:name
+    (a function (y_true, y_pred) -> per-example loss, or a keras Loss class); always computed in float32."""
+    metrics: list[str] = field(default_factory=list)
+    """Metric names (accuracy, auc, precision, recall, mae, mse, rmse, perplexity, any name keras.metrics knows)
+    or your own keras Metric class as module.path:Name; [] = the task's defaults."""
+    pad_id: int = 0
+    """sequence: the token id that pads sequences (masked out of the loss and metrics)."""
+
+
+@dataclass
+class EvalConfig:
+    run: str = ""
+    """The training run to evaluate / predict with: a run dir, a run name (outputs/runs/<name>) or an MLflow
+    run id; "" = the newest run under outputs/runs."""
+    model: str = "final"
+    """final (model.keras), best (best.keras) or a path to a .keras file or a ckpt-N checkpoint prefix."""
+    split: EvalSplit = EvalSplit.val
+    """The dataset split evaluated or predicted."""
+    output: str = "predictions.npz"
+    """predict: the file (in the run dir) the predictions are written to; .npz or .csv."""
 
 
 @dataclass
@@ -404,6 +475,10 @@ class TrainConfig:
     with the dynamic loss scale at its minimum, >= 0 (0 = never)."""
     measure_utilization: bool = True
     """Log model_flops_utilization per epoch (model FLOPs vs this machine's cached matmul peak)."""
+    max_validation_steps: int = 0
+    """Cap on validation steps per epoch, >= 0 (0 = every validation example)."""
+    callbacks: list[str] = field(default_factory=list)
+    """Your Keras callbacks as module.path:Name (a keras.callbacks.Callback class or a function returning one)."""
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     reduce_lr_on_plateau: ReduceLrConfig = field(default_factory=ReduceLrConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
@@ -487,6 +562,7 @@ class DoctorConfig:
 class Config:
     model: Any = MISSING
     dataset: Any = MISSING
+    task: TaskConfig = field(default_factory=TaskConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
     loss_scale: LossScaleConfig = field(default_factory=LossScaleConfig)
@@ -496,9 +572,11 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     doctor: DoctorConfig = field(default_factory=DoctorConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     mode: Mode = Mode.train
-    """train, or doctor: short trials that find why this config breaks (NaN, divergence, a crash), name
-    the layer and verify the overrides that fix it; report in the run dir and MLflow."""
+    """train; doctor: short trials that find why this config breaks (NaN, divergence, a crash), name
+    the layer and verify the overrides that fix it; eval / predict: a trained run's model on a dataset split
+    (eval.*), metrics or predictions logged to MLflow, linked to the training run."""
     xla: str = "auto"
     """true, false or auto. A string, not an Enum: Hydra parses `xla=true` as a bool, which an
     Enum field rejects; the resolver validates it instead."""
@@ -513,8 +591,9 @@ class Config:
     """Print and save the Plan, then exit without training."""
     tf_logs: bool = False
     """Show TensorFlow's C++ / absl log lines (quiet by default)."""
-    objective: str = "val_accuracy"
-    """The final epoch metric a sweep job returns (what hparams_search optimises)."""
+    objective: str = "auto"
+    """The final epoch metric a sweep job returns (what hparams_search optimises); auto = the task's
+    (val_accuracy for classification and sequence, val_auc for multilabel, val_loss for regression)."""
 
 
 MODEL_SCHEMAS = {
@@ -522,6 +601,7 @@ MODEL_SCHEMAS = {
     "cnn": CnnConfig,
     "resnet": ResnetConfig,
     "transformer": TransformerConfig,
+    "custom": CustomModelConfig,
 }
 DATASET_SCHEMAS = {
     "digits": DigitsConfig,
@@ -529,8 +609,10 @@ DATASET_SCHEMAS = {
     "npz": NpzConfig,
     "image_folder": ImageFolderConfig,
     "tfrecord": TfrecordConfig,
+    "custom": CustomDatasetConfig,
 }
 GROUP_SCHEMAS = {
+    "task": TaskConfig,
     "precision": PrecisionConfig,
     "strategy": StrategyConfig,
     "loss_scale": LossScaleConfig,

@@ -24,6 +24,15 @@ from launcher.config.schema import (
     PrecisionName,
     StrategyKind,
 )
+from launcher.config.tasks import (
+    ALL_METRICS,
+    TASKS,
+    is_import_path,
+    known_epoch_metrics,
+    loss_name,
+    metric_names,
+    objective,
+)
 from launcher.plan.cluster import Cluster, find_cluster
 from launcher.plan.decisions import Plan
 from launcher.plan.environment import FAST_BF16_RATIO, Environment
@@ -610,6 +619,69 @@ def rule_big_batch(cfg: Config, env: Environment, plan: Plan, violations: list) 
                     "exported model use; checkpoints keep both, so a resume continues both")
 
 
+def rule_task(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
+    """The task decides the loss, the metrics and the head; names that cannot work for it are refused."""
+    task = cfg.task.name.value
+    spec = TASKS[task]
+    plan.decide("task", task, f"task={task}: labels are {spec.labels}")
+    plan.decide("task.head", spec.head, f"the {task} task's output layer" if _builtin_model(cfg)
+                else "your model's output must match it (checked when it is built)")
+    loss = loss_name(task, cfg.task.loss)
+    mixed = plan.get("precision.policy", "float32") != "float32"
+    in_float32 = "; computed in float32 on the float32 outputs" if mixed else ""
+    if is_import_path(loss):
+        plan.decide("task.loss", loss, "yours (imported when the model is built); its inputs are cast to float32"
+                    + (" so it never computes in float16" if mixed else ""))
+    elif loss in spec.losses:
+        plan.decide("task.loss", loss, ("requested" if cfg.task.loss not in ("", "auto") else f"the {task} task's loss")
+                    + (", padding tokens masked" if task == "sequence" else "") + in_float32)
+    else:
+        violations.append(Violation("task.loss", cfg.task.loss, f"one of {list(spec.losses)} for task={task}, or "
+                                    "your own as module.path:function", f"task.loss={spec.losses[0]}"))
+    metrics = metric_names(task, cfg.task.metrics)
+    wrong = [m for m in metrics if not is_import_path(m) and m in ALL_METRICS and m not in spec.metrics]
+    kept = ",".join(m for m in metrics if m not in wrong) or spec.metrics[0]
+    for name in wrong:
+        violations.append(Violation("task.metrics", name, f"a metric that means something for task={task}: one of "
+                                    f"{list(spec.metrics)}, any keras.metrics name, or module.path:Class",
+                                    f"task.metrics=[{kept}]"))
+    if "loss" in metrics:
+        violations.append(Violation("task.metrics", "loss", "metric names other than loss (the loss is always logged)",
+                                    "drop loss from task.metrics"))
+    plan.decide("task.metrics", metrics, "requested" if cfg.task.metrics else f"the {task} task's defaults; "
+                "Keras metric objects summed over replicas and workers, then reduced (never a mean of means)")
+    if task == "sequence" and cfg.model.name in ("mlp", "cnn", "resnet"):
+        violations.append(Violation("model", cfg.model.name, "a model that predicts a token per position for "
+                                    "task=sequence: model=transformer (causal) or your own", "model=transformer"))
+    _check_monitors(cfg, task, metrics, plan, violations)
+
+
+def _builtin_model(cfg: Config) -> bool:
+    return cfg.model.name in ("mlp", "cnn", "resnet", "transformer")
+
+
+def _check_monitors(cfg: Config, task: str, metrics: list[str], plan: Plan, violations: list) -> None:
+    """Every metric named as a monitor or objective must be one the run logs (when their names are known)."""
+    target = objective(cfg)
+    plan.decide("objective", target, "requested" if cfg.objective != "auto" else f"objective=auto: the {task} "
+                "task's headline validation metric (what a sweep job reports)")
+    known = known_epoch_metrics(task, metrics)
+    if known is None:
+        return  # a user metric: its name is checked once it is built
+    tr = cfg.train
+    monitors = [("checkpoint.monitor", cfg.checkpoint.monitor), ("objective", target)]
+    if tr.early_stopping.enabled:
+        monitors.append(("train.early_stopping.monitor", tr.early_stopping.monitor))
+    if tr.reduce_lr_on_plateau.enabled:
+        monitors.append(("train.reduce_lr_on_plateau.monitor", tr.reduce_lr_on_plateau.monitor))
+    for key, name in monitors:
+        if name and name not in known:
+            shown = [n for n in known if n.startswith("val_")]
+            fix = f"{key}={'val_loss' if key != 'objective' else shown[-1]}"
+            violations.append(Violation(key, name, f"an epoch metric of task={task}: one of {shown} (or the training "
+                                        "values without val_)", fix))
+
+
 def rule_profile(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:
     profile = cfg.train.profile
     if profile.steps > 0 and profile.skip_steps >= 0:
@@ -637,6 +709,7 @@ RULES: tuple[Rule, ...] = (
     rule_learning_rate,
     rule_training,
     rule_big_batch,
+    rule_task,
     rule_profile,
     rule_bounds,
 )

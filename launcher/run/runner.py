@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.schema import Config, as_dict
-from launcher.contract import SUMMARY_METRICS, FitResult, HookList, Position, Preempted
+from launcher.contract import FitResult, HookList, Position, Preempted, headline
 from launcher.files import CONFIG_FILE, PLAN_FILE
 from launcher.plan.decisions import Plan
 from launcher.plan.resume import decide_resume, layout_of
@@ -289,7 +289,7 @@ class Launch:
             self._log_mlflow_model()
         self._final_weights_agree()
         hint = self.tracker.ui_hint if self.plan.is_chief else "logged by the chief (worker 0)"
-        _print_summary(result, self.run_dir, hint)
+        _print_summary(result, self.run_dir, hint, [m.name for m in self.built.task.train_metrics])
 
     def _final_weights_agree(self) -> None:
         """Multi-worker: the final weights' digest must be the same on every worker, or the run fails."""
@@ -423,9 +423,16 @@ def _collecting(problems: list, check, *args):
 
 
 def _load_data(config):
-    from launcher.config.registry import DATASETS
+    """The dataset, its labels checked against the task (a loader that takes `task` makes labels for it)."""
+    import inspect
 
-    return DATASETS.get(config.dataset.name).load(config.dataset)
+    from launcher.config.registry import DATASETS
+    from launcher.train.labels import fit_to_task
+
+    task = config.task.name.value
+    load = DATASETS.get(config.dataset.name).load
+    source = load(config.dataset, task=task) if "task" in inspect.signature(load).parameters else load(config.dataset)
+    return fit_to_task(source, task, int(getattr(config.dataset, "num_classes", 0) or 0), config.task.pad_id)
 
 
 def _check_model(config, source) -> None:
@@ -471,12 +478,12 @@ def _worker_difference(key: str, values: list):
     return Violation(key.removeprefix("config."), values[0], f"the chief's value on every worker; {others}", fix)
 
 
-def _print_summary(result: FitResult, run_dir: Path, tracking_hint: str) -> None:
+def _print_summary(result: FitResult, run_dir: Path, tracking_hint: str, metrics: list[str]) -> None:
     final = result.final
     if not result.epochs:
         print("\nNothing to train: the checkpoint already covers every epoch.")
     print("\nDone." + (" (stopped early)" if result.stopped_early else ""))
-    for key in SUMMARY_METRICS:
+    for key in headline(metrics, ("examples_per_sec",)):
         if key in final:
             print(f"  {key:<17}{final[key]:.4f}")
     print(f"  run dir          {run_dir}")

@@ -14,6 +14,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from launcher.config.tasks import objective
 from launcher.files import SWEEP_FILE, read_json, write_json_atomic
 from launcher.sweep import study_storage
 from launcher.sweep.job import swept_keys
@@ -96,5 +97,5 @@ class SweepCallback(Callback):
             return
         from launcher.sweep.summary import summarise
 
-        summarise(state["uri"], state["parent_run_id"], sweep_dir, state.get("swept_keys") or [], config.objective,
+        summarise(state["uri"], state["parent_run_id"], sweep_dir, state.get("swept_keys") or [], objective(config),
                   config.hydra.sweeper.get("direction"))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from launcher.config.tasks import objective
 from launcher.files import JOB_FILE, OUTCOME_FILE, SWEEP_FILE, read_json, write_json_atomic
 
 
@@ -49,10 +50,10 @@ def run_job(cfg: DictConfig, hydra_cfg) -> float:
     job_dir = _job_dir(sweep_dir, Path(hydra_cfg.runtime.output_dir), overrides)
     earlier = read_json(job_dir / OUTCOME_FILE, {})
     if earlier.get("status") == "FINISHED":
-        objective = earlier.get("metrics", {}).get(cfg.objective)
-        value = float(objective) if objective is not None else float("nan")
+        found = earlier.get("metrics", {}).get(objective(cfg))
+        value = float(found) if found is not None else float("nan")
         print(f"[sweep job {hydra_cfg.job.num}] {name}: finished in an earlier run of this sweep ({job_dir}), "
-              f"skipped; {cfg.objective}={value:.4g}", flush=True)
+              f"skipped; {objective(cfg)}={value:.4g}", flush=True)
         return value
     resuming = (job_dir / JOB_FILE).exists()  # an earlier run of this sweep started it (killed or failed)
     write_json_atomic(job_dir / JOB_FILE, {"overrides": sorted(overrides)})
@@ -71,9 +72,9 @@ def run_job(cfg: DictConfig, hydra_cfg) -> float:
     if done.returncode != 0 and state.get("parent_run_id") and not outcome.get("run_id"):
         _record_failed_child(state, name, overrides, log_path, done.returncode)
     status = "ok" if done.returncode == 0 else f"failed (exit {done.returncode}, see {log_path})"
-    objective = outcome.get("metrics", {}).get(cfg.objective)
-    value = float(objective) if done.returncode == 0 and objective is not None else float("nan")
-    print(f"[sweep job {hydra_cfg.job.num}] {name}: {status}; {cfg.objective}={value:.4g}", flush=True)
+    found = outcome.get("metrics", {}).get(objective(cfg))
+    value = float(found) if done.returncode == 0 and found is not None else float("nan")
+    print(f"[sweep job {hydra_cfg.job.num}] {name}: {status}; {objective(cfg)}={value:.4g}", flush=True)
     return value
 
 

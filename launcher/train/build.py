@@ -24,6 +24,7 @@ class Built:
     optimizer: Any
     # Builds an independent twin (fresh variables): used to verify checkpoints restore.
     rebuild: Any = None
+    task: Any = None  # launcher.train.tasks.Task: the loss and the metric objects
 
 
 def make_optimizer(cfg, lr, fused: bool = False):
@@ -73,8 +74,11 @@ def keep_in_float32(model, names) -> None:
 
 
 def build(cfg, plan, source, strategy) -> Built:
+    from launcher.train.tasks import make_task
+
     with strategy.scope():
         model = float32_output(MODELS.get(cfg.model.name).build(cfg.model, source))
+        task = make_task(cfg.task)
         if plan.get("precision.float32_layers"):
             keep_in_float32(model, list(cfg.precision.float32_layers))
         fused = plan.get("optimizer.update") == "fused"
@@ -82,4 +86,4 @@ def build(cfg, plan, source, strategy) -> Built:
         optimizer = loss_scale.wrap(inner, plan, cfg.loss_scale)
         optimizer.build(model.trainable_variables)
     return Built(strategy=strategy, model=model, optimizer=optimizer,
-                 rebuild=lambda: build(cfg, plan, source, strategy))
+                 rebuild=lambda: build(cfg, plan, source, strategy), task=task)

@@ -22,10 +22,19 @@ class DataSource:
     kind: str
     # Token inputs only: ids are in [0, vocab_size).
     vocab_size: int = 0
+    # What the labels are for (set by the launch from task.name, then checked by launcher.train.labels).
+    task: str = "classification"
+    # Width of the output layer when it is not num_classes: targets (regression), vocab_size (sequence).
+    num_outputs: int = 0
     # Streamed from files: examples per training shard, in file order (empty for arrays in memory).
     train_shards: tuple[int, ...] = ()
     prefetch: int = -1  # batches prepared ahead; -1 = AUTOTUNE
     _base: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def outputs(self) -> int:
+        """Units of the model's last layer: classes, labels, targets or the vocabulary."""
+        return self.num_outputs or self.num_classes
 
     def _dataset(self, split: str):
         """The split as an unbatched tf.data.Dataset, made from the arrays once and reused every epoch."""
@@ -66,8 +75,13 @@ class DataSource:
 
 def split_arrays(x: np.ndarray, y: np.ndarray, validation_split: float, seed: int, limit: int = 0,
                  kind: str = "image", num_classes: int | None = None) -> DataSource:
-    """Seeded shuffle, then hold out the last `validation_split` fraction."""
-    y = np.asarray(y).astype("int32").reshape(-1)
+    """Seeded shuffle, then hold out the last `validation_split` fraction.
+
+    Integer class ids become a flat int32 vector; other labels (multi-label rows, real targets, token
+    sequences) keep their shape, checked against the task by `launcher.train.labels`."""
+    y = np.asarray(y)
+    if y.dtype.kind in "iub" and (y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1)):
+        y = y.astype("int32").reshape(-1)
     order = np.random.default_rng(seed).permutation(len(x))
     x, y = x[order], y[order]
     num_val = max(1, int(round(len(x) * validation_split)))
@@ -80,7 +94,7 @@ def split_arrays(x: np.ndarray, y: np.ndarray, validation_split: float, seed: in
         num_train=len(x_train),
         num_val=num_val,
         input_shape=tuple(x.shape[1:]),
-        num_classes=int(num_classes if num_classes is not None else y.max() + 1),
+        num_classes=int(num_classes if num_classes is not None else (y.max() + 1 if y.ndim == 1 else y.shape[-1])),
         kind=kind,
         vocab_size=int(x.max()) + 1 if kind == "tokens" else 0,
     )

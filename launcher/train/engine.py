@@ -12,9 +12,10 @@ MultiWorkerMirroredStrategy, so the engine owns the loop:
                  cross-replica apply outside the compiled function.
 
 Steps run `steps_per_execution` at a time in an in-graph loop; per-replica
-loss/accuracy sums are reduced across replicas and returned to Python once per
-chunk, with the chunk's numerics telemetry (skipped steps, the unscaled gradient norm, the loss
-scale per step, the first non-finite loss) counted on the device; `NumericsGuard` reads it and
+loss sums are reduced across replicas and returned to Python once per chunk with the task's
+metric results (Keras metric objects, summed over replicas, see `launcher.train.tasks`), with
+the chunk's numerics telemetry (skipped steps, the unscaled gradient norm, the loss scale per
+step, the first non-finite loss) counted on the device; `NumericsGuard` reads it and
 stops a collapsing run with a diagnosis. Standard Keras callbacks are driven through `CallbackList`; the launcher's own
 work around the steps (checkpoints, tracking, preemption...) is a `launcher.contract.HookList`.
 """
@@ -28,14 +29,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from launcher.contract import EPOCH_LINE_METRICS, EpochResult, FitResult, Hook, Position
+from launcher.contract import EpochResult, FitResult, Hook, Position, headline
 from launcher.train.loss_scale import current_scale
 from launcher.train.numerics import ChunkTelemetry, NumericsGuard, NumericsStop
 
 SUM = tf.distribute.ReduceOp.SUM
-# Per replica-step, summed across replicas: loss sum, correct, examples, then (training only) the
+# Per replica-step, summed across replicas: loss sum, examples, then (training only) the
 # unscaled gradient norm when finite and the count of finite norms.
-STATS, TRAIN_STATS = 3, 5
+STATS, TRAIN_STATS = 2, 4
 
 
 class Engine:
@@ -56,7 +57,8 @@ class Engine:
         self._scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         # Carried across chunks (and epochs): consecutive skipped steps, steps at the scale's floor.
         self._streaks = (0, 0)
-        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+        self.task = built.task
+        self.loss_fn = self.task.per_example_loss  # (y, outputs) -> float32 loss per example
         self._build_functions()
         self._stepped = False
         # Callbacks such as ReduceLROnPlateau reach the optimizer through the model.
@@ -69,32 +71,34 @@ class Engine:
     # ------------------------------------------------------------- steps
 
     def _forward_backward(self, x, y):
-        """Scaled gradients of this replica's batch and its stats; with accumulation, the batch is
+        """Scaled gradients of this replica's batch, its stats and outputs; with accumulation, the batch is
         `accumulate` micro-batches, each run forward and backward in turn and their gradients averaged."""
         if self.accumulate == 1:
-            grads, stats = self._micro_step(x, y)
+            grads, stats, outputs = self._micro_step(x, y)
         else:
-            grads, stats = None, None
+            grads, stats, outputs = None, None, []
             for x_micro, y_micro in zip(tf.split(x, self.accumulate), tf.split(y, self.accumulate), strict=True):
-                micro_grads, micro_stats = self._micro_step(x_micro, y_micro)
+                micro_grads, micro_stats, micro_outputs = self._micro_step(x_micro, y_micro)
                 micro_grads = [tf.convert_to_tensor(g) if g is not None else None for g in micro_grads]
+                outputs.append(micro_outputs)
                 if grads is None:
                     grads, stats = micro_grads, micro_stats
                 else:
                     grads = [a if b is None else a + b for a, b in zip(grads, micro_grads, strict=True)]
                     stats += micro_stats
             grads = [g / self.accumulate if g is not None else None for g in grads]
-        return grads, tf.concat([stats, self._grad_telemetry(grads)], axis=0)
+            outputs = tf.concat(outputs, axis=0)
+        return grads, tf.concat([stats, self._grad_telemetry(grads)], axis=0), outputs
 
     def _micro_step(self, x, y):
         with tf.GradientTape() as tape:
-            logits = self.model(x, training=True)
-            per_example = self.loss_fn(y, logits)
+            outputs = self.model(x, training=True)
+            per_example = self.loss_fn(y, outputs)
             loss = tf.nn.compute_average_loss(per_example)
             if self.model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
             scaled = self.optimizer.scale_loss(loss)
-        return tape.gradient(scaled, self.model.trainable_variables), _stats(y, logits, per_example)
+        return tape.gradient(scaled, self.model.trainable_variables), _stats(per_example), outputs
 
     def _grad_telemetry(self, grads):
         """[norm, 1] for a finite unscaled global gradient norm of this replica's batch, else [0, 0]."""
@@ -107,25 +111,37 @@ class Engine:
         return tf.stack([tf.where(finite, norm, 0.0), tf.cast(finite, tf.float32)])
 
     def _apply_step(self, x, y):
-        grads, stats = self._forward_backward_fn(x, y)
+        grads, stats, outputs = self._forward_backward_fn(x, y)
         self.optimizer.apply(grads, self.model.trainable_variables)
-        return stats
+        return stats, outputs
 
-    def _eval_step(self, x, y):
-        logits = self.model(x, training=False)
-        return _stats(y, logits, self.loss_fn(y, logits))
+    def _eval_forward(self, x, y):
+        outputs = self.model(x, training=False)
+        return _stats(self.loss_fn(y, outputs)), outputs
 
     def _build_functions(self):
         step = self.plan["step"]
         self._forward_backward_fn = (
             tf.function(self._forward_backward, jit_compile=True) if step == "replica_xla" else self._forward_backward
         )
-        replica_step = tf.function(self._apply_step, jit_compile=True) if step == "fused_xla" else self._apply_step
+        apply_step = tf.function(self._apply_step, jit_compile=True) if step == "fused_xla" else self._apply_step
         # Multi-replica evaluation keeps every example, so its last batch is ragged and
         # shapes differ per replica; a compiled forward there would be retraced with a
         # relaxed shape that captures one device's variables. Evaluate in graph mode then.
-        eval_step = tf.function(self._eval_step, jit_compile=True) if step == "fused_xla" else self._eval_step
-        strategy = self.strategy
+        eval_forward = tf.function(self._eval_forward, jit_compile=True) if step == "fused_xla" else self._eval_forward
+        strategy, task = self.strategy, self.task
+
+        # Metrics are updated here, in replica context but outside the compiled functions (their on-read
+        # variables stay out of XLA), from the outputs the step returns.
+        def replica_step(x, y):
+            stats, outputs = apply_step(x, y)
+            task.update(task.train_metrics, y, outputs)
+            return stats
+
+        def eval_step(x, y):
+            stats, outputs = eval_forward(x, y)
+            task.update(task.val_metrics, y, outputs)
+            return stats
 
         @tf.function
         def eval_chunk(iterator, steps):
@@ -133,7 +149,7 @@ class Engine:
             for _ in tf.range(steps):
                 x, y = next(iterator)
                 totals += strategy.reduce(SUM, strategy.run(eval_step, args=(x, y)), axis=None)
-            return totals
+            return totals, {m.name: m.result() for m in task.val_metrics}
 
         self._train_chunk = self._telemetry_loop(replica_step)
         self._eval_chunk = eval_chunk
@@ -146,7 +162,7 @@ class Engine:
         the chunk after that step, and so does a streak reaching collapse_steps: the guard on the host
         then stops the run at that exact step.
         """
-        strategy, optimizer = self.strategy, self.optimizer
+        strategy, optimizer, metrics = self.strategy, self.optimizer, self.task.train_metrics
         scaled = self._scaled
         min_scale = float(self.guard.min_scale) if self.guard.min_scale is not None else -1.0
         stop_on_nonfinite = self.guard.on_nonfinite == "stop"
@@ -170,11 +186,11 @@ class Engine:
                 totals += step
                 skipped_now = tf.equal(tf.identity(optimizer.iterations), before)
                 skip_streak = tf.where(skipped_now, skip_streak + 1, 0)
-                loss = step[0] / tf.maximum(step[2], 1.0)
+                loss = step[0] / tf.maximum(step[1], 1.0)
                 if trace:
                     losses = losses.write(ran, loss)
                     skips = skips.write(ran, skipped_now)
-                    grads_ok = grads_ok.write(ran, tf.equal(step[4], replicas))
+                    grads_ok = grads_ok.write(ran, tf.equal(step[3], replicas))
                 if scaled:
                     scale = tf.cast(optimizer.dynamic_scale, tf.float32)
                     if trace:
@@ -190,7 +206,7 @@ class Engine:
             return {"totals": totals, "ran": ran, "skipped": skipped, "skip_streak": skip_streak,
                     "floor_streak": floor_streak, "bad_at": bad_at, "bad_loss": bad_loss,
                     "losses": losses.stack(), "scales": scales.stack(), "skips": skips.stack(),
-                    "grads_finite": grads_ok.stack()}
+                    "grads_finite": grads_ok.stack(), "metrics": {m.name: m.result() for m in metrics}}
 
         return train_chunk
 
@@ -247,7 +263,7 @@ class Engine:
                 hooks.on_epoch_end(position, logs)  # may add metrics (utilisation), may stop (preemption)
             finally:
                 if self.verbose:
-                    print(_epoch_line(epoch, epochs, logs), flush=True)
+                    print(_epoch_line(epoch, epochs, logs, self.task.train_metrics), flush=True)
             if self.model.stop_training:
                 result.stopped_early = epoch + 1 < epochs
                 break
@@ -267,6 +283,9 @@ class Engine:
         if bar is not None:
             print(f"Epoch {position.epoch + 1}/{epochs}", flush=True)
         totals = np.zeros(TRAIN_STATS)
+        for metric in self.task.train_metrics:
+            metric.reset_state()
+        metric_logs: dict[str, float] = {}
         self._skipped_in_epoch = 0
         start = time.perf_counter()
         while position.step_in_epoch < steps:
@@ -279,17 +298,19 @@ class Engine:
                 n = 1  # the first call traces and compiles; one step makes time-to-first-step honest
                 self._stepped = True
             self.callbacks.on_train_batch_begin(done)
-            telemetry, chunk_totals = self._run_chunk(iterator, n, position.global_step + 1)
+            telemetry, chunk_totals, metric_logs = self._run_chunk(iterator, n, position.global_step + 1)
             totals += chunk_totals
             position.step_in_epoch += telemetry.ran
             position.global_step += telemetry.ran
-            logs = {**_summarise(chunk_totals), "examples": float(chunk_totals[2]), "telemetry": telemetry}
+            # The chunk's mean loss; the task's metrics so far this epoch.
+            logs = {**_summarise(chunk_totals), **metric_logs, "examples": float(chunk_totals[1]),
+                    "telemetry": telemetry}
             try:
                 self.guard.check(telemetry)
             except NumericsStop as stop:
                 hooks.on_numerics_stop(position, logs, stop)  # before any save: nothing non-finite is kept
                 raise
-            running = _summarise(totals)
+            running = {**_summarise(totals), **metric_logs}
             self.callbacks.on_train_batch_end(position.step_in_epoch - 1, running)
             if bar is not None:
                 bar.update(
@@ -299,14 +320,15 @@ class Engine:
             if self.model.stop_training:
                 break
         elapsed = time.perf_counter() - start
-        logs = _summarise(totals)
+        logs = {**_summarise(totals), **metric_logs}
         logs.update(_grad_and_skips(totals, self._skipped_in_epoch))
-        logs["examples_per_sec"] = totals[2] / elapsed if elapsed > 0 else 0.0
+        logs["examples_per_sec"] = totals[1] / elapsed if elapsed > 0 else 0.0
         logs["epoch_time_sec"] = elapsed
         return logs
 
-    def _run_chunk(self, iterator, n: int, first_step: int) -> tuple[ChunkTelemetry, np.ndarray]:
+    def _run_chunk(self, iterator, n: int, first_step: int) -> tuple[ChunkTelemetry, np.ndarray, dict]:
         out = self._train_chunk(iterator, tf.constant(n, tf.int32), *(tf.constant(v) for v in self._streaks))
+        metrics = {k: float(v.numpy()) for k, v in out.pop("metrics").items()}
         out = {k: v.numpy() for k, v in out.items()}
         self._streaks = (int(out["skip_streak"]), int(out["floor_streak"]))
         totals = out["totals"].astype(np.float64)
@@ -314,23 +336,26 @@ class Engine:
         telemetry = ChunkTelemetry(
             first_step=first_step, ran=int(out["ran"]), skipped=int(out["skipped"]),
             skip_streak=self._streaks[0], floor_streak=self._streaks[1],
-            grad_norm=float(totals[3] / totals[4]) if totals[4] else float("nan"),
+            grad_norm=float(totals[2] / totals[3]) if totals[3] else float("nan"),
             nonfinite_loss_step=first_step + bad_at if bad_at >= 0 else None,
             nonfinite_loss_value=float(out["bad_loss"]),
             losses=out["losses"].tolist(), scales=out["scales"].tolist(), skips=out["skips"].tolist(),
             grads_finite=out["grads_finite"].tolist(),
         )
         self._skipped_in_epoch += telemetry.skipped
-        return telemetry, totals
+        return telemetry, totals, metrics
 
     def evaluate(self, epoch: int = 0) -> dict[str, float]:
         """Validation metrics, of the weights' moving average under optimizer.use_ema."""
         from launcher.train.ema import ema_weights
 
         steps = self.plan["train.validation_steps"]
+        for metric in self.task.val_metrics:
+            metric.reset_state()
         with ema_weights(self.model, self.optimizer):
-            totals = self._eval_chunk(self._iterator("val", epoch), tf.constant(steps, tf.int32)).numpy()
-        return {f"val_{k}": v for k, v in _summarise(totals).items()}
+            totals, metrics = self._eval_chunk(self._iterator("val", epoch), tf.constant(steps, tf.int32))
+        logs = {**_summarise(totals.numpy()), **{k: float(v.numpy()) for k, v in metrics.items()}}
+        return {f"val_{k}": v for k, v in logs.items()}
 
 
 def optimizer_logs(optimizer) -> dict[str, float]:
@@ -342,26 +367,23 @@ def optimizer_logs(optimizer) -> dict[str, float]:
     return logs
 
 
-def _stats(y, logits, per_example):
-    labels = tf.cast(tf.reshape(y, [-1]), tf.int64)
-    correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1), labels), tf.float32)
-    count = tf.cast(tf.shape(labels)[0], tf.float32)
-    return tf.stack([tf.reduce_sum(tf.cast(per_example, tf.float32)), tf.reduce_sum(correct), count])
+def _stats(per_example):
+    count = tf.cast(tf.shape(per_example)[0], tf.float32)
+    return tf.stack([tf.reduce_sum(tf.cast(per_example, tf.float32)), count])
 
 
 def _grad_and_skips(totals, skipped: int) -> dict[str, float]:
     """The epoch's mean unscaled gradient norm and its count of skipped (non-finite) steps."""
     logs = {"skipped_steps": float(skipped)}
-    if totals[4]:
-        logs["grad_norm"] = float(totals[3] / totals[4])
+    if totals[3]:
+        logs["grad_norm"] = float(totals[2] / totals[3])
     return logs
 
 
 def _summarise(totals) -> dict[str, float]:
-    count = max(float(totals[2]), 1.0)
-    return {"loss": float(totals[0]) / count, "accuracy": float(totals[1]) / count}
+    return {"loss": float(totals[0]) / max(float(totals[1]), 1.0)}
 
 
-def _epoch_line(epoch: int, epochs: int, logs: dict[str, float]) -> str:
-    parts = [f"{k}={logs[k]:.4g}" for k in EPOCH_LINE_METRICS if k in logs]
+def _epoch_line(epoch: int, epochs: int, logs: dict[str, float], metrics) -> str:
+    parts = [f"{k}={logs[k]:.4g}" for k in headline(m.name for m in metrics) if k in logs]
     return f"  epoch {epoch + 1}/{epochs}: " + " ".join(parts)

@@ -15,6 +15,11 @@ def classifier_head(x, num_classes: int):
     return keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
 
 
+def output_head(x, source):
+    """The task's output layer in float32: class or label logits, regression targets, token logits."""
+    return classifier_head(x, source.outputs)
+
+
 @keras.saving.register_keras_serializable(package="launcher")
 class PositionEmbedding(keras.layers.Layer):
     """Learned position embedding added to a (batch, length, dim) sequence."""

@@ -2,8 +2,9 @@
 
 Epoch points are too coarse to see a loss-scale collapse or a divergence after warmup. Chunks of
 steps end at multiples of the interval (on every worker alike), and each point is the mean over
-the interval's steps of what the chunks already returned to the host (loss, accuracy, the
-unscaled gradient norm), the interval's count of skipped non-finite steps, plus the learning
+the interval's steps of what the chunks already returned to the host (the loss, the unscaled
+gradient norm), the task's metrics over the epoch so far (accuracy, auc, ...: what the metric
+objects hold at the point), the interval's count of skipped non-finite steps, plus the learning
 rate and loss scale read once per point: no device sync per step. When the numerics guard stops
 the run, every step since the last point is logged (loss, loss scale, skipped), so the curve
 reaches the failing step. The tracker queues the writes, so the step loop never waits for MLflow.
@@ -17,7 +18,8 @@ from collections.abc import Callable
 from launcher.contract import Hook, Position
 
 PREFIX = "step/"
-AVERAGED = ("loss", "accuracy")
+AVERAGED = ("loss",)
+NOT_METRICS = {"loss", "examples", "telemetry"}
 
 
 class StepMetricsHook(Hook):
@@ -29,6 +31,7 @@ class StepMetricsHook(Hook):
 
     def _reset(self) -> None:
         self._sums = dict.fromkeys(AVERAGED, 0.0)
+        self._latest: dict[str, float] = {}  # the task's metrics, epoch-to-date, at the last chunk
         self._examples = 0.0
         self._grad_norm_sum, self._grad_norm_steps = 0.0, 0  # chunk means weighted by their steps
         self._skipped = 0
@@ -61,6 +64,7 @@ class StepMetricsHook(Hook):
         for key in AVERAGED:
             self._sums[key] += logs.get(key, 0.0) * examples
         self._examples += examples
+        self._latest = {k: v for k, v in logs.items() if k not in NOT_METRICS}
         telemetry = logs.get("telemetry")
         if telemetry is None:
             return
@@ -76,6 +80,7 @@ class StepMetricsHook(Hook):
 
     def _point(self) -> dict[str, float]:
         point = {f"{PREFIX}{k}": s / self._examples for k, s in self._sums.items()} if self._examples else {}
+        point.update({f"{PREFIX}{k}": v for k, v in self._latest.items()})
         point[f"{PREFIX}skipped_steps"] = float(self._skipped)
         if self._grad_norm_steps:
             point[f"{PREFIX}grad_norm"] = self._grad_norm_sum / self._grad_norm_steps

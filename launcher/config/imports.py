@@ -1,0 +1,87 @@
+"""The user's components by import path (`module.path:attribute`) and installed plugins (entry points).
+
+Only the module a person named is imported; nothing from config is evaluated. Hydra's `_target_`
+instantiation is not used: Hydra 1.4 restricts targets to an allowlist (hydra#3258) and 1.3 already
+blocks some, while a plain import path works the same under both and reads the same in every key.
+Every failure is a ConfigError naming the key, what was found and the fix.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from importlib.metadata import entry_points
+
+from launcher.config.errors import ConfigError
+
+PLUGIN_GROUPS = {"model": "launcher.models", "dataset": "launcher.datasets"}
+CONFIG_GROUP = "launcher.configs"  # entry points naming a package with Hydra config groups (YAML defaults)
+
+
+def plugins(kind: str) -> dict[str, str]:
+    """name -> import path of every installed plugin of `kind` (model or dataset); nothing is imported."""
+    return {ep.name: ep.value for ep in entry_points(group=PLUGIN_GROUPS[kind])}
+
+
+def config_packages() -> list[str]:
+    """Packages installed plugins name for their Hydra configs (added to the search path as pkg://...)."""
+    return [ep.value for ep in entry_points(group=CONFIG_GROUP)]
+
+
+def import_component(key: str, path: str, wanted: str):
+    """The object `path` (module.path:attribute) names; a ConfigError for `key` when it cannot be had."""
+    path = str(path).strip()
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError.single(key, path, f"an import path module.path:attribute naming {wanted}",
+                                 f"{key}=my_package.my_module:my_function")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name and (module_name == err.name or module_name.startswith(err.name + ".")):
+            raise ConfigError.single(key, path, f"an importable module (no module named {err.name!r} on the Python "
+                                     "path, which starts with the launch directory)",
+                                     "run from the folder that holds your package, pip install -e it, or add its "
+                                     "folder to PYTHONPATH") from None
+        raise _broken(key, path, err) from None
+    except Exception as err:  # the user's module itself fails on import: show why, not our traceback
+        raise _broken(key, path, err) from None
+    found = module
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            public = sorted(n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n, None)))
+            raise ConfigError.single(key, path, f"{wanted}; module {module_name} has no attribute {attribute!r} "
+                                     f"(its callables: {public[:12]})",
+                                     f"{key}={module_name}:{public[0] if public else '<name>'}")
+        found = getattr(found, part)
+    return found
+
+
+def check_call(key: str, path: str, function, args: tuple, kwargs: dict, shown: str) -> None:
+    """Refuse a callable whose signature cannot take these arguments (before calling it)."""
+    if not callable(function):
+        raise ConfigError.single(key, path, f"a callable {shown} (got {type(function).__name__})",
+                                 f"point {key} at a function")
+    try:
+        inspect.signature(function).bind(*args, **kwargs)
+    except TypeError as err:
+        raise ConfigError.single(key, path, f"a callable {shown}; yours is {_name(function)}{_signature(function)} "
+                                 f"({err})", f"define it as {shown}, or fix the params passed to it") from None
+    except ValueError:
+        return  # no signature to read (a builtin): let the call decide
+
+
+def _signature(function) -> str:
+    try:
+        return str(inspect.signature(function))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def _name(function) -> str:
+    return getattr(function, "__name__", type(function).__name__)
+
+
+def _broken(key: str, path: str, err: Exception) -> ConfigError:
+    return ConfigError.single(key, path, f"a module that imports cleanly (importing it raised {type(err).__name__}: "
+                              f"{str(err).splitlines()[0][:300] if str(err) else ''})", "fix the error in your module")

@@ -1,0 +1,79 @@
+"""What each task needs: its loss, its metrics, its head, the labels it takes (pure: no TensorFlow).
+
+The resolver's task rule reads this table; `launcher.train.tasks` builds the Keras objects it names.
+A name with a colon (module.path:Name) is the user's own component, checked when it is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    losses: tuple[str, ...]
+    default_metrics: tuple[str, ...]
+    metrics: tuple[str, ...]  # the built-in metric names that make sense for the task
+    head: str  # what the output layer is, for the Plan
+    labels: str  # what the dataset's y must be, for errors
+    objective: str  # the sweep objective `objective=auto` means
+
+
+TASKS: dict[str, TaskSpec] = {
+    "classification": TaskSpec(
+        losses=("crossentropy",), default_metrics=("accuracy",),
+        metrics=("accuracy", "top5_accuracy", "crossentropy"),
+        head="Dense(num_classes) logits, softmax in the loss", labels="integer class ids in 0..num_classes-1",
+        objective="val_accuracy"),
+    "multilabel": TaskSpec(
+        losses=("binary_crossentropy",), default_metrics=("auc", "precision", "recall"),
+        metrics=("auc", "precision", "recall", "accuracy", "binary_crossentropy"),
+        head="Dense(num_labels) logits, a sigmoid per label in the loss", labels="0/1 per label, shape (num_labels,)",
+        objective="val_auc"),
+    "regression": TaskSpec(
+        losses=("mse", "mae", "huber"), default_metrics=("mae", "rmse"), metrics=("mae", "mse", "rmse"),
+        head="Dense(targets), linear", labels="real-valued targets, shape () or (targets,)", objective="val_loss"),
+    "sequence": TaskSpec(
+        losses=("crossentropy",), default_metrics=("accuracy", "perplexity"), metrics=("accuracy", "perplexity"),
+        head="Dense(vocab_size) logits per token (causal attention)", labels="the next token id per position",
+        objective="val_accuracy"),
+}
+# Built-in metric names valid for no task at all would be a typo; names Keras knows beyond these are accepted
+# for a task when keras.metrics knows them (checked at build, where Keras is imported).
+ALL_METRICS = sorted({name for spec in TASKS.values() for name in spec.metrics})
+
+
+def is_import_path(name: str) -> bool:
+    return ":" in name
+
+
+def loss_name(task: str, requested: str) -> str:
+    """The loss the task uses: the requested one, or the task's first."""
+    return TASKS[task].losses[0] if requested in ("", "auto") else requested
+
+
+def metric_names(task: str, requested) -> list[str]:
+    """The task's metrics: the requested ones, or its defaults."""
+    return list(requested) if requested else list(TASKS[task].default_metrics)
+
+
+def objective(cfg) -> str:
+    """`objective=auto` resolved from the task."""
+    chosen = str(getattr(cfg, "objective", "auto") or "auto")
+    if chosen != "auto":
+        return chosen
+    task = cfg.task.name
+    return TASKS[getattr(task, "value", task)].objective
+
+
+def known_epoch_metrics(task: str, metrics: list[str]) -> list[str] | None:
+    """Every epoch metric a run of this task logs, or None when a user metric's name is only known at build."""
+    if any(is_import_path(m) for m in metrics):
+        return None
+    names = ["loss", *metrics]
+    return names + [f"val_{n}" for n in names] + list(RUN_METRICS)
+
+
+# Epoch metrics every run logs besides the task's (monitorable too, if rarely wanted).
+RUN_METRICS = ("learning_rate", "loss_scale", "grad_norm", "skipped_steps", "examples_per_sec",
+               "model_flops_utilization")

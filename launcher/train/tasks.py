@@ -1,0 +1,201 @@
+"""The task's loss and metrics as Keras objects, built inside the strategy scope.
+
+The loss is per example (the engine divides by the global batch, so replicas and workers sum to the
+global mean) and always computed in float32. Metrics are Keras metric objects: created in the scope
+their variables are on-read-synchronised sums, so a result read across replicas and workers is the
+metric of every example, not a mean of per-replica means. They are updated outside any XLA-compiled
+function (the compiled step returns its outputs) and take the task's predictions: probabilities for
+classification, multilabel and sequence, the raw outputs for regression.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import keras
+import tensorflow as tf
+
+from launcher.config.errors import ConfigError
+from launcher.config.imports import import_component
+from launcher.config.tasks import TASKS, is_import_path, loss_name, metric_names
+
+
+@keras.saving.register_keras_serializable(package="launcher")
+class Perplexity(keras.metrics.Metric):
+    """exp of the mean per-token negative log-likelihood (padding excluded through sample_weight)."""
+
+    def __init__(self, name="perplexity", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.nll = self.add_variable(shape=(), initializer="zeros", name="nll")
+        self.tokens = self.add_variable(shape=(), initializer="zeros", name="tokens")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        probs = tf.cast(y_pred, tf.float32)
+        picked = tf.gather(probs, tf.cast(y_true, tf.int32), batch_dims=len(y_true.shape))
+        nll = -tf.math.log(tf.maximum(picked, 1e-7))
+        weight = tf.ones_like(nll) if sample_weight is None else tf.cast(sample_weight, tf.float32)
+        self.nll.assign_add(tf.reduce_sum(nll * weight))
+        self.tokens.assign_add(tf.reduce_sum(weight))
+
+    def result(self):
+        return tf.exp(self.nll / tf.maximum(self.tokens, 1.0))
+
+
+def _builtin_metric(task: str, name: str):
+    """A fresh metric object for a built-in name, or None when the name is not one of ours."""
+    m = keras.metrics
+    if name == "accuracy":
+        return m.BinaryAccuracy(name=name) if task == "multilabel" else m.SparseCategoricalAccuracy(name=name)
+    factories = {
+        "top5_accuracy": lambda: m.SparseTopKCategoricalAccuracy(k=5, name=name),
+        "crossentropy": lambda: m.SparseCategoricalCrossentropy(name=name),
+        "auc": lambda: m.AUC(multi_label=True, name=name),
+        "precision": lambda: m.Precision(name=name),
+        "recall": lambda: m.Recall(name=name),
+        "binary_crossentropy": lambda: m.BinaryCrossentropy(name=name),
+        "mae": lambda: m.MeanAbsoluteError(name=name),
+        "mse": lambda: m.MeanSquaredError(name=name),
+        "rmse": lambda: m.RootMeanSquaredError(name=name),
+        "perplexity": lambda: Perplexity(name=name),
+    }
+    return factories[name]() if name in factories else None
+
+
+def make_metric(task: str, name: str):
+    """The metric called `name` for `task`: ours, one keras.metrics knows, or the user's class by import path."""
+    if is_import_path(name):
+        factory = import_component("task.metrics", name, "a keras.metrics.Metric class (or a function returning one)")
+        if isinstance(factory, keras.metrics.Metric):
+            raise ConfigError.single("task.metrics", name, "a Metric class or a function returning a new metric "
+                                     "(got an instance made at import time, outside the strategy scope)",
+                                     f"name the class itself, e.g. {name.split(':')[0]}:{type(factory).__name__}")
+        try:
+            metric = factory()
+        except Exception as err:
+            raise ConfigError.single("task.metrics", name, "a metric that builds with no arguments "
+                                     f"({type(err).__name__}: {err})",
+                                     "give the class defaults for its arguments") from None
+        if not isinstance(metric, keras.metrics.Metric):
+            raise ConfigError.single("task.metrics", name, f"a keras.metrics.Metric (got {type(metric).__name__})",
+                                     "subclass keras.metrics.Metric (update_state, result, reset_state)")
+        return metric
+    metric = _builtin_metric(task, name)
+    if metric is not None:
+        return metric
+    try:
+        found = keras.metrics.get(name)
+    except (ValueError, TypeError):
+        found = None
+    if isinstance(found, keras.metrics.Metric):
+        return type(found).from_config(found.get_config())
+    if callable(found):
+        return keras.metrics.MeanMetricWrapper(found, name=name)
+    raise ConfigError.single("task.metrics", name, f"a metric Keras knows: one of {list(TASKS[task].metrics)} for "
+                             f"task={task}, a keras.metrics name (e.g. mean_absolute_percentage_error), or your own "
+                             "as module.path:Class", f"task.metrics=[{TASKS[task].default_metrics[0]}]")
+
+
+@dataclass
+class Task:
+    """What the engine asks of the task: a per-example float32 loss, predictions, metrics and their weights."""
+
+    name: str
+    loss: object
+    train_metrics: list = field(default_factory=list)
+    val_metrics: list = field(default_factory=list)
+    pad_id: int = 0
+
+    def per_example_loss(self, y, outputs):
+        outputs = tf.cast(outputs, tf.float32)
+        if self.name == "regression":
+            y = tf.reshape(tf.cast(y, tf.float32), tf.shape(outputs))
+        elif self.name == "multilabel":
+            y = tf.cast(y, tf.float32)
+        values = tf.cast(self.loss(y, outputs), tf.float32)
+        if self.name == "sequence":
+            mask = self.mask(y)
+            per_token = tf.reshape(values, tf.shape(mask))
+            return tf.reduce_sum(per_token * mask, axis=-1) / tf.maximum(tf.reduce_sum(mask, axis=-1), 1.0)
+        while len(values.shape) > 1:  # a user loss that returns per-element values
+            values = tf.reduce_mean(values, axis=-1)
+        return values
+
+    def mask(self, y):
+        return tf.cast(tf.not_equal(tf.cast(y, tf.int32), self.pad_id), tf.float32)
+
+    def predictions(self, outputs):
+        outputs = tf.cast(outputs, tf.float32)
+        if self.name in ("classification", "sequence"):
+            return tf.nn.softmax(outputs)
+        if self.name == "multilabel":
+            return tf.sigmoid(outputs)
+        return outputs
+
+    def update(self, metrics, y, outputs) -> None:
+        """Update `metrics` with one replica's batch (in replica context, outside XLA)."""
+        if not metrics:
+            return
+        predictions = self.predictions(outputs)
+        weight = None
+        if self.name == "sequence":
+            weight = self.mask(y)
+        elif self.name == "regression":
+            y = tf.reshape(tf.cast(y, tf.float32), tf.shape(predictions))
+        elif self.name == "multilabel":
+            y = tf.cast(y, tf.float32)
+        for metric in metrics:
+            metric.update_state(y, predictions, sample_weight=weight)
+
+
+def _loss(task: str, requested: str):
+    name = loss_name(task, requested)
+    if is_import_path(name):
+        return _user_loss(name)
+    losses = keras.losses
+    if name == "crossentropy":
+        return losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    if name == "binary_crossentropy":
+        return lambda y, logits: tf.reduce_mean(
+            tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logits), axis=-1)
+    return {"mse": losses.MeanSquaredError, "mae": losses.MeanAbsoluteError, "huber": losses.Huber}[name](
+        reduction=None)
+
+
+def _user_loss(path: str):
+    """A keras Loss class (instantiated unreduced), or a function (y_true, y_pred) -> per-example values."""
+    found = import_component("task.loss", path,
+                             "a function (y_true, y_pred) -> loss per example, or a keras Loss class")
+    if isinstance(found, type) and issubclass(found, keras.losses.Loss):
+        try:
+            return found(reduction=None)
+        except TypeError as err:
+            raise ConfigError.single("task.loss", path, f"a Loss class that accepts reduction=None ({err})",
+                                     "pass **kwargs through to keras.losses.Loss.__init__") from None
+    if isinstance(found, keras.losses.Loss):
+        found.reduction = None
+        return found
+    if not callable(found):
+        raise ConfigError.single("task.loss", path, f"a callable loss (got {type(found).__name__})",
+                                 "point task.loss at a function def my_loss(y_true, y_pred)")
+    import inspect
+
+    try:
+        inspect.signature(found).bind(None, None)
+    except (TypeError, ValueError) as err:
+        raise ConfigError.single("task.loss", path, f"a function taking (y_true, y_pred) ({err})",
+                                 "def my_loss(y_true, y_pred): return per-example values") from None
+    return found
+
+
+def make_task(cfg) -> Task:
+    """The task's loss and its metrics (a set for training and one for validation). Inside the strategy scope."""
+    task = cfg.name.value if hasattr(cfg.name, "value") else str(cfg.name)
+    names = metric_names(task, cfg.metrics)
+    train = [make_metric(task, n) for n in names]
+    val = [make_metric(task, n) for n in names]
+    logged = [m.name for m in train]
+    clash = sorted({n for n in logged if logged.count(n) > 1 or n == "loss"})
+    if clash:
+        raise ConfigError.single("task.metrics", list(cfg.metrics), f"metrics with distinct names other than loss "
+                                 f"({clash} appear twice or shadow the loss)", "give each metric its own name")
+    return Task(task, _loss(task, cfg.loss), train, val, cfg.pad_id)
