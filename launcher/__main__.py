@@ -48,8 +48,24 @@ def main(cfg: DictConfig) -> float | None:
     return None
 
 
+def plugin_search_path(argv: list[str]) -> list[str]:
+    """Installed plugins' config packages (entry points `launcher.configs`) join Hydra's search path, after any
+    hydra.searchpath the person gave: their model/dataset/experiment YAML become choices."""
+    from launcher.config.imports import config_packages
+
+    packages = [f"pkg://{p}" for p in config_packages()]
+    if not packages:
+        return argv
+    given = [a for a in argv if a.startswith("hydra.searchpath=")]
+    rest = [a for a in argv if not a.startswith("hydra.searchpath=")]
+    listed = given[-1].split("=", 1)[1].strip("[]") if given else ""
+    paths = [p.strip() for p in listed.split(",") if p.strip()] + packages
+    return [*rest, f"hydra.searchpath=[{','.join(paths)}]"]
+
+
 def entry() -> None:
     """Run Hydra; when composing the config fails, add the fix to Hydra's message."""
+    sys.argv[1:] = plugin_search_path(sys.argv[1:])
     try:
         main()
     except SystemExit as exit_:

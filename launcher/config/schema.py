@@ -674,3 +674,18 @@ def register_configs() -> None:
         cs.store(group="schema/dataset", name=name, node=node)
     for group, node in GROUP_SCHEMAS.items():
         cs.store(group="schema", name=group, node=node)
+    register_plugins(cs)
+
+
+def register_plugins(cs) -> None:
+    """Installed plugins become choices: model=<name> / dataset=<name> (read from entry points, nothing imported).
+
+    A plugin that ships YAML defaults for the same name (a `launcher.configs` package) takes precedence."""
+    from launcher.config.imports import plugins
+
+    for name, path in plugins("model").items():
+        if name not in MODEL_SCHEMAS:
+            cs.store(group="model", name=name, node=CustomModelConfig(name=name, builder=path), provider="plugin")
+    for name, path in plugins("dataset").items():
+        if name not in DATASET_SCHEMAS:
+            cs.store(group="dataset", name=name, node=CustomDatasetConfig(name=name, loader=path), provider="plugin")

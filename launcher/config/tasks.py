@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher.config.errors import Violation
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -58,12 +60,15 @@ def metric_names(task: str, requested) -> list[str]:
 
 
 def objective(cfg) -> str:
-    """`objective=auto` resolved from the task."""
+    """`objective=auto` resolved from the task: its headline validation metric when the run logs it, else
+    val_loss."""
     chosen = str(getattr(cfg, "objective", "auto") or "auto")
     if chosen != "auto":
         return chosen
-    task = cfg.task.name
-    return TASKS[getattr(task, "value", task)].objective
+    task = getattr(cfg.task.name, "value", cfg.task.name)
+    headline = TASKS[task].objective
+    logged = ["loss", *metric_names(task, cfg.task.metrics)]
+    return headline if headline.removeprefix("val_") in logged else "val_loss"
 
 
 def known_epoch_metrics(task: str, metrics: list[str]) -> list[str] | None:
@@ -77,3 +82,21 @@ def known_epoch_metrics(task: str, metrics: list[str]) -> list[str] | None:
 # Epoch metrics every run logs besides the task's (monitorable too, if rarely wanted).
 RUN_METRICS = ("learning_rate", "loss_scale", "grad_norm", "skipped_steps", "examples_per_sec",
                "model_flops_utilization")
+
+
+def monitor_problems(cfg, task: str, known: list[str]) -> list[Violation]:
+    """Every metric named as a monitor or objective must be one the run logs (`known`)."""
+    tr = cfg.train
+    monitors = [("checkpoint.monitor", cfg.checkpoint.monitor), ("objective", objective(cfg))]
+    if tr.early_stopping.enabled:
+        monitors.append(("train.early_stopping.monitor", tr.early_stopping.monitor))
+    if tr.reduce_lr_on_plateau.enabled:
+        monitors.append(("train.reduce_lr_on_plateau.monitor", tr.reduce_lr_on_plateau.monitor))
+    problems = []
+    for key, name in monitors:
+        if name and name not in known:
+            shown = [n for n in known if n.startswith("val_")]
+            fix = f"{key}={'val_loss' if key != 'objective' else shown[-1]}"
+            problems.append(Violation(key, name, f"an epoch metric of task={task}: one of {shown} (or the training "
+                                      "values without val_)", fix))
+    return problems

@@ -31,6 +31,7 @@ from launcher.config.tasks import (
     known_epoch_metrics,
     loss_name,
     metric_names,
+    monitor_problems,
     objective,
 )
 from launcher.plan.cluster import Cluster, find_cluster
@@ -666,20 +667,8 @@ def _check_monitors(cfg: Config, task: str, metrics: list[str], plan: Plan, viol
     plan.decide("objective", target, "requested" if cfg.objective != "auto" else f"objective=auto: the {task} "
                 "task's headline validation metric (what a sweep job reports)")
     known = known_epoch_metrics(task, metrics)
-    if known is None:
-        return  # a user metric: its name is checked once it is built
-    tr = cfg.train
-    monitors = [("checkpoint.monitor", cfg.checkpoint.monitor), ("objective", target)]
-    if tr.early_stopping.enabled:
-        monitors.append(("train.early_stopping.monitor", tr.early_stopping.monitor))
-    if tr.reduce_lr_on_plateau.enabled:
-        monitors.append(("train.reduce_lr_on_plateau.monitor", tr.reduce_lr_on_plateau.monitor))
-    for key, name in monitors:
-        if name and name not in known:
-            shown = [n for n in known if n.startswith("val_")]
-            fix = f"{key}={'val_loss' if key != 'objective' else shown[-1]}"
-            violations.append(Violation(key, name, f"an epoch metric of task={task}: one of {shown} (or the training "
-                                        "values without val_)", fix))
+    if known is not None:  # else a user metric: its name is known once it is built (the launch checks then)
+        violations.extend(monitor_problems(cfg, task, known))
 
 
 def rule_profile(cfg: Config, env: Environment, plan: Plan, violations: list) -> None:

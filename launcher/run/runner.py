@@ -141,9 +141,14 @@ class Launch:
 
     def build(self) -> None:
         """Model, optimizer (+ loss-scale optimizer) and metrics, inside the strategy scope."""
+        from launcher.config.tasks import known_epoch_metrics, monitor_problems
         from launcher.train.build import build
 
         self.built = build(self.config, self.plan, self.source, self.strategy)
+        task = self.plan["task"]
+        if known_epoch_metrics(task, self.plan["task.metrics"]) is None:  # a user metric: its name is known now
+            names = [m.name for m in self.built.task.train_metrics]
+            raise_if_any(monitor_problems(self.config, task, known_epoch_metrics(task, names)))
 
     def restore(self) -> None:
         """Resume from the run dir's checkpoints, deciding (in the Plan) where training continues.
@@ -229,7 +234,6 @@ class Launch:
         """Train with the hooks; mark the MLflow run FINISHED, KILLED or FAILED whatever happens."""
         from launcher.run.checkpoint import CheckpointWriteError
         from launcher.run.hooks.preemption import PreemptionGuard
-        from launcher.train.callbacks import make_callbacks
         from launcher.train.engine import Engine
         from launcher.train.numerics import NumericsStop
 
@@ -245,7 +249,7 @@ class Launch:
                       flush=True)
             try:
                 engine = Engine(self.built, self.plan, self.source, seed=config.seed,
-                                shuffle_buffer=config.dataset.shuffle_buffer, callbacks=make_callbacks(config.train),
+                                shuffle_buffer=config.dataset.shuffle_buffer, callbacks=self.built.callbacks,
                                 guard=numerics_guard(config, self.plan), telemetry=config.train.telemetry)
                 outcome.result = engine.fit(config.train.epochs, start=self.position, hooks=hooks)
                 self.finish(outcome.result)
@@ -485,6 +489,6 @@ def _print_summary(result: FitResult, run_dir: Path, tracking_hint: str, metrics
     print("\nDone." + (" (stopped early)" if result.stopped_early else ""))
     for key in headline(metrics, ("examples_per_sec",)):
         if key in final:
-            print(f"  {key:<17}{final[key]:.4f}")
+            print(f"  {key:<20} {final[key]:.4f}")
     print(f"  run dir          {run_dir}")
     print(f"  MLflow           {tracking_hint}")

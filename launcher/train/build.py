@@ -5,7 +5,7 @@ The strategy and the dtype policy come from `runtime.configure`, which runs firs
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import keras
@@ -13,6 +13,7 @@ import keras
 from launcher.config.errors import ConfigError
 from launcher.config.registry import MODELS
 from launcher.train import loss_scale
+from launcher.train.callbacks import make_callbacks
 from launcher.train.fused_update import FUSED
 from launcher.train.schedules import learning_rate
 
@@ -25,6 +26,7 @@ class Built:
     # Builds an independent twin (fresh variables): used to verify checkpoints restore.
     rebuild: Any = None
     task: Any = None  # launcher.train.tasks.Task: the loss and the metric objects
+    callbacks: list = field(default_factory=list)  # Keras callbacks: the standard ones configured, then the user's
 
 
 def make_optimizer(cfg, lr, fused: bool = False):
@@ -45,12 +47,35 @@ def make_optimizer(cfg, lr, fused: bool = False):
     return cls(lr, **kwargs, **extra)
 
 
-def float32_output(model):
-    """Guarantee float32 logits whatever the builder did (mixed policies need the range)."""
-    if model.outputs[0].dtype == "float32":
+def float32_output(model, plan=None):
+    """Guarantee float32 logits whatever the builder did (mixed policies need the range); the Plan says so.
+
+    A subclassed model without symbolic outputs is left as is: the task casts its outputs to float32
+    before the loss and the metrics."""
+    outputs = getattr(model, "outputs", None)
+    if not outputs:
+        if plan is not None and plan.get("precision.policy", "float32") != "float32":
+            plan.decide("model.output_dtype", "float32 (cast)", "a subclassed model: its outputs are cast to float32 "
+                        "before the loss and the metrics")
         return model
-    out = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(model.outputs[0])
+    if outputs[0].dtype == "float32":
+        return model
+    out = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(outputs[0])
+    if plan is not None:
+        plan.decide("model.output_dtype", "float32 (wrapped)", f"the model's output is {outputs[0].dtype}: a float32 "
+                    "layer was added after it, so the loss and softmax have float32 range")
     return keras.Model(model.inputs, out, name=model.name)
+
+
+def check_in_scope(model, strategy, key: str, value) -> None:
+    """Every variable of the model must belong to the strategy (created inside its scope), or the replicas would
+    each train a copy nobody synchronises: a model built at import time or cached by the builder."""
+    outside = [v.path for v in model.variables if not strategy.extended.variable_created_in_scope(v.value)]
+    if outside:
+        raise ConfigError.single(key, value, f"a model whose variables are created inside the strategy scope "
+                                 f"({len(outside)} of {len(model.variables)} were created outside it, e.g. "
+                                 f"{outside[:2]}: built at import time, cached, or loaded before the builder ran?)",
+                                 "create the model (and its layers) inside the builder function, on every call")
 
 
 def keep_in_float32(model, names) -> None:
@@ -73,12 +98,19 @@ def keep_in_float32(model, names) -> None:
         layers[name].dtype_policy = "float32"
 
 
+BUILT_IN = ("mlp", "cnn", "resnet", "transformer")
+
+
 def build(cfg, plan, source, strategy) -> Built:
     from launcher.train.tasks import make_task
 
     with strategy.scope():
-        model = float32_output(MODELS.get(cfg.model.name).build(cfg.model, source))
+        model = float32_output(MODELS.get(cfg.model.name).build(cfg.model, source), plan)
+        custom = cfg.model.name not in BUILT_IN
+        check_in_scope(model, strategy, "model.builder" if custom else "model",
+                       cfg.model.builder if custom else cfg.model.name)
         task = make_task(cfg.task)
+        callbacks = make_callbacks(cfg.train)
         if plan.get("precision.float32_layers"):
             keep_in_float32(model, list(cfg.precision.float32_layers))
         fused = plan.get("optimizer.update") == "fused"
@@ -86,4 +118,4 @@ def build(cfg, plan, source, strategy) -> Built:
         optimizer = loss_scale.wrap(inner, plan, cfg.loss_scale)
         optimizer.build(model.trainable_variables)
     return Built(strategy=strategy, model=model, optimizer=optimizer,
-                 rebuild=lambda: build(cfg, plan, source, strategy), task=task)
+                 rebuild=lambda: build(cfg, plan, source, strategy), task=task, callbacks=callbacks)

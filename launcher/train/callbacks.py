@@ -1,8 +1,11 @@
-"""Standard Keras callbacks from the `train` config (the engine drives them)."""
+"""Keras callbacks from the `train` config, standard and the user's own (the engine drives them)."""
 
 from __future__ import annotations
 
 import keras
+
+from launcher.config.errors import ConfigError
+from launcher.config.imports import import_component
 
 
 def make_callbacks(train_cfg) -> list:
@@ -19,4 +22,23 @@ def make_callbacks(train_cfg) -> list:
                 monitor=rl.monitor, factor=rl.factor, patience=rl.patience, mode=rl.mode.value, verbose=1
             )
         )
-    return callbacks
+    return callbacks + [user_callback(path) for path in train_cfg.callbacks]
+
+
+def user_callback(path: str):
+    """`module.path:Name`: a keras Callback class or a function returning a callback, made with no arguments."""
+    found = import_component("train.callbacks", path, "a keras.callbacks.Callback class or a function returning one")
+    if isinstance(found, keras.callbacks.Callback):
+        return found
+    if not callable(found):
+        raise ConfigError.single("train.callbacks", path, f"a Callback class or function (got {type(found).__name__})",
+                                 "point it at a keras.callbacks.Callback subclass")
+    try:
+        callback = found()
+    except Exception as err:
+        raise ConfigError.single("train.callbacks", path, f"a callback made with no arguments ({type(err).__name__}: "
+                                 f"{err})", "give its arguments defaults") from None
+    if not isinstance(callback, keras.callbacks.Callback):
+        raise ConfigError.single("train.callbacks", path, f"a keras.callbacks.Callback (got {type(callback).__name__})",
+                                 "subclass keras.callbacks.Callback")
+    return callback

@@ -1,8 +1,27 @@
-"""Pieces every model builder shares: the input layer, the float32 classifier head."""
+"""Pieces every model builder shares: the input layer, the float32 output head, what a builder is told."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import keras
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a user's model builder is given: the data's shapes and the task's output width."""
+
+    input_shape: tuple[int, ...]
+    input_dtype: str  # int32 for token ids, else float32
+    outputs: int  # units of the last layer: classes, labels, targets or the vocabulary
+    task: str  # classification, multilabel, regression or sequence
+    kind: str  # image, tabular or tokens
+    vocab_size: int = 0  # token inputs: ids are in [0, vocab_size)
+
+    @classmethod
+    def of(cls, source) -> ModelSpec:
+        return cls(tuple(source.input_shape), "int32" if source.kind == "tokens" else "float32", source.outputs,
+                   source.task, source.kind, int(source.vocab_size or 0))
 
 
 def model_input(source):
