@@ -94,7 +94,14 @@ def split_arrays(x: np.ndarray, y: np.ndarray, validation_split: float, seed: in
         num_train=len(x_train),
         num_val=num_val,
         input_shape=tuple(x.shape[1:]),
-        num_classes=int(num_classes if num_classes is not None else (y.max() + 1 if y.ndim == 1 else y.shape[-1])),
+        num_classes=int(num_classes if num_classes is not None else _label_width(y)),
         kind=kind,
         vocab_size=int(x.max()) + 1 if kind == "tokens" else 0,
     )
+
+
+def _label_width(y: np.ndarray) -> int:
+    """Classes for integer ids (the largest + 1), labels for rows, 1 for a real target."""
+    if y.ndim == 1:
+        return int(y.max()) + 1 if y.dtype.kind in "iub" and len(y) else 1
+    return int(y.shape[-1])
