@@ -22,6 +22,7 @@ CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     ">= 4": (lambda v: math.isfinite(v) and v >= 4, "an integer >= 4"),
     "> 0": (lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
     "(0, 1)": (lambda v: 0 < v < 1, "a fraction in (0, 1)"),
+    "(0, 1]": (lambda v: 0 < v <= 1, "a fraction in (0, 1]"),
     "[0, 1)": (lambda v: 0 <= v < 1, "a fraction in [0, 1)"),
 }
 
@@ -103,6 +104,8 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("train.epochs", ">= 1", 5),
     Bound("train.steps_per_execution", ">= 1", 16),
     Bound("train.max_steps_per_epoch", ">= 0", 0),
+    Bound("train.max_validation_steps", ">= 0", 0),
+    Bound("train.limit_fraction", "(0, 1]", 1.0),
     Bound("train.collapse_steps", ">= 0", 20),
     Bound("doctor.steps", ">= 4", 60),
     Bound("doctor.tolerance", "> 0", 0.5),

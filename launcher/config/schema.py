@@ -477,6 +477,8 @@ class TrainConfig:
     """Log model_flops_utilization per epoch (model FLOPs vs this machine's cached matmul peak)."""
     max_validation_steps: int = 0
     """Cap on validation steps per epoch, >= 0 (0 = every validation example)."""
+    limit_fraction: float = 1.0
+    """Run this fraction of each epoch's training and validation steps, in (0, 1] (debug=limit)."""
     callbacks: list[str] = field(default_factory=list)
     """Your Keras callbacks as module.path:Name (a keras.callbacks.Callback class or a function returning one)."""
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)

@@ -25,12 +25,22 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int) -> Plan:
             f"scaling.batch_size={max(1, num_train // plan['replicas'] // 2)}",
         )
     reason = f"{num_train} training examples / global batch {global_batch}"
+    fraction = cfg.train.limit_fraction
+    limited = 0 < fraction < 1
+    if limited:
+        steps = max(1, round(steps * fraction))
+        reason = f"train.limit_fraction={fraction:g} of {reason}"
     if cfg.train.max_steps_per_epoch and cfg.train.max_steps_per_epoch < steps:
         steps = cfg.train.max_steps_per_epoch
         reason = f"capped by train.max_steps_per_epoch ({reason})"
     plan.decide("train.steps_per_epoch", steps, reason)
     val_steps = max(1, math.ceil(num_val / global_batch))
-    plan.decide("train.validation_steps", val_steps, f"{num_val} validation examples, every one evaluated")
+    val_reason = f"{num_val} validation examples, every one evaluated"
+    if limited:
+        val_steps, val_reason = max(1, round(val_steps * fraction)), f"train.limit_fraction={fraction:g} of {val_steps}"
+    if cfg.train.max_validation_steps and cfg.train.max_validation_steps < val_steps:
+        val_steps, val_reason = cfg.train.max_validation_steps, f"capped by train.max_validation_steps ({val_reason})"
+    plan.decide("train.validation_steps", val_steps, val_reason)
     plan.decide("train.total_steps", steps * cfg.train.epochs, f"{cfg.train.epochs} epoch(s)")
     profile = cfg.train.profile
     if profile.steps > 0 and profile.skip_steps >= steps * cfg.train.epochs:

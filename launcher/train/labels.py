@@ -99,7 +99,7 @@ def _sequence(source, x, y, num_classes) -> list[Violation]:
     if source.kind != "tokens" or x.dtype.kind not in "iu":
         return [Violation("task.name", "sequence", f"token id inputs (the dataset gives {source.kind} inputs of "
                           f"{x.dtype})", "dataset=synthetic dataset.kind=tokens, or a dataset of integer token ids")]
-    if y.shape != x.shape or y.dtype.kind not in "iu":
+    if y.shape[1:] != x.shape[1:] or y.dtype.kind not in "iu":
         return [Violation("task.name", "sequence", f"the next token id at every position: integer labels shaped like "
                           f"the inputs {tuple(x.shape[1:])} (got {y.dtype} labels of shape {tuple(y.shape[1:])})",
                           "give y = tokens[:, 1:] for x = tokens[:, :-1] (pad both with task.pad_id)")]
