@@ -26,7 +26,12 @@ def launch_in_hydra(cfg: DictConfig, hydra_cfg) -> None:
 
     run_dir, launch_dir = Path(hydra_cfg.runtime.output_dir), Path(get_original_cwd())
     strategy = cfg.strategy
-    if getattr(strategy.kind, "value", strategy.kind) == "multi_worker" and strategy.get("local_workers", 0) > 0:
+    mode = getattr(cfg.mode, "value", cfg.mode)
+    if mode in ("eval", "predict"):
+        from launcher.run.evaluate import evaluate_in_hydra
+
+        code = evaluate_in_hydra(cfg, hydra_cfg)
+    elif getattr(strategy.kind, "value", strategy.kind) == "multi_worker" and strategy.get("local_workers", 0) > 0:
         from launcher.run.local_workers import run_local_workers
 
         code = run_local_workers(list(hydra_cfg.overrides.task), int(strategy.local_workers), run_dir, launch_dir)
@@ -98,10 +103,13 @@ def _run_locked(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict 
 
 
 def write_outcome(run_dir: Path, run_id: str | None, status: str, error: str | None,
-                  metrics: dict | None = None, history: list | None = None, weights_sha256: str | None = None) -> None:
+                  metrics: dict | None = None, history: list | None = None, weights_sha256: str | None = None,
+                  mode: str | None = None) -> None:
     """outcome.json in the run dir: how a sweep (or a benchmark, or the local multi-worker launcher) learns
     what its job did."""
     run_dir.mkdir(parents=True, exist_ok=True)
     data = {"run_id": run_id, "status": status, "error": error, "metrics": metrics or {}, "history": history or [],
             "pid": os.getpid(), "weights_sha256": weights_sha256}
+    if mode:
+        data["mode"] = mode  # eval / predict: not a training run
     write_json_atomic(run_dir / OUTCOME_FILE, data)

@@ -345,17 +345,25 @@ class Engine:
         self._skipped_in_epoch += telemetry.skipped
         return telemetry, totals, metrics
 
-    def evaluate(self, epoch: int = 0) -> dict[str, float]:
-        """Validation metrics, of the weights' moving average under optimizer.use_ema."""
+    def evaluate(self, epoch: int = 0, split: str = "val") -> dict[str, float]:
+        """Metrics of a split (every example, in order), of the weights' moving average under optimizer.use_ema;
+        keys prefixed with the split (`val_loss`, `train_accuracy`)."""
         from launcher.train.ema import ema_weights
 
-        steps = self.plan["train.validation_steps"]
+        if split == "val":
+            steps = self.plan["train.validation_steps"]
+        else:
+            steps = -(-self.source.num_train // self.global_batch)
         for metric in self.task.val_metrics:
             metric.reset_state()
+        ds = self.source.pipeline(split, self.global_batch, False, None, self.shuffle_buffer)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+        iterator = iter(self.strategy.experimental_distribute_dataset(ds.with_options(options)))
         with ema_weights(self.model, self.optimizer):
-            totals, metrics = self._eval_chunk(self._iterator("val", epoch), tf.constant(steps, tf.int32))
+            totals, metrics = self._eval_chunk(iterator, tf.constant(steps, tf.int32))
         logs = {**_summarise(totals.numpy()), **{k: float(v.numpy()) for k, v in metrics.items()}}
-        return {f"val_{k}": v for k, v in logs.items()}
+        return {f"{split}_{k}": v for k, v in logs.items()}
 
 
 def optimizer_logs(optimizer) -> dict[str, float]:

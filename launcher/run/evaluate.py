@@ -1,0 +1,274 @@
+"""`mode=eval` and `mode=predict`: a trained run's model on a dataset split, logged to MLflow beside it.
+
+    python -m launcher mode=eval eval.run=exp1                      val metrics of exp1's final model
+    python -m launcher mode=eval eval.run=exp1 eval.model=best      ... of its best model
+    python -m launcher mode=predict eval.run=exp1 eval.split=val    predictions.npz, also an MLflow artifact
+
+The config is the training run's (its command's overrides, from `<run dir>/.hydra/overrides.yaml`) with this
+command's overrides on top, so the same data, task, precision and strategy are used unless changed here.
+Evaluation runs the training engine's evaluation loop (every example, metrics summed over replicas) under
+that strategy; prediction runs the exported model on this process. The MLflow run is a child of the
+training run (`mlflow.parentRunId`), and the training run gets a tag pointing back to it.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from launcher.config.errors import ConfigError, raise_if_any
+from launcher.files import OUTCOME_FILE, read_json
+
+RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
+
+
+def evaluate_in_hydra(cfg, hydra_cfg) -> int:
+    """Find the training run, compose its config under this command's overrides, evaluate or predict."""
+    from hydra.utils import get_original_cwd
+
+    from launcher.console import quiet_tensorflow_logs
+    from launcher.run.launch import EXIT_CONFIG_ERROR, EXIT_TRAINING_FAILED, write_outcome
+    from launcher.run.lock import RunDirBusy, RunDirLock
+
+    quiet_tensorflow_logs(bool(cfg.get("tf_logs", False)))
+    run_dir, launch_dir = Path(hydra_cfg.runtime.output_dir), Path(get_original_cwd())
+    mode = getattr(cfg.mode, "value", cfg.mode)
+    try:
+        with RunDirLock(run_dir):
+            try:
+                train_dir = find_training_run(str(cfg.eval.run), launch_dir, str(cfg.tracking.uri))
+                node = compose_like(train_dir, list(hydra_cfg.overrides.task))
+                run_id, metrics = Evaluation(node, train_dir, run_dir, launch_dir, mode).execute()
+            except ConfigError as err:
+                print(f"\n{err}\n", file=sys.stderr, flush=True)
+                write_outcome(run_dir, None, "REFUSED", str(err), mode=mode)
+                return EXIT_CONFIG_ERROR
+            except Exception as err:
+                import traceback
+
+                traceback.print_exc()
+                write_outcome(run_dir, None, "FAILED", f"{type(err).__name__}: {err}", mode=mode)
+                return EXIT_TRAINING_FAILED
+            write_outcome(run_dir, run_id, "FINISHED", None, metrics, mode=mode)
+            return 0
+    except RunDirBusy as err:
+        print(f"\n{err}\n", file=sys.stderr, flush=True)
+        return EXIT_CONFIG_ERROR
+
+
+def find_training_run(wanted: str, launch_dir: Path, tracking_uri: str) -> Path:
+    """eval.run as a run dir, a run name (outputs/runs/<name>), an MLflow run id, or "" (the newest finished)."""
+    runs = launch_dir / "outputs" / "runs"
+    if not wanted:
+        finished = [p.parent for p in runs.glob("**/" + OUTCOME_FILE)
+                    if read_json(p, {}).get("status") == "FINISHED" and not read_json(p, {}).get("mode")
+                    and (p.parent / OVERRIDES_FILE).is_file()]
+        if not finished:
+            raise ConfigError.single("eval.run", "", f"a finished training run (none under {runs})",
+                                     "train one first (python -m launcher name=exp1), then eval.run=exp1")
+        return max(finished, key=lambda p: (p / OUTCOME_FILE).stat().st_mtime)
+    for candidate in (Path(wanted).expanduser(), launch_dir / wanted, runs / wanted):
+        if (candidate / OVERRIDES_FILE).is_file():
+            return candidate.resolve()
+    if RUN_ID.match(wanted):
+        found = _run_dir_from_mlflow(wanted, tracking_uri, launch_dir)
+        if found is not None:
+            return found
+    names = sorted(str(p.parent.parent.relative_to(runs)) for p in runs.glob("**/" + str(OVERRIDES_FILE)))[-8:]
+    raise ConfigError.single("eval.run", wanted, f"a training run: a run dir, a name under {runs} or an MLflow run id "
+                             f"(recent: {names})", f"eval.run={names[-1] if names else '<name>'}")
+
+
+def _run_dir_from_mlflow(run_id: str, uri: str, launch_dir: Path) -> Path | None:
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from launcher.tracking.uri import resolve_uri
+
+    try:
+        tags = MlflowClient(resolve_uri(uri, launch_dir)).get_run(run_id).data.tags
+    except MlflowException:
+        return None
+    path = Path(tags.get("run_dir", ""))
+    return path if (path / OVERRIDES_FILE).is_file() else None
+
+
+def compose_like(train_dir: Path, overrides: list[str]):
+    """The training run's composed config with `overrides` on top (the later value of a key wins)."""
+    import yaml
+    from hydra import compose
+
+    merged: dict[str, str] = {}
+    trained = yaml.safe_load((train_dir / OVERRIDES_FILE).read_text()) or []
+    for override in [*trained, *overrides]:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key.startswith("hydra."):
+            continue
+        merged.pop(key, None)
+        merged[key] = override
+    return compose(config_name="config", overrides=list(merged.values()))
+
+
+class Evaluation:
+    def __init__(self, node, train_dir: Path, run_dir: Path, launch_dir: Path, mode: str):
+        from launcher.config.schema import to_config
+
+        self.config = to_config(node)
+        self.config.checkpoint.enabled = False  # the training run's checkpoints are read, never written
+        self.train_dir, self.run_dir, self.launch_dir, self.mode = train_dir, run_dir, launch_dir, mode
+        self.training = read_json(train_dir / OUTCOME_FILE, {})
+
+    def execute(self) -> tuple[str | None, dict]:
+        from launcher.plan.environment import probe
+        from launcher.run.runner import review
+        from launcher.train import runtime
+
+        config, holder = self.config, {}
+        self.env = probe(measure=False)
+        self.plan, self.source, problems = review(config, self.env, lambda plan: holder.update(
+            strategy=runtime.configure(plan, config.seed, config.deterministic)))
+        self.model_path = self._model_path(problems)
+        raise_if_any(problems)
+        self.strategy = holder["strategy"]
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        split = config.eval.split.value
+        print(f"{self.mode}: {self.model_path} on the {split} split of {config.dataset.name} "
+              f"({self.source.num_val if split == 'val' else self.source.num_train} examples)", flush=True)
+        if self.mode == "eval":
+            metrics, files = self._evaluate(split), []
+        else:
+            metrics, files = self._predict(split)
+        run_id = self._track(metrics, files, split)
+        for key, value in metrics.items():
+            print(f"  {key:<20} {value:.4f}")
+        return run_id, metrics
+
+    def _model_path(self, problems: list) -> Path | None:
+        wanted = str(self.config.eval.model)
+        named = {"final": self.train_dir / "model.keras", "best": self.train_dir / "best.keras"}
+        path = named.get(wanted) or Path(wanted).expanduser()
+        if not path.is_absolute() and wanted not in named:
+            path = self.launch_dir / path
+        checkpoint = Path(f"{path}.index").is_file()
+        if path.is_file() or checkpoint:
+            return path
+        why = {"final": "the run exported none (checkpoint.export_model=false?)",
+               "best": "the run kept none (it needs checkpoint.monitor)"}.get(wanted, "no such file or ckpt-N prefix")
+        problems.append(_violation("eval.model", wanted, f"final, best, a .keras file or a ckpt-N checkpoint prefix "
+                                   f"({why}: {path})", "eval.model=final, or a path from "
+                                   f"{self.train_dir / 'checkpoints'}"))
+        return None
+
+    def _load(self, in_scope: bool):
+        """The model: a .keras export, or the training config's model with a checkpoint's weights."""
+        import contextlib
+
+        import keras
+
+        scope = self.strategy.scope() if in_scope else contextlib.nullcontext()
+        with scope:
+            if self.model_path.suffix == ".keras":
+                return keras.saving.load_model(self.model_path, compile=False)
+            import tensorflow as tf
+
+            from launcher.train.build import build
+
+            model = build(self.config, self.plan, self.source, self.strategy).model
+            tf.train.Checkpoint(model=model).restore(str(self.model_path)).expect_partial()
+            return model
+
+    def _evaluate(self, split: str) -> dict[str, float]:
+        import keras
+
+        from launcher.train.build import Built
+        from launcher.train.engine import Engine
+        from launcher.train.tasks import make_task
+
+        model = self._load(in_scope=True)
+        with self.strategy.scope():
+            task = make_task(self.config.task)
+            optimizer = keras.optimizers.SGD()
+        built = Built(strategy=self.strategy, model=model, optimizer=optimizer, task=task)
+        engine = Engine(built, self.plan, self.source, seed=self.config.seed, verbose=0)
+        return engine.evaluate(split=split)
+
+    def _predict(self, split: str) -> tuple[dict[str, float], list[Path]]:
+        import numpy as np
+
+        from launcher.train.tasks import make_task
+
+        model = self._load(in_scope=False)  # on this process: no collective for every worker to join
+        task = make_task(self.config.task)
+        ds = self.source.pipeline(split, self.plan["batch.global"], False, None)
+        outputs, labels = [], []
+        for x, y in ds:
+            outputs.append(np.asarray(model(x, training=False), dtype="float32"))
+            labels.append(y.numpy())
+        outputs, labels = np.concatenate(outputs), np.concatenate(labels)
+        predictions = np.asarray(task.predictions(outputs))
+        path = self.run_dir / str(self.config.eval.output)
+        columns = {"outputs": outputs, "predictions": predictions, "labels": labels}
+        if task.name in ("classification", "sequence"):
+            columns["classes"] = predictions.argmax(axis=-1)
+        if path.suffix == ".csv":
+            _write_csv(path, columns)
+        else:
+            np.savez(path, **columns)
+        print(f"  predictions of {len(outputs)} examples written to {path}", flush=True)
+        return {f"{split}_examples": float(len(outputs))}, [path]
+
+    def _track(self, metrics: dict, files: list[Path], split: str) -> str | None:
+        tr = self.config.tracking
+        if not tr.enabled:
+            return None
+        from mlflow.tracking import MlflowClient
+
+        from launcher.tracking.tracker import Tracker
+        from launcher.tracking.uri import resolve_uri
+
+        uri = resolve_uri(tr.uri, self.launch_dir)
+        parent = self.training.get("run_id")
+        name = f"{self.mode}-{self.train_dir.name}-{self.config.eval.model}-{split}"
+        tracker = Tracker(uri, tr.experiment, name, self.launch_dir / "outputs" / "mlartifacts",
+                          parent_run_id=parent, run_dir=self.run_dir)
+        try:
+            tracker.log_params({"mode": self.mode, "eval.run": str(self.train_dir), "eval.model": str(self.model_path),
+                                "eval.split": split, "task.name": self.plan["task"],
+                                "dataset.name": self.config.dataset.name})
+            tracker.set_tags({"launcher.mode": self.mode, "eval.training_run_id": parent or "",
+                              "plan.strategy": self.plan["strategy"], "plan.precision": self.plan["precision"],
+                              "plan.step": self.plan["step"], "run_dir": str(self.run_dir)})
+            tracker.log_metrics(metrics, step=0)
+            for path in files:
+                tracker.log_artifact(path, "predictions")
+            tracker.flush()
+        finally:
+            tracker.end("FINISHED")
+        if parent:
+            MlflowClient(uri).set_tag(parent, f"{self.mode}.latest_run_id", tracker.run_id)
+        print(f"  MLflow: run {tracker.run_id} (child of the training run {parent})", flush=True)
+        return tracker.run_id
+
+
+def _violation(key, value, expected, fix):
+    from launcher.config.errors import Violation
+
+    return Violation(key, value, expected, fix)
+
+
+def _write_csv(path: Path, columns: dict) -> None:
+    """One row per example: its label(s), predicted class (when there is one) and prediction(s)."""
+    import csv
+
+    import numpy as np
+
+    flat = {name: np.asarray(values).reshape(len(values), -1) for name, values in columns.items() if name != "outputs"}
+    header = [f"{name}_{j}" if values.shape[1] > 1 else name for name, values in flat.items()
+              for j in range(values.shape[1])]
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        for row in zip(*(values for values in flat.values()), strict=True):
+            writer.writerow([f"{v:.6g}" if isinstance(v, float | np.floating) else v for part in row for v in part])
