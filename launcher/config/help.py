@@ -2,7 +2,8 @@
 
 Hydra's default help lists every group it knows, including the `schema/*` groups the launcher
 stores only so the YAML options can extend them. The help template in conf/config.yaml asks for
-`${launcher_groups:}` instead: the groups and options found in the config folder.
+`${launcher_groups:}` instead: the groups and options found in the config folder, with installed
+plugins' models and datasets.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ def group_listing(conf_dir: Path) -> str:
     """One line per group: `name: option, option` (defaults first as composed by config.yaml)."""
     lines = []
     groups = sorted(p for p in conf_dir.iterdir() if p.is_dir() and p.name != "hydra")
+    from launcher.config.imports import plugins
+
     for group in [*groups, *(conf_dir / g for g in HYDRA_GROUPS)]:
-        options = sorted(p.stem for p in group.glob("*.yaml"))
+        options = sorted({p.stem for p in group.glob("*.yaml")}
+                         | (set(plugins(group.name)) if group.name in ("model", "dataset") else set()))
         if options:
             lines.append(f"  {group.relative_to(conf_dir).as_posix()}: {', '.join(options)}")
     return "\n".join(lines)

@@ -144,7 +144,14 @@ class Launch:
         from launcher.config.tasks import known_epoch_metrics, monitor_problems
         from launcher.train.build import build
 
+        before = {k: d.value for k, d in self.plan.decisions.items()}
         self.built = build(self.config, self.plan, self.source, self.strategy)
+        changed = [k for k, d in self.plan.decisions.items() if before.get(k, object()) != d.value]
+        for key in changed:  # what only the built model shows (its output dtype): printed and saved too
+            decision = self.plan.decisions[key]
+            print(f"  {key:<23} {decision.value}  {decision.reason}", flush=True)
+        if changed and not self.config.explain:
+            self._write_plan()
         task = self.plan["task"]
         if known_epoch_metrics(task, self.plan["task.metrics"]) is None:  # a user metric: its name is known now
             names = [m.name for m in self.built.task.train_metrics]
