@@ -124,24 +124,27 @@ class Engine:
         self._forward_backward_fn = (
             tf.function(self._forward_backward, jit_compile=True) if step == "replica_xla" else self._forward_backward
         )
-        apply_step = tf.function(self._apply_step, jit_compile=True) if step == "fused_xla" else self._apply_step
-        # Multi-replica evaluation keeps every example, so its last batch is ragged and
-        # shapes differ per replica; a compiled forward there would be retraced with a
-        # relaxed shape that captures one device's variables. Evaluate in graph mode then.
-        eval_forward = tf.function(self._eval_forward, jit_compile=True) if step == "fused_xla" else self._eval_forward
         strategy, task = self.strategy, self.task
 
-        # Metrics are updated here, in replica context but outside the compiled functions (their on-read
-        # variables stay out of XLA), from the outputs the step returns.
+        # Metrics are updated in replica context from the outputs the step returns. Under several replicas
+        # outside the compiled forward (their on-read variables stay out of XLA, like the cross-replica apply);
+        # on one replica (fused_xla) inside the compiled step, which then compiles whole.
         def replica_step(x, y):
-            stats, outputs = apply_step(x, y)
+            stats, outputs = self._apply_step(x, y)
             task.update(task.train_metrics, y, outputs)
             return stats
 
         def eval_step(x, y):
-            stats, outputs = eval_forward(x, y)
+            stats, outputs = self._eval_forward(x, y)
             task.update(task.val_metrics, y, outputs)
             return stats
+
+        if step == "fused_xla":
+            replica_step = tf.function(replica_step, jit_compile=True)
+            # Multi-replica evaluation keeps every example, so its last batch is ragged and shapes differ per
+            # replica; a compiled forward there would be retraced with a relaxed shape that captures one device's
+            # variables. Only one replica's evaluation is compiled.
+            eval_step = tf.function(eval_step, jit_compile=True)
 
         @tf.function
         def eval_chunk(iterator, steps):
