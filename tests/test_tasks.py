@@ -163,3 +163,24 @@ def test_metrics_over_two_replicas_equal_one_device_on_every_example(tmp_path):
     assert logs["val_auc"] == pytest.approx(per_label, abs=0.02)  # Keras's AUC interpolates 200 thresholds
     predicted = probs > 0.5
     assert logs["val_precision"] == pytest.approx((predicted & (y > 0)).sum() / predicted.sum(), abs=1e-5)
+
+
+def test_user_tf_data_loss_class_and_callback_in_one_run(tmp_path):
+    """A loader returning tf.data, a Loss class (2 x MSE), a callback: the loss the engine reports is the user's
+    (twice the mse metric on the same examples), and the callback sees every epoch's logs."""
+    import user_parts
+    from conftest import compose
+
+    from launcher.run.runner import execute
+
+    user_parts.SEEN.clear()
+    outcome = execute(compose(
+        "model=custom", "model.builder=user_parts:linear", "dataset=custom", "dataset.loader=user_parts:tf_data",
+        "task=regression", "task.loss=user_parts:DoubledSquaredError", "task.metrics=[mse]",
+        "train.callbacks=[user_parts:RecordingCallback]", "train.epochs=2", "scaling.batch_size=64", "xla=false",
+        "precision=fp32", "tracking.enabled=false", "checkpoint.enabled=false"), tmp_path / "run", tmp_path)
+    assert outcome.error is None
+    final = outcome.result.final
+    assert final["val_loss"] == pytest.approx(2 * final["val_mse"], rel=1e-5)
+    assert [e["epoch"] for e in user_parts.SEEN] == [0, 1] and "val_mse" in user_parts.SEEN[-1]
+    assert outcome.plan["train.steps_per_epoch"] == 3  # 192 tf.data examples counted, batches of 64

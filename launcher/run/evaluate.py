@@ -102,6 +102,11 @@ def compose_like(train_dir: Path, overrides: list[str]):
 
     merged: dict[str, str] = {}
     trained = yaml.safe_load((train_dir / OVERRIDES_FILE).read_text()) or []
+    if "strategy=multi_worker" in trained and not any(o.split("=", 1)[0].startswith("strategy") for o in overrides):
+        # Evaluation and prediction run in one process: the workers' cluster is not there to join.
+        trained = [o for o in trained if not o.split("=", 1)[0].lstrip("+~").startswith("strategy")]
+        print("  strategy  default  the run trained with strategy=multi_worker; evaluation runs in this one process "
+              "(strategy=mirrored to use its devices)", flush=True)
     for override in [*trained, *overrides]:
         key = override.split("=", 1)[0].lstrip("+~")
         if key.startswith("hydra."):

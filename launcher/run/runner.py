@@ -497,5 +497,5 @@ def _print_summary(result: FitResult, run_dir: Path, tracking_hint: str, metrics
     for key in headline(metrics, ("examples_per_sec",)):
         if key in final:
             print(f"  {key:<20} {final[key]:.4f}")
-    print(f"  run dir          {run_dir}")
-    print(f"  MLflow           {tracking_hint}")
+    print(f"  {'run dir':<20} {run_dir}")
+    print(f"  {'MLflow':<20} {tracking_hint}")

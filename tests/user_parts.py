@@ -1,0 +1,40 @@
+"""A user's components for in-process tests, named by import path (tests/ is on the path)."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+SEEN: list[dict] = []  # what RecordingCallback saw, one entry per epoch
+
+
+def tf_data(n: int = 256, features: int = 6):
+    """{"train": ds, "val": ds} of unbatched tf.data (x, y); targets a linear function of x."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(n, features)).astype("float32")
+    y = (x @ rng.normal(size=(features,))).astype("float32")
+    cut = n * 3 // 4
+    return {"train": tf.data.Dataset.from_tensor_slices((x[:cut], y[:cut])),
+            "val": tf.data.Dataset.from_tensor_slices((x[cut:], y[cut:]))}
+
+
+class DoubledSquaredError(keras.losses.Loss):
+    """2 x MSE: a Loss class the launcher instantiates unreduced."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+
+    def call(self, y_true, y_pred):
+        return 2.0 * keras.ops.mean(keras.ops.square(y_true - y_pred), axis=-1)
+
+
+class RecordingCallback(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        SEEN.append({"epoch": epoch, **(logs or {})})
+
+
+def linear(spec):
+    inputs = keras.Input(spec.input_shape)
+    return keras.Model(inputs, keras.layers.Dense(spec.outputs)(inputs))
