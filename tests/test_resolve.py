@@ -440,7 +440,7 @@ def test_profile_window_after_the_last_step_warns():
 
 # ---------------------------------------------------------------- bounds
 
-BREAKING = {">= 1": 0, ">= 0": -1, ">= 4": 3, "> 0": 0, "(0, 1)": 1, "[0, 1)": 1}
+BREAKING = {">= 1": 0, ">= 0": -1, ">= 4": 3, "> 0": 0, "(0, 1)": 1, "[0, 1)": 1, "(0, 1]": 0}
 
 
 # Options whose keys some bounds name; every other bound's key is in the default config.

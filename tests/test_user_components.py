@@ -133,16 +133,16 @@ import numpy as np
 import keras
 
 
-def not_a_model(spec):
+def not_a_model(spec, **params):
     return {"layers": 3}
 
 
-def float_labels():
+def float_labels(**params):
     x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
     return x, x[:, 0] * 0.5
 
 
-def big_labels():
+def big_labels(**params):
     x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
     return x, np.arange(64) % 5
 '''
@@ -157,7 +157,8 @@ REFUSALS = {
     "float labels": (["dataset.loader=my_project.broken:float_labels"], "task.name", "integer class ids"),
     "labels beyond the classes": (["dataset.loader=my_project.broken:big_labels", "dataset.num_classes=3"],
                                   "dataset.num_classes", "more classes than the largest label (4"),
-    "unknown metric": (["task.metrics=[accuracy,no_such_metric]"], "task.metrics", "a metric Keras knows"),
+    "unknown metric": (["task.metrics=[accuracy,my_project.metrics:BalancedAccuracy,no_such_metric]"],
+                       "task.metrics", "a metric Keras knows"),
 }
 
 
