@@ -28,6 +28,20 @@ def config_packages() -> list[str]:
     return [ep.value for ep in entry_points(group=CONFIG_GROUP)]
 
 
+def configured_path(kind: str, field: str, cfg) -> tuple[str, str]:
+    """(the key a problem is reported under, the import path) of a custom model's builder or dataset's loader:
+    `<kind>.<field>` when set, else the installed plugin called `<kind>.name`."""
+    given = str(getattr(cfg, field)).strip()
+    if given:
+        return f"{kind}.{field}", given
+    installed = plugins(kind)
+    if cfg.name in installed:
+        return f"{kind}.name", installed[cfg.name]
+    example = {"model": "my_package.models:build", "dataset": "my_package.data:load"}[kind]
+    raise ConfigError.single(f"{kind}.{field}", "", f"your {kind} {field} as module.path:function ({kind}=custom "
+                             "needs one)", f"{kind}.{field}={example}")
+
+
 def import_component(key: str, path: str, wanted: str):
     """The object `path` (module.path:attribute) names; a ConfigError for `key` when it cannot be had."""
     path = str(path).strip()

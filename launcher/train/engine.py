@@ -258,7 +258,7 @@ class Engine:
             self.callbacks.on_epoch_begin(epoch)
             logs = self._train_epoch(position, epochs, hooks)
             position.epoch, position.step_in_epoch = epoch + 1, 0
-            logs.update(self.evaluate(epoch))
+            logs.update(self.evaluate())
             logs.update(optimizer_logs(self.optimizer))
             self.callbacks.on_epoch_end(epoch, logs)
             result.epochs.append(EpochResult(epoch, logs))  # hooks below may add to logs
@@ -348,7 +348,7 @@ class Engine:
         self._skipped_in_epoch += telemetry.skipped
         return telemetry, totals, metrics
 
-    def evaluate(self, epoch: int = 0, split: str = "val") -> dict[str, float]:
+    def evaluate(self, split: str = "val") -> dict[str, float]:
         """Metrics of a split (every example, in order), of the weights' moving average under optimizer.use_ema;
         keys prefixed with the split (`val_loss`, `train_accuracy`)."""
         from launcher.train.ema import ema_weights

@@ -12,24 +12,14 @@ from __future__ import annotations
 import numpy as np
 
 from launcher.config.errors import ConfigError
-from launcher.config.imports import check_call, import_component, plugins
+from launcher.config.imports import check_call, configured_path, import_component
 from launcher.train.data import DataSource, split_arrays
 
 RETURNS = '(x, y) arrays, {"train": (x, y), "val": (x, y)} or {"train": ds, "val": ds} of tf.data (x, y)'
 
 
-def loader_path(cfg) -> tuple[str, str]:
-    if str(cfg.loader).strip():
-        return "dataset.loader", str(cfg.loader).strip()
-    installed = plugins("dataset")
-    if cfg.name in installed:
-        return "dataset.name", installed[cfg.name]
-    raise ConfigError.single("dataset.loader", "", "your data loader as module.path:function (dataset=custom needs "
-                             "one)", "dataset.loader=my_package.data:load")
-
-
 def load(cfg) -> DataSource:
-    key, path = loader_path(cfg)
+    key, path = configured_path("dataset", "loader", cfg)
     function = import_component(key, path, "a data loader function")
     params = dict(cfg.params)
     check_call(key, path, function, (), params, "load(**params) returning " + RETURNS)

@@ -8,25 +8,14 @@ and refuses what the engine cannot train: not a keras.Model, an output that does
 from __future__ import annotations
 
 from launcher.config.errors import ConfigError
-from launcher.config.imports import check_call, import_component, plugins
+from launcher.config.imports import check_call, configured_path, import_component
 from launcher.train.model_io import ModelSpec
 
 SHOWN_SIGNATURE = "build(spec, **params) -> keras.Model (spec: input_shape, outputs, task, kind, vocab_size)"
 
 
-def builder_path(cfg) -> tuple[str, str]:
-    """(the key a problem is reported under, the import path) of the configured builder."""
-    if str(cfg.builder).strip():
-        return "model.builder", str(cfg.builder).strip()
-    installed = plugins("model")
-    if cfg.name in installed:
-        return "model.name", installed[cfg.name]
-    raise ConfigError.single("model.builder", "", "your model builder as module.path:function (model=custom needs one)",
-                             "model.builder=my_package.models:build")
-
-
 def _builder(cfg, source):
-    key, path = builder_path(cfg)
+    key, path = configured_path("model", "builder", cfg)
     function = import_component(key, path, "a model builder function")
     check_call(key, path, function, (ModelSpec.of(source),), dict(cfg.params), SHOWN_SIGNATURE)
     return key, path, function
