@@ -14,8 +14,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from launcher.config.registry import MODELS
 from launcher.train.model_io import classifier_head, model_input
+from launcher.train.registry import MODELS
 
 POISON_FROM_STEP = 5
 

@@ -37,8 +37,8 @@ def test_k_micro_batches_update_like_one_batch_of_k_times_b(tmp_path, setup):
     whole = trained(tmp_path, "whole", *setup, "scaling.batch_size=64")
     small = trained(tmp_path, "small", *setup, "scaling.batch_size=16")  # negative control: a quarter of the data
     plan = accumulated.plan
-    assert plan["batch.micro"] == 16 and plan["batch.per_replica"] == 64
-    assert plan["batch.global"] == whole.plan["batch.global"]
+    assert plan.batch.micro == 16 and plan.batch.per_replica == 64
+    assert plan.batch.global_batch == whole.plan.batch.global_batch
     same = distance(accumulated.model.get_weights(), whole.model.get_weights())
     other = distance(accumulated.model.get_weights(), small.model.get_weights())
     tolerance = 2e-4 if "precision=mixed" in setup else 1e-6  # measured: 1.4e-5 and 3e-8; float16 rounds more
@@ -50,9 +50,9 @@ def test_the_plan_scales_the_learning_rate_with_the_effective_batch_and_drops_ra
     plan = resolve(config("strategy=mirrored", "scaling=linear", "scaling.batch_size=16", "scaling.reference_batch=32",
                           "optimizer.learning_rate=0.1", "optimizer.gradient_accumulation_steps=4", "xla=false"),
                    CPU_PLAIN)
-    assert plan["batch.micro"] == 16 and plan["batch.per_replica"] == 64 and plan["batch.global"] == 128
-    assert plan["lr"] == pytest.approx(0.1 * 128 / 32)
-    assert plan["batch.drop_remainder"] is True and plan["gradient_accumulation"] == 4
+    assert plan.batch.micro == 16 and plan.batch.per_replica == 64 and plan.batch.global_batch == 128
+    assert plan.learning_rate.peak == pytest.approx(0.1 * 128 / 32)
+    assert plan.batch.drop_remainder is True and plan.batch.accumulation == 4
 
 
 def test_accumulation_below_one_is_refused_with_the_fix():
@@ -73,7 +73,7 @@ def test_global_clipnorm_clips_the_all_reduced_gradient_as_one_device_does(tmp_p
     mirrored = trained(tmp_path, "mirrored", *precision, "strategy=mirrored", "scaling.batch_size=32", clip)
     single = trained(tmp_path, "single", *precision, "strategy=default", "scaling.batch_size=64", clip)
     free = trained(tmp_path, "free", *precision, "strategy=mirrored", "scaling.batch_size=32")  # negative control
-    assert "after the all-reduce" in mirrored.plan.reason("optimizer.global_clipnorm")
+    assert "after the all-reduce" in mirrored.plan.numerics.reason("global_clipnorm")
     initial = execute(compose(*ONE_STEP, *precision, "train.max_steps_per_epoch=1", "optimizer.learning_rate=1e-12"),
                       tmp_path / "initial", tmp_path).model.get_weights()
     moved = np.sqrt(sum(np.sum((a - b) ** 2) for a, b in zip(mirrored.model.get_weights(), initial, strict=True)))
@@ -107,4 +107,4 @@ def test_the_exported_model_holds_the_moving_average_of_the_weights(tmp_path):
     assert distance(exported, expected) < 1e-6
     assert distance(exported, [a.numpy() for a in averages]) == 0.0
     assert distance(exported, final) > 1e-4
-    assert "best model and the exported model" in run.plan.reason("optimizer.use_ema")
+    assert "best model and the exported model" in run.plan.numerics.reason("ema_momentum")

@@ -17,7 +17,7 @@ LEAVES = {"contract", "files", "console"}
 ALLOWED = {
     "config": set(),
     "plan": {"config", "contract", "console"},
-    "train": {"config", "contract", "console"},
+    "train": {"config", "plan", "contract", "console"},
     "tracking": {"config"},
     "run": {"config", "plan", "train", "tracking", "contract", "files", "console"},
     "sweep": {"config", "tracking", "contract", "files"},
@@ -28,8 +28,9 @@ ALLOWED = {
 TF_FREE_MODULES = [
     "launcher.sweep.callback", "launcher.sweep.job", "launcher.sweep.summary", "launcher.sweep.study_storage",
     "launcher.plan.resolve", "launcher.plan.schedule", "launcher.plan.resume", "launcher.plan.decisions",
+    "launcher.plan.precisions", "launcher.plan.sharding",
     "launcher.plan.environment", "launcher.plan.hardware",
-    "launcher.config.schema", "launcher.config.bounds", "launcher.config.registry", "launcher.config.tasks",
+    "launcher.config.schema", "launcher.config.bounds", "launcher.config.models", "launcher.config.tasks",
     "launcher.config.imports",
     "launcher.run.checkpoint_policy", "launcher.contract", "launcher.files", "launcher.console",
     "launcher.tracking.tracker", "launcher.tracking.uri",

@@ -73,9 +73,9 @@ SLURM = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "node[0
 
 def test_slurm_environment_is_a_cluster_one_port_per_task_on_a_node():
     plan = resolve(config("strategy=multi_worker", "strategy.port=3000"), replace(CPU_PLAIN, slurm=SLURM))
-    assert plan["strategy.cluster"] == ["node07:3000", "node07:3001", "node08:3000", "node08:3001"]
-    assert plan["strategy.task_index"] == 3 and plan["process.is_chief"] is False
-    assert plan["replicas"] == 4 and "Slurm" in plan.reason("strategy.cluster")
+    assert plan.cluster.workers == ["node07:3000", "node07:3001", "node08:3000", "node08:3001"]
+    assert plan.cluster.task_index == 3 and plan.cluster.is_chief is False
+    assert plan.strategy.replicas == 4 and "Slurm" in plan.cluster.reason("workers")
 
 
 def test_slurm_task_counts_that_do_not_add_up_are_refused():
@@ -86,7 +86,7 @@ def test_slurm_task_counts_that_do_not_add_up_are_refused():
 def test_config_workers_win_over_tf_config_and_slurm():
     env = replace(CPU_PLAIN, slurm=SLURM, tf_config={"cluster": {"worker": ["x:1"]}, "task": {"index": 0}})
     plan = resolve(config("strategy=multi_worker", "strategy.workers=[a:1,b:1]"), env)
-    assert plan["strategy.cluster"] == ["a:1", "b:1"]
+    assert plan.cluster.workers == ["a:1", "b:1"]
 
 
 def test_no_cluster_at_all_names_every_way_to_give_one():
@@ -105,15 +105,15 @@ def test_hostlists_and_task_counts_expand_as_slurm_writes_them():
 def test_ring_on_cpu_nccl_on_gpus_and_nccl_refused_without_gpus():
     two = ["strategy=multi_worker", "strategy.workers=[a:1,b:1]"]
     plan = resolve(config(*two), CPU_PLAIN)
-    assert plan["strategy.communication"] == "ring" and "no GPU" in plan.reason("strategy.communication")
-    assert resolve(config(*two), ONE_V100)["strategy.communication"] == "nccl"
+    assert plan.cluster.communication == "ring" and "no GPU" in plan.cluster.reason("communication")
+    assert resolve(config(*two), ONE_V100).cluster.communication == "nccl"
     with pytest.raises(ConfigError, match=r"strategy.communication='nccl'.*GPUs only"):
         resolve(config(*two, "strategy.communication=nccl"), CPU_PLAIN)
 
 
 def test_local_workers_plan_the_job_without_a_cluster():
     plan = resolve(config("strategy=multi_worker", "strategy.local_workers=3"), CPU_PLAIN)
-    assert plan["replicas"] == 3 and plan["strategy.local_workers"] == 3
+    assert plan.strategy.replicas == 3 and plan.strategy.local_workers == 3
 
 
 def test_workers_compare_plans_and_configs_but_not_their_own_index():
@@ -127,34 +127,33 @@ def test_workers_compare_plans_and_configs_but_not_their_own_index():
 
 
 def test_file_sharding_needs_a_file_per_worker_and_an_epoch_is_the_smallest_share():
-    from launcher.plan.decisions import Plan
+    from launcher.plan.decisions import DataPlan
     from launcher.plan.sharding import decide_sharding
 
-    def plan(workers):
-        p = Plan()
-        p.decide("strategy", "multi_worker", "")
-        p.decide("strategy.cluster", [f"h:{i}" for i in range(workers)], "")
-        p.decide("batch.global", 64, "")
-        return p
+    def plan(workers, batch=64):
+        hosts = ",".join(f"h:{1000 + i}" for i in range(workers))
+        return resolve(config("strategy=multi_worker", f"strategy.workers=[{hosts}]", "scaling=global",
+                              f"scaling.batch_size={batch}"), CPU_PLAIN)
 
-    two = plan(2)
     # Shares 600 and 300 examples; a step takes 32 of each: 300 // 64 global batches x 2 workers = 8 steps.
-    assert decide_sharding(two, (300, 200, 300, 100), 900) == 8 * 64
-    assert two["data.sharding"] == "file" and "shares [600, 300]" in two.reason("data.sharding")
-    three = plan(3)
-    assert decide_sharding(three, (300, 200), 500) == 500
-    assert three["data.sharding"] == "data" and "2 training file(s) < 3 workers" in three.reason("data.sharding")
-    arrays = plan(2)
-    assert decide_sharding(arrays, (), 900) == 900 and "arrays in memory" in arrays.reason("data.sharding")
-    assert "data.resume" not in arrays
-    single = Plan()
-    single.decide("strategy", "mirrored", "")
-    assert decide_sharding(single, (10, 10), 20) == 20 and single["data.resume"] == "exact (skips)"
-    assert "data.sharding" not in single
+    two, covered = decide_sharding(plan(2), (300, 200, 300, 100), 900)
+    data = two.record(DataPlan)
+    assert covered == 8 * 64 and two.file_sharded
+    assert data.sharding == "file" and "shares [600, 300]" in data.reason("sharding")
+    three, covered = decide_sharding(plan(3, batch=66), (300, 200), 500)
+    data = three.record(DataPlan)
+    assert covered == 500 and not three.file_sharded
+    assert data.sharding == "data" and "2 training file(s) < 3 workers" in data.reason("sharding")
+    arrays, covered = decide_sharding(plan(2), (), 900)
+    assert covered == 900 and "arrays in memory" in arrays.record(DataPlan).reason("sharding")
+    assert arrays.record(DataPlan).resume is None
+    single, covered = decide_sharding(resolve(config("strategy=mirrored"), CPU_PLAIN), (10, 10), 20)
+    assert covered == 20 and single.record(DataPlan).resume == "exact (skips)"
+    assert single.record(DataPlan).sharding is None and not single.file_sharded
 
 
 def test_tfrecord_without_shards_or_spec_is_refused_with_the_converter_command(tmp_path):
-    from launcher.config.registry import DATASETS
+    from launcher.train.registry import DATASETS
 
     cfg = config("dataset=tfrecord", f"dataset.train={tmp_path}/none-*.tfrecord").dataset
     with pytest.raises(ConfigError, match=r"(?s)dataset.train=.*no file matches.*to_tfrecord"):

@@ -40,8 +40,8 @@ def test_warmup_and_linear_scaling_drive_the_learning_rate(tmp_path):
                   "scaling.reference_batch=32", "scaling.warmup_epochs=1", "optimizer.learning_rate=0.001",
                   "train.epochs=2")
     plan = outcome.plan
-    assert plan["lr"] == pytest.approx(0.002)
-    assert plan["warmup.steps"] == plan["train.steps_per_epoch"]
+    assert plan.learning_rate.peak == pytest.approx(0.002)
+    assert plan.schedule.warmup_steps == plan.schedule.steps_per_epoch
     assert outcome.result.epochs[-1].logs["learning_rate"] == pytest.approx(0.002)
 
 
@@ -166,7 +166,7 @@ def test_warmup_ramps_the_scaled_learning_rate_step_by_step(tmp_path):
     engine = engine_for(tmp_path, "strategy=mirrored", "scaling=linear", "scaling.reference_batch=32",
                         "optimizer.learning_rate=0.001", "scaling.warmup_epochs=0", "scaling.warmup_steps=8",
                         "train.steps_per_execution=1")
-    assert engine.plan["lr"] == pytest.approx(0.002)  # linear rule: 2 replicas x 32 vs reference 32
+    assert engine.plan.learning_rate.peak == pytest.approx(0.002)  # linear rule: 2 replicas x 32 vs reference 32
     recorder = LearningRateRecorder(engine.optimizer)
     engine.fit(1, hooks=recorder)
     # Step k (0-based) trains at 0.002 * (k + 1) / 8 during warmup, then at 0.002.

@@ -143,7 +143,7 @@ def engine_weights(tmp_path, *overrides, steps=8):
 def test_hybrid_step_gives_the_weights_of_the_graph_step(tmp_path, overrides):
     hybrid, got = engine_weights(tmp_path / "hybrid", *overrides, "optimizer.update=fused")
     graph, want = engine_weights(tmp_path / "graph", *overrides, "optimizer.update=keras")
-    assert hybrid.plan["step"] == "hybrid" and graph.plan["step"] == "graph"
+    assert hybrid.plan.step.kind == "hybrid" and graph.plan.step.kind == "graph"
     inner = getattr(hybrid.optimizer, "inner_optimizer", hybrid.optimizer)
     assert type(inner) is FusedAdam
     assert type(getattr(graph.optimizer, "inner_optimizer", graph.optimizer)) is keras.optimizers.Adam

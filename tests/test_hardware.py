@@ -42,8 +42,8 @@ def test_a_failed_measurement_is_not_cached_and_auto_falls_back_to_cpu_flags(cac
     assert hardware.measured_rates() == {}
     assert not cache.exists()
     plan = resolve(config("precision=auto", "xla=auto"), CPU_AVX512_BF16)  # flags only, nothing measured
-    assert plan["precision"] == "fp32"
-    assert "not measured" in plan.reason("precision")
+    assert plan.precision.name == "fp32"
+    assert "not measured" in plan.precision.reason("name")
 
 
 def test_the_machine_key_changes_with_the_cpu(tmp_path):

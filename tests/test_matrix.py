@@ -32,11 +32,11 @@ def test_every_combination_trains_and_loss_decreases(precision, strategy, xla, t
     outcome = execute(cfg, tmp_path / "run", tmp_path)
     assert outcome.error is None
     plan = outcome.plan
-    assert plan["replicas"] == (2 if strategy == "mirrored" else 1)
-    assert plan["xla"] is (xla == "true")
+    assert plan.strategy.replicas == (2 if strategy == "mirrored" else 1)
+    assert plan.step.xla is (xla == "true")
     # The update is fused unless XLA compiles it with the whole step (one replica).
     whole_step_compiled = xla == "true" and strategy == "default"
-    assert plan["optimizer.update"] == ("keras" if whole_step_compiled else "fused")
+    assert plan.step.update == ("keras" if whole_step_compiled else "fused")
     adam = keras.optimizers.Adam if whole_step_compiled else FusedAdam
     optimizer = outcome.model.optimizer  # what was built and trained with, not only what the Plan says
     if precision == "mixed":
@@ -69,8 +69,8 @@ def test_big_batch_knobs_work_in_every_combination(precision, strategy, xla, tmp
     outcome = execute(cfg, tmp_path / "run", tmp_path)
     assert outcome.error is None
     plan = outcome.plan
-    assert plan["gradient_accumulation"] == 2 and plan["optimizer.global_clipnorm"] == 1.0
-    assert plan["optimizer.use_ema"] == 0.99
+    assert plan.batch.accumulation == 2 and plan.numerics.global_clipnorm == 1.0
+    assert plan.numerics.ema_momentum == 0.99
     inner = ema_optimizer(outcome.model.optimizer)
     assert isinstance(inner, _ClipAfterAllReduce) and inner.clip_global == 1.0
     averages = [a.numpy() for a in inner._model_variables_moving_average]

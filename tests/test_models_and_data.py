@@ -9,8 +9,8 @@ import pytest
 from conftest import compose, config
 
 from launcher.config.errors import ConfigError
-from launcher.config.registry import DATASETS, MODELS
 from launcher.run.runner import execute
+from launcher.train.registry import DATASETS, MODELS
 
 QUICK = ["train.epochs=2", "tracking.enabled=false", "checkpoint.enabled=false",
          "checkpoint.export_model=false", "scaling.batch_size=16", "optimizer.learning_rate=0.005"]
@@ -59,7 +59,7 @@ def test_model_output_is_float32_and_layers_follow_the_policy():
             cfg = config(f"model={name}").model
             if name == "resnet":
                 cfg.variant = "ResNet50"
-            model = float32_output(MODELS.get(name).build(cfg, source))
+            model, _ = float32_output(MODELS.get(name).build(cfg, source), mixed=True)
             assert model.outputs[0].dtype == "float32", name
             assert any(layer.dtype_policy.name == "mixed_bfloat16" for layer in model.layers[1:]), name
     finally:

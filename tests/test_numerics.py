@@ -77,7 +77,7 @@ def test_skip_under_float32_adds_a_scale_one_optimizer_that_skips(tmp_path, monk
                               "checkpoint.enabled=false", "train.on_nonfinite=skip", "train.collapse_steps=8"),
                       tmp_path / "run", tmp_path)
     plan = outcome.plan
-    assert plan["loss_scale.optimizer"] == "replica_safe" and plan["loss_scale.value"] == 1.0
+    assert plan.loss_scale.optimizer == "replica_safe" and plan.loss_scale.value == 1.0
     # Poisoned after 5 updates: steps 6.. are skipped; 8 in a row stop at the end of the chunk reaching 13.
     assert outcome.error.startswith("NumericsStop: skipped_steps at global step ")
     assert 13 <= int(outcome.error.rsplit(" ", 1)[1]) <= 16
@@ -89,7 +89,7 @@ def test_an_injected_nonfinite_gradient_stream_stops_float16_mirrored_xla_with_t
     db = f"sqlite:///{tmp_path}/m.db"
     outcome = execute(compose(*TINY, "precision=mixed", "strategy=mirrored", "xla=true", f"tracking.uri={db}",
                               "checkpoint.enabled=false", "train.collapse_steps=20"), tmp_path / "run", tmp_path)
-    assert outcome.plan["step"] == "replica_xla" and outcome.plan["loss_scale.optimizer"] == "replica_safe"
+    assert outcome.plan.step.kind == "replica_xla" and outcome.plan.loss_scale.optimizer == "replica_safe"
     # Updates 1-5 apply, step 6 on skip; the chunk reaching 20 consecutive skips (step 25) stops it.
     stop_step = int(outcome.error.rsplit(" ", 1)[1])
     assert outcome.error.startswith("NumericsStop: skipped_steps") and 25 <= stop_step <= 28
@@ -132,7 +132,7 @@ def test_a_float16_overflow_stops_and_float32_layers_fix_it(tmp_path, monkeypatc
     assert broken.error == "NumericsStop: nonfinite_loss at global step 1"
     fixed = execute(compose(*quiet, "precision.float32_layers=[amplify,attenuate]"), tmp_path / "b", tmp_path)
     assert fixed.error is None and math.isfinite(fixed.result.final["loss"])
-    assert fixed.plan["precision.float32_layers"] == ["amplify", "attenuate"]
+    assert fixed.plan.precision.float32_layers == ["amplify", "attenuate"]
     layers = {layer.name: layer for layer in fixed.model.layers}
     assert layers["amplify"].compute_dtype == "float32" and layers["dense_0"].compute_dtype == "float16"
 

@@ -28,7 +28,7 @@ def test_an_experiment_pins_groups_and_values_and_the_command_line_still_wins():
 def steps(*overrides):
     cfg = config(*overrides)
     plan = schedule(cfg, resolve(cfg, CPU_PLAIN), 1438, 359)
-    return plan["train.steps_per_epoch"], plan["train.validation_steps"], cfg.train.epochs
+    return plan.schedule.steps_per_epoch, plan.schedule.validation_steps, cfg.train.epochs
 
 
 def test_debug_presets_shrink_the_run():

@@ -48,15 +48,15 @@ def plan_for(env, *overrides):
 )
 def test_auto_precision_follows_the_hardware(env, expected):
     plan = plan_for(env, "precision=auto")
-    assert plan["precision"] == expected
-    assert plan.reason("precision").startswith("precision=auto:")
+    assert plan.precision.name == expected
+    assert plan.precision.reason("name").startswith("precision=auto:")
 
 
 def test_explicit_precision_is_kept_with_policy():
     plan = plan_for(CPU_PLAIN, "precision=bf16")
-    assert plan["precision"] == "bf16"
-    assert plan["precision.policy"] == "mixed_bfloat16"
-    assert plan["model.output_dtype"] == "float32"
+    assert plan.precision.name == "bf16"
+    assert plan.precision.policy == "mixed_bfloat16"
+    assert plan.precision.output_dtype == "float32"
 
 
 def test_mixed_without_fp16_fast_path_warns_and_suggests_bf16():
@@ -83,8 +83,8 @@ def test_mixed_on_v100_has_no_speed_warning():
 
 def test_mixed_gets_dynamic_loss_scaling_by_default():
     plan = plan_for(ONE_V100, "precision=mixed")
-    assert plan["loss_scale.mode"] == "dynamic"
-    assert plan["loss_scale.optimizer"] == "stock"
+    assert plan.loss_scale.mode == "dynamic"
+    assert plan.loss_scale.optimizer == "stock"
 
 
 def test_mixed_without_loss_scaling_is_refused():
@@ -96,7 +96,7 @@ def test_mixed_without_loss_scaling_is_refused():
 @pytest.mark.parametrize("mode", ["dynamic", "fixed"])
 def test_explicit_loss_scale_unused_is_a_warning(precision, mode):
     plan = plan_for(CPU_AMX, f"precision={precision}", f"loss_scale={mode}")
-    assert plan["loss_scale.mode"] == "none"
+    assert plan.loss_scale.mode == "none"
     assert any(f"loss_scale={mode} is unused with precision={precision}" in w for w in plan.warnings)
 
 
@@ -107,8 +107,8 @@ def test_fixed_scale_must_be_positive():
 
 def test_fixed_scale_not_power_of_two_warns():
     plan = plan_for(ONE_V100, "precision=mixed", "loss_scale=fixed", "loss_scale.value=1000")
-    assert plan["loss_scale.mode"] == "fixed"
-    assert plan["loss_scale.optimizer"] == "replica_safe"
+    assert plan.loss_scale.mode == "fixed"
+    assert plan.loss_scale.optimizer == "replica_safe"
     assert any("not a power of 2" in w for w in plan.warnings)
 
 
@@ -125,16 +125,16 @@ def test_dynamic_params_must_be_ordered_and_all_reported():
 
 def test_multi_replica_xla_mixed_swaps_in_replica_safe_lso():
     plan = plan_for(CPU_AMX, "precision=mixed", "strategy=mirrored", "xla=true")
-    assert plan["replicas"] == 2
-    assert plan["step"] == "replica_xla"
-    assert plan["loss_scale.optimizer"] == "replica_safe"
-    assert "crashes under XLA" in plan.reason("loss_scale.optimizer")
+    assert plan.strategy.replicas == 2
+    assert plan.step.kind == "replica_xla"
+    assert plan.loss_scale.optimizer == "replica_safe"
+    assert "crashes under XLA" in plan.loss_scale.reason("optimizer")
 
 
 def test_multi_replica_without_xla_still_uses_replica_safe():
     plan = plan_for(EIGHT_V100, "precision=mixed", "strategy=mirrored", "xla=false")
-    assert plan["loss_scale.optimizer"] == "replica_safe"
-    assert "first replica" in plan.reason("loss_scale.optimizer")
+    assert plan.loss_scale.optimizer == "replica_safe"
+    assert "first replica" in plan.loss_scale.reason("optimizer")
 
 
 def test_stock_lso_with_multi_replica_xla_is_refused():
@@ -151,7 +151,7 @@ def test_stock_lso_with_fixed_mode_is_refused():
 
 def test_stock_lso_multi_replica_without_xla_warns():
     plan = plan_for(TWO_A100, "precision=mixed", "strategy=mirrored", "xla=false", "loss_scale.implementation=stock")
-    assert plan["loss_scale.optimizer"] == "stock"
+    assert plan.loss_scale.optimizer == "stock"
     assert any("first replica" in w for w in plan.warnings)
 
 
@@ -160,14 +160,14 @@ def test_stock_lso_multi_replica_without_xla_warns():
 
 def test_xla_true_single_replica_compiles_the_whole_step():
     plan = plan_for(CPU_PLAIN, "xla=true")
-    assert plan["xla"] is True and plan["step"] == "fused_xla"
+    assert plan.step.xla is True and plan.step.kind == "fused_xla"
 
 
 def test_xla_false_is_no_xla_anywhere_hybrid_or_graph():
     plan = plan_for(EIGHT_A100, "xla=false", "strategy=mirrored")
-    assert plan["step"] == "hybrid" and plan["optimizer.update"] == "fused"
-    assert "no XLA anywhere" in plan.reason("step")
-    assert plan_for(EIGHT_A100, "xla=false", "optimizer.update=keras")["step"] == "graph"
+    assert plan.step.kind == "hybrid" and plan.step.update == "fused"
+    assert "no XLA anywhere" in plan.step.reason("kind")
+    assert plan_for(EIGHT_A100, "xla=false", "optimizer.update=keras").step.kind == "graph"
 
 
 @pytest.mark.parametrize(
@@ -185,9 +185,9 @@ def test_xla_false_is_no_xla_anywhere_hybrid_or_graph():
 )
 def test_step_kind_and_optimizer_update(overrides, step, update):
     plan = plan_for(CPU_PLAIN, *overrides)
-    assert (plan["step"], plan["optimizer.update"]) == (step, update)
+    assert (plan.step.kind, plan.step.update) == (step, update)
     if update == "fused" and "optimizer.update=fused" not in overrides:
-        assert "ResourceApply" in plan.reason("optimizer.update")
+        assert "ResourceApply" in plan.step.reason("update")
 
 
 def test_optimizer_update_typo_is_refused_with_choices():
@@ -210,9 +210,9 @@ def test_optimizer_update_typo_is_refused_with_choices():
 )
 def test_auto_decides_by_measured_matmul_rates(env, precision, xla, step):
     plan = plan_for(env, "precision=auto", "xla=auto")
-    assert (plan["precision"], plan["xla"], plan["step"]) == (precision, xla, step)
-    assert "measured here" in plan.reason("precision") and "GFLOP/s" in plan.reason("precision")
-    assert "measured here" in plan.reason("xla")
+    assert (plan.precision.name, plan.step.xla, plan.step.kind) == (precision, xla, step)
+    assert "measured here" in plan.precision.reason("name") and "GFLOP/s" in plan.precision.reason("name")
+    assert "measured here" in plan.step.reason("xla")
 
 
 @pytest.mark.parametrize(
@@ -221,7 +221,7 @@ def test_auto_decides_by_measured_matmul_rates(env, precision, xla, step):
      (CPU_AMX_MEASURED, "fp32", True), (CPU_AMX_MEASURED, "bf16", False)],
 )
 def test_xla_auto_compares_xla_with_onednn_for_the_compute_dtype(env, precision, expected):
-    assert plan_for(env, "xla=auto", f"precision={precision}")["xla"] is expected
+    assert plan_for(env, "xla=auto", f"precision={precision}").step.xla is expected
 
 
 def test_only_auto_settings_ask_for_measurements():
@@ -246,18 +246,18 @@ def test_only_auto_settings_ask_for_measurements():
 )
 def test_xla_auto_depends_on_hardware_and_precision(env, precision, expected):
     plan = plan_for(env, "xla=auto", f"precision={precision}")
-    assert plan["xla"] is expected
-    assert plan.reason("xla").startswith("xla=auto:")
+    assert plan.step.xla is expected
+    assert plan.step.reason("xla").startswith("xla=auto:")
 
 
 @pytest.mark.parametrize("model", ["cnn", "resnet"])
 def test_xla_auto_is_off_for_convnets_on_cpu_and_on_for_gpus(model):
-    assert plan_for(CPU_PLAIN, "xla=auto", f"model={model}")["xla"] is False
-    assert plan_for(ONE_A100, "xla=auto", f"model={model}")["xla"] is True
+    assert plan_for(CPU_PLAIN, "xla=auto", f"model={model}").step.xla is False
+    assert plan_for(ONE_A100, "xla=auto", f"model={model}").step.xla is True
 
 
 def test_xla_accepts_hydra_bool_spelling():
-    assert plan_for(CPU_PLAIN, "xla=True")["xla"] is True
+    assert plan_for(CPU_PLAIN, "xla=True").step.xla is True
 
 
 def test_xla_typo_is_refused_with_choices():
@@ -270,15 +270,15 @@ def test_xla_typo_is_refused_with_choices():
 
 def test_mirrored_on_cpu_splits_into_logical_devices():
     plan = plan_for(CPU_AVX512_BF16, "strategy=mirrored")
-    assert plan["strategy.devices"] == ["/cpu:0", "/cpu:1"]
-    assert plan["strategy.logical_cpus"] == 2
-    assert plan.reason("strategy.devices").startswith("adapted: no GPU")
+    assert plan.strategy.devices == ["/cpu:0", "/cpu:1"]
+    assert plan.strategy.logical_cpus == 2
+    assert plan.strategy.reason("devices").startswith("adapted: no GPU")
 
 
 def test_mirrored_uses_every_gpu():
     plan = plan_for(EIGHT_A100, "strategy=mirrored")
-    assert plan["replicas"] == 8
-    assert plan["strategy.logical_cpus"] == 0
+    assert plan.strategy.replicas == 8
+    assert plan.strategy.logical_cpus == 0
 
 
 def test_mirrored_asking_for_more_gpus_than_found_is_refused():
@@ -288,7 +288,7 @@ def test_mirrored_asking_for_more_gpus_than_found_is_refused():
 
 def test_mirrored_on_one_gpu_warns():
     plan = plan_for(ONE_A100, "strategy=mirrored")
-    assert plan["replicas"] == 1
+    assert plan.strategy.replicas == 1
     assert any("single replica" in w for w in plan.warnings)
 
 
@@ -298,7 +298,7 @@ def test_one_device_missing_gpu_is_refused_naming_devices():
 
 
 def test_one_device_auto_picks_gpu():
-    assert plan_for(ONE_V100, "strategy=one_device")["strategy.devices"] == ["/gpu:0"]
+    assert plan_for(ONE_V100, "strategy=one_device").strategy.devices == ["/gpu:0"]
 
 
 def test_multi_worker_needs_tf_config():
@@ -308,8 +308,8 @@ def test_multi_worker_needs_tf_config():
 
 def test_multi_worker_counts_replicas_across_workers():
     plan = plan_for(TWO_WORKERS, "strategy=multi_worker")
-    assert plan["replicas"] == 2
-    assert plan["process.is_chief"] is True
+    assert plan.strategy.replicas == 2
+    assert plan.cluster.is_chief is True
 
 
 def test_multi_worker_second_worker_is_not_chief():
@@ -317,7 +317,7 @@ def test_multi_worker_second_worker_is_not_chief():
 
     tf_config = {**TWO_WORKERS.tf_config, "task": {"type": "worker", "index": 1}}
     plan = plan_for(replace(TWO_WORKERS, tf_config=tf_config), "strategy=multi_worker")
-    assert plan["process.is_chief"] is False
+    assert plan.cluster.is_chief is False
 
 
 # ------------------------------------------------------- batch and lr
@@ -325,8 +325,8 @@ def test_multi_worker_second_worker_is_not_chief():
 
 def test_per_replica_batch_scales_global_batch():
     plan = plan_for(EIGHT_A100, "strategy=mirrored", "scaling=per_replica", "scaling.batch_size=32")
-    assert plan["batch.global"] == 256 and plan["batch.per_replica"] == 32
-    assert plan["batch.drop_remainder"] is True
+    assert plan.batch.global_batch == 256 and plan.batch.per_replica == 32
+    assert plan.batch.drop_remainder is True
 
 
 def test_global_batch_must_divide_by_replicas():
@@ -339,19 +339,19 @@ def test_global_batch_must_divide_by_replicas():
 
 def test_global_batch_split_across_replicas():
     plan = plan_for(EIGHT_A100, "strategy=mirrored", "scaling=global", "scaling.batch_size=256")
-    assert plan["batch.per_replica"] == 32
+    assert plan.batch.per_replica == 32
 
 
 def test_single_replica_graph_keeps_ragged_last_batch():
-    assert plan_for(CPU_PLAIN, "xla=false")["batch.drop_remainder"] is False
+    assert plan_for(CPU_PLAIN, "xla=false").batch.drop_remainder is False
 
 
 def test_linear_lr_rule():
     plan = plan_for(
         EIGHT_A100, "strategy=mirrored", "scaling=linear", "scaling.batch_size=64", "optimizer.learning_rate=0.001"
     )
-    assert plan["lr"] == pytest.approx(0.008)
-    assert "0.001 x 512/64" in plan.reason("lr")
+    assert plan.learning_rate.peak == pytest.approx(0.008)
+    assert "0.001 x 512/64" in plan.learning_rate.reason("peak")
 
 
 def test_sqrt_lr_rule():
@@ -362,15 +362,15 @@ def test_sqrt_lr_rule():
         "scaling.batch_size=64",
         "optimizer.learning_rate=0.001",
     )
-    assert plan["lr"] == pytest.approx(0.001 * 8 ** 0.5)
+    assert plan.learning_rate.peak == pytest.approx(0.001 * 8 ** 0.5)
 
 
 def test_warmup_epochs_become_steps_after_the_data_is_known():
     cfg = config("scaling=linear", "scaling.warmup_epochs=2", "train.epochs=3")
     plan = schedule(cfg, resolve(cfg, CPU_PLAIN), num_train=640, num_val=100)
-    assert plan["train.steps_per_epoch"] == 10
-    assert plan["warmup.steps"] == 20
-    assert plan["train.total_steps"] == 30
+    assert plan.schedule.steps_per_epoch == 10
+    assert plan.schedule.warmup_steps == 20
+    assert plan.schedule.total_steps == 30
 
 
 def test_warmup_epochs_and_steps_together_are_refused():
@@ -407,7 +407,7 @@ def test_every_violation_is_reported_at_once():
 
 def test_every_decision_has_a_reason():
     plan = plan_for(CPU_AMX, "precision=mixed", "strategy=mirrored", "xla=true")
-    assert all(d.reason for d in plan.decisions.values())
+    assert all(reason for _, reason in plan.decisions().values())
     assert "plan.loss_scale.optimizer" in plan.tags()
 
 
@@ -416,12 +416,13 @@ def test_every_decision_has_a_reason():
 
 def test_profile_window_is_a_decision_with_where_the_trace_goes():
     plan = plan_for(CPU_PLAIN, "train.profile.steps=5", "train.profile.skip_steps=3")
-    assert plan["profile"] == "steps 4-8"
-    assert "<run dir>/profile" in plan.reason("profile") and "logged to MLflow" in plan.reason("profile")
+    assert plan.profile.window == "steps 4-8"
+    assert "<run dir>/profile" in plan.profile.reason("window") and "logged to MLflow" in plan.profile.reason("window")
 
 
 def test_profile_off_by_default():
-    assert "profile" not in plan_for(CPU_PLAIN)
+    plan = plan_for(CPU_PLAIN)
+    assert plan.profile.window is None and "profile" not in plan.values()
 
 
 def test_negative_profile_steps_are_refused_with_a_fix():
@@ -434,7 +435,7 @@ def test_negative_profile_steps_are_refused_with_a_fix():
 def test_profile_window_after_the_last_step_warns():
     cfg = config("train.profile.steps=5", "train.profile.skip_steps=50", "train.epochs=2")
     plan = schedule(cfg, resolve(cfg, CPU_PLAIN), num_train=640, num_val=100)
-    assert plan["train.total_steps"] == 20
+    assert plan.schedule.total_steps == 20
     assert any("nothing will be traced" in w and "train.profile.skip_steps=" in w for w in plan.warnings)
 
 
@@ -489,18 +490,18 @@ def test_max_to_keep_is_only_checked_when_checkpointing():
 
 def test_skip_under_float32_adds_a_scale_one_replica_safe_optimizer_and_mixed_keeps_dynamic_scaling():
     plan = plan_for(CPU_PLAIN, "precision=fp32", "train.on_nonfinite=skip")
-    assert plan["loss_scale.optimizer"] == "replica_safe" and plan["loss_scale.value"] == 1.0
-    assert plan["numerics.on_nonfinite"] == "skip"
+    assert plan.loss_scale.optimizer == "replica_safe" and plan.loss_scale.value == 1.0
+    assert plan.numerics.on_nonfinite == "skip"
     mixed = plan_for(CPU_PLAIN, "precision=mixed", "train.on_nonfinite=skip")
-    assert mixed["loss_scale.mode"] == "dynamic"
-    assert "loss_scale.value" not in mixed
+    assert mixed.loss_scale.mode == "dynamic"
+    assert mixed.loss_scale.value is None
     stop = plan_for(CPU_PLAIN, "precision=fp32")
-    assert stop["loss_scale.optimizer"] == "none"
-    assert "stop after 20 consecutive" in stop.reason("numerics.on_nonfinite")
+    assert stop.loss_scale.optimizer == "none"
+    assert "stop after 20 consecutive" in stop.numerics.reason("on_nonfinite")
 
 
 def test_float32_layers_are_a_decision_under_a_mixed_policy_and_a_warning_under_float32():
     mixed = plan_for(CPU_PLAIN, "precision=mixed", "precision.float32_layers=[dense_0]")
-    assert mixed["precision.float32_layers"] == ["dense_0"]
+    assert mixed.precision.float32_layers == ["dense_0"]
     plain = plan_for(CPU_PLAIN, "precision=fp32", "precision.float32_layers=[dense_0]")
-    assert "precision.float32_layers" not in plain and any("float32_layers" in w for w in plain.warnings)
+    assert plain.precision.float32_layers is None and any("float32_layers" in w for w in plain.warnings)

@@ -43,6 +43,6 @@ def test_launcher_trains_the_same_combination(tmp_path):
     outcome = execute(cfg, tmp_path / "run", tmp_path)
     assert outcome.error is None
     assert type(outcome.model.optimizer) is ReplicaSafeLossScaleOptimizer  # built, not only planned
-    assert outcome.plan["step"] == "replica_xla"
+    assert outcome.plan.step.kind == "replica_xla"
     losses = [e.logs["loss"] for e in outcome.result.epochs]
     assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0]

@@ -23,14 +23,14 @@ def problems(*overrides):
 ])
 def test_each_task_decides_its_loss_metrics_and_objective(task, loss, metrics, objective):
     plan = resolve(config(f"task={task}"), CPU_PLAIN)
-    assert (plan["task"], plan["task.loss"], plan["task.metrics"], plan["objective"]) == (task, loss, metrics,
+    assert (plan.task.name, plan.task.loss, plan.task.metrics, plan.task.objective) == (task, loss, metrics,
                                                                                         objective)
 
 
 def test_sequence_decides_a_masked_loss_and_perplexity():
     plan = resolve(config("task=sequence", "model=transformer"), CPU_PLAIN)
-    assert plan["task.metrics"] == ["accuracy", "perplexity"]
-    assert "padding tokens masked" in plan.decisions["task.loss"].reason
+    assert plan.task.metrics == ["accuracy", "perplexity"]
+    assert "padding tokens masked" in plan.task.reason("loss")
 
 
 def test_accuracy_on_regression_is_refused_with_the_metrics_that_fit():
@@ -58,15 +58,15 @@ def test_a_monitor_the_task_does_not_log_is_refused_naming_the_ones_it_does():
 
 
 def test_objective_auto_falls_back_to_val_loss_when_the_headline_metric_is_not_logged():
-    assert resolve(config("task.metrics=[top5_accuracy]"), CPU_PLAIN)["objective"] == "val_loss"
+    assert resolve(config("task.metrics=[top5_accuracy]"), CPU_PLAIN).task.objective == "val_loss"
     assert resolve(config("objective=val_top5_accuracy", "task.metrics=[top5_accuracy]"),
-                   CPU_PLAIN)["objective"] == "val_top5_accuracy"
+                   CPU_PLAIN).task.objective == "val_top5_accuracy"
 
 
 def test_a_user_loss_is_computed_in_float32_and_the_plan_says_so():
     plan = resolve(config("precision=mixed", "task.loss=my_pkg.losses:focal"), CPU_PLAIN)
-    assert plan["task.loss"] == "my_pkg.losses:focal"
-    assert "never computes in float16" in plan.decisions["task.loss"].reason
+    assert plan.task.loss == "my_pkg.losses:focal"
+    assert "never computes in float16" in plan.task.reason("loss")
 
 
 def test_a_user_metric_defers_the_monitor_check_to_the_build():
@@ -183,4 +183,4 @@ def test_user_tf_data_loss_class_and_callback_in_one_run(tmp_path):
     final = outcome.result.final
     assert final["val_loss"] == pytest.approx(2 * final["val_mse"], rel=1e-5)
     assert [e["epoch"] for e in user_parts.SEEN] == [0, 1] and "val_mse" in user_parts.SEEN[-1]
-    assert outcome.plan["train.steps_per_epoch"] == 3  # 192 tf.data examples counted, batches of 64
+    assert outcome.plan.schedule.steps_per_epoch == 3  # 192 tf.data examples counted, batches of 64

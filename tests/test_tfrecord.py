@@ -6,7 +6,7 @@ import numpy as np
 from conftest import config
 from launcher_datasets.to_tfrecord import convert, main
 
-from launcher.config.registry import DATASETS
+from launcher.train.registry import DATASETS
 
 
 def test_npz_shards_hold_every_example_exactly_with_counts_in_dataset_json(tmp_path):

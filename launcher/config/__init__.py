@@ -2,7 +2,7 @@
 
 `schema` holds the structured configs Hydra composes into (every field documented where it is
 declared), `bounds` the plain range checks the resolver walks, `errors` the `ConfigError` that
-lists every problem with its fix, `registry` the built-in models and datasets by name.
+lists every problem with its fix, `models` the table of model kinds (what each model is).
 
 May import: Hydra, OmegaConf and the standard library. Never TensorFlow, never another
 launcher package: every other stage imports this one.

@@ -14,6 +14,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from launcher.config.models import MODEL_KINDS, CustomModelConfig
+
 
 class PrecisionName(Enum):
     fp32 = "fp32"
@@ -121,72 +123,6 @@ class EvalSplit(Enum):
 class MonitorMode(Enum):
     min = "min"
     max = "max"
-
-
-# --------------------------------------------------------------------- model
-# Each field's docstring says what it does, its unit and its range; `launcher.config.bounds`
-# holds the range checks the resolver runs.
-
-
-@dataclass
-class MlpConfig:
-    name: str = "mlp"
-    hidden_units: list[int] = field(default_factory=lambda: [128, 64])
-    """Width of each hidden Dense layer, input to output; each >= 1."""
-    activation: str = "relu"
-    """Keras activation name for the hidden layers."""
-    dropout: float = 0.0
-    """Dropout rate after each hidden layer, in [0, 1)."""
-
-
-@dataclass
-class CnnConfig:
-    name: str = "cnn"
-    filters: list[int] = field(default_factory=lambda: [16, 32])
-    """Filters of each conv block (conv + pool), input to output; each >= 1."""
-    kernel_size: int = 3
-    """Square kernel side in pixels, >= 1."""
-    dense_units: int = 64
-    """Width of the Dense layer before the classifier, >= 1."""
-    dropout: float = 0.0
-    """Dropout rate before the classifier, in [0, 1)."""
-
-
-@dataclass
-class ResnetConfig:
-    name: str = "resnet"
-    variant: str = "ResNet50"
-    """Any keras.applications ResNet family member; built with weights=None (never downloaded)."""
-    min_input_size: int = 32
-    """Inputs are resized up to at least max(this, 32) pixels per side (ResNet's minimum)."""
-
-
-@dataclass
-class TransformerConfig:
-    name: str = "transformer"
-    embed_dim: int = 32
-    """Token embedding width, >= 1 and a multiple of num_heads."""
-    num_heads: int = 2
-    """Attention heads per layer, >= 1."""
-    ff_dim: int = 64
-    """Hidden width of each feed-forward block, >= 1."""
-    num_layers: int = 2
-    """Encoder layers, >= 1."""
-    dropout: float = 0.0
-    """Dropout rate in attention and feed-forward blocks, in [0, 1)."""
-    patch_size: int = 0
-    """Tabular inputs: features per token, >= 0 (0 = features // 8); images: a token per row."""
-
-
-@dataclass
-class CustomModelConfig:
-    name: str = "custom"
-    """custom, or the name of an installed plugin model (entry point group launcher.models)."""
-    builder: str = ""
-    """Your builder as module.path:function, called as builder(spec, **params) inside the strategy scope under the
-    Plan's dtype policy; returns an unbuilt-or-built keras.Model whose output is logits. "" = the plugin `name`."""
-    params: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments for the builder, e.g. model.params='{units: 64}'."""
 
 
 # ------------------------------------------------------------------- dataset
@@ -598,13 +534,7 @@ class Config:
     (val_accuracy for classification and sequence, val_auc for multilabel, val_loss for regression)."""
 
 
-MODEL_SCHEMAS = {
-    "mlp": MlpConfig,
-    "cnn": CnnConfig,
-    "resnet": ResnetConfig,
-    "transformer": TransformerConfig,
-    "custom": CustomModelConfig,
-}
+MODEL_SCHEMAS = {**{kind.name: kind.schema for kind in MODEL_KINDS.values()}, "custom": CustomModelConfig}
 DATASET_SCHEMAS = {
     "digits": DigitsConfig,
     "synthetic": SyntheticConfig,

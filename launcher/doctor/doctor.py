@@ -73,10 +73,10 @@ def examine(config, env, overrides: str) -> Examination:
         engine = baseline_model.engine
         ranges = activation_ranges(engine.model, engine.batch_at(Position())[0])
         exam.risks = scan(engine.model, ranges)
-    if plan["precision.policy"] != "float32":
-        from launcher.config.registry import MODELS
+    if plan.precision.mixed:
+        from launcher.train.registry import MODELS
 
-        risk = output_risk(lambda: MODELS.get(config.model.name).build(config.model, source), plan["precision.policy"])
+        risk = output_risk(lambda: MODELS.get(config.model.name).build(config.model, source), plan.precision.policy)
         exam.risks += [risk] if risk else []
     if failing is None:
         exam.seconds = time.perf_counter() - started
@@ -86,9 +86,10 @@ def examine(config, env, overrides: str) -> Examination:
     if failing.stop_step is not None:
         exam.culprit, culprit_layers = _localise(config, failing, steps, env)
     overflow = _overflow_layers(exam.risks)
-    facts = Facts(precision=plan["precision"], learning_rate=config.optimizer.learning_rate, plan_lr=plan["lr"],
-                  lr_rule=config.scaling.lr_rule.value, replicas=plan["replicas"],
-                  batch_rule=config.scaling.batch_rule.value, xla=bool(plan["xla"]),
+    facts = Facts(precision=plan.precision.name, learning_rate=config.optimizer.learning_rate,
+                  plan_lr=plan.learning_rate.peak,
+                  lr_rule=config.scaling.lr_rule.value, replicas=plan.strategy.replicas,
+                  batch_rule=config.scaling.batch_rule.value, xla=bool(plan.step.xla),
                   clipnorm=config.optimizer.clipnorm)
     _verify(exam, config, candidate_fixes(exam.addition, facts, overflow, culprit_layers), baseline, steps, env)
     exam.seconds = time.perf_counter() - started
@@ -113,14 +114,14 @@ def _bisect(config, plan, steps: int, env) -> tuple[list[Trial], dict]:
     stages: list[tuple[str, dict[str, Any]]] = [
         ("float32, one device (baseline)", {"precision.name": "fp32", **unset, "strategy.kind": "default",
                                             "xla": "false"})]
-    if plan["precision.policy"] != "float32":
-        stages.append((f"+ precision={plan['precision']}", {"precision.name": plan["precision"],
+    if plan.precision.mixed:
+        stages.append((f"+ precision={plan.precision.name}", {"precision.name": plan.precision.name,
                                                             "strategy.kind": "default", "xla": "false"}))
-    if plan["strategy"] != "default":
-        stages.append((f"+ strategy={plan['strategy']} ({plan['replicas']} replicas)",
-                       {"precision.name": plan["precision"], "xla": "false"}))
-    if plan["xla"]:
-        stages.append(("+ xla", {"precision.name": plan["precision"], "xla": "true"}))
+    if plan.strategy.kind != "default":
+        stages.append((f"+ strategy={plan.strategy.kind} ({plan.strategy.replicas} replicas)",
+                       {"precision.name": plan.precision.name, "xla": "false"}))
+    if plan.step.xla:
+        stages.append(("+ xla", {"precision.name": plan.precision.name, "xla": "true"}))
     trials, trained = [], {}
     for name, overrides in stages:
         trial, result = run_trial(config, name, overrides, steps, env)
@@ -166,15 +167,15 @@ def _overflow_layers(risks: list[Risk]) -> list[str]:
 
 def environment_checks(plan, env) -> list[tuple[str, str, str]]:
     """What people check first when MirroredStrategy misbehaves: devices, batch split, remainder."""
-    replicas = plan["replicas"]
-    devices = plan.get("strategy.devices", [])
+    replicas = plan.strategy.replicas
+    devices = plan.strategy.devices
     checks = [("devices", f"{replicas} replica(s) on {', '.join(map(str, devices)) or 'the default device'}; "
                f"visible: {env.describe_devices()}", "ok" if len(devices) >= replicas or replicas == 1 else "mismatch")]
-    per_replica, global_batch = plan["batch.per_replica"], plan["batch.global"]
+    per_replica, global_batch = plan.batch.per_replica, plan.batch.global_batch
     verdict = "ok" if per_replica * replicas == global_batch else "mismatch"
     small = " (small per-replica batches make batch statistics noisy)" if per_replica < 8 else ""
     checks.append(("batch", f"global {global_batch} = {per_replica} per replica x {replicas}{small}", verdict))
-    checks.append(("drop_remainder", str(plan["batch.drop_remainder"]), plan.reason("batch.drop_remainder")))
-    checks.append(("steps", f"{plan['train.steps_per_epoch']} per epoch", "ok"))
+    checks.append(("drop_remainder", str(plan.batch.drop_remainder), plan.batch.reason("drop_remainder")))
+    checks.append(("steps", f"{plan.schedule.steps_per_epoch} per epoch", "ok"))
     checks += [("plan warning", warning, "warn") for warning in plan.warnings]
     return checks

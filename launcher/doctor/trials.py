@@ -149,7 +149,7 @@ def run_trial(config, name: str, overrides: dict[str, Any], steps: int, env,
         engine = Engine(built, plan, source, seed=cfg.seed, shuffle_buffer=cfg.dataset.shuffle_buffer, verbose=0,
                         guard=numerics_guard(cfg, plan))
         # Enough epochs for `steps` steps on a small dataset; the recorder stops at `steps` (or `stop_after`).
-        epochs = math.ceil(steps / max(1, plan["train.steps_per_epoch"]))
+        epochs = math.ceil(steps / max(1, plan.schedule.steps_per_epoch))
         last = min(steps, stop_after) if stop_after is not None else steps
         if last > 0:
             engine.fit(epochs, start=position, hooks=HookList([_Recorder(trial, built.model, last)]))

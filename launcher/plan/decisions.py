@@ -1,59 +1,302 @@
-"""The Plan: every decision the launcher made, each with its reason, plus warnings.
+"""The Plan: every decision the launcher made, each with its reason, in typed frozen sections.
 
-Plain data: printed at start, written to `plan.yaml`, logged to MLflow as tags.
+A section is a frozen dataclass of decided values; each field carries the key it has in plan.yaml,
+the `plan.*` MLflow tags and the `derived.*` params, and every decided value must come with a reason
+(checked when the section is made). Rules return sections; consumers read attributes. What is decided
+after resolution (the schedule, the data sharding, the output wrap, the resume point) is a record its
+owner adds with `Plan.with_record`, which returns a new Plan: nothing mutates a Plan.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 import yaml
 
-
-@dataclass(frozen=True)
-class Decision:
-    key: str
-    value: Any
-    reason: str
+S = TypeVar("S", bound="Section")
 
 
-@dataclass
+class PlanError(Exception):
+    """A programming error: a section without a reason for a value, or a record read before it was decided."""
+
+
+def decision(key: str, *, optional: bool = False) -> Any:
+    """A decided field: `key` is its name in plan.yaml; an optional one may stay undecided (None)."""
+    if optional:
+        return field(default=None, metadata={"key": key})
+    return field(metadata={"key": key})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Section:
+    """A group of decisions. Make one with `of(field=(value, reason), ...)`: every value has its reason."""
+
+    why: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        decided = {f.name for f in self._decision_fields() if getattr(self, f.name) is not None}
+        missing = sorted(decided - set(self.why))
+        extra = sorted(set(self.why) - decided)
+        unset = sorted(f.name for f in self._decision_fields()
+                       if getattr(self, f.name) is None and f.default is dataclasses.MISSING)
+        if missing or extra or unset:
+            raise PlanError(f"{type(self).__name__}: values without a reason {missing}, reasons without a value "
+                            f"{extra}, required values left undecided {unset}")
+        object.__setattr__(self, "why", MappingProxyType(dict(self.why)))
+
+    @classmethod
+    def of(cls: type[S], **decided: tuple[Any, str] | None) -> S:
+        """`of(policy=("mixed_float16", "why"), ...)`; None leaves an optional field undecided."""
+        pairs = {name: pair for name, pair in decided.items() if pair is not None}
+        return cls(**{name: value for name, (value, _) in pairs.items()},
+                   why={name: reason for name, (_, reason) in pairs.items()})
+
+    @classmethod
+    def _decision_fields(cls) -> list[dataclasses.Field]:
+        return [f for f in fields(cls) if "key" in f.metadata]
+
+    def reason(self, name: str) -> str:
+        """Why field `name` has its value (PlanError when it was not decided)."""
+        if name not in self.why:
+            raise PlanError(f"{type(self).__name__}.{name} was not decided")
+        return self.why[name]
+
+    def decisions(self) -> Iterator[tuple[str, Any, str]]:
+        """(plan.yaml key, value, reason) for every decided field, in declaration order."""
+        for f in self._decision_fields():
+            value = getattr(self, f.name)
+            if value is not None:
+                yield f.metadata["key"], value, self.why[f.name]
+
+
+# ----------------------------------------------------------------- sections decided by the resolver
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrecisionPlan(Section):
+    """The dtype policy and what keeps float32 where a mixed policy needs its range."""
+
+    name: str = decision("precision")
+    policy: str = decision("precision.policy")
+    compute_dtype: str = decision("precision.compute_dtype")
+    output_dtype: str | None = decision("model.output_dtype", optional=True)
+    float32_layers: list[str] | None = decision("precision.float32_layers", optional=True)
+
+    @property
+    def mixed(self) -> bool:
+        return self.policy != "float32"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyPlan(Section):
+    """Which tf.distribute strategy, on which devices, with how many replicas."""
+
+    kind: str = decision("strategy")
+    local_workers: int | None = decision("strategy.local_workers", optional=True)
+    devices: list[str] = decision("strategy.devices")
+    logical_cpus: int = decision("strategy.logical_cpus")
+    replicas: int = decision("replicas")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterPlan(Section):
+    """A multi-worker job: the workers, this process's place among them, how they talk."""
+
+    workers: list[str] = decision("strategy.cluster")
+    task_index: int = decision("strategy.task_index")
+    is_chief: bool = decision("process.is_chief")
+    communication: str = decision("strategy.communication")
+    connect_timeout: float = decision("strategy.connect_timeout")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepPlan(Section):
+    """How one training step runs: where XLA compiles, how the update is applied, steps per call."""
+
+    xla: bool = decision("xla")
+    update: str = decision("optimizer.update")
+    kind: str = decision("step")
+    steps_per_execution: int = decision("steps_per_execution")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossScalePlan(Section):
+    """Loss scaling and the optimizer wrapper that applies it."""
+
+    mode: str = decision("loss_scale.mode")
+    value: float | None = decision("loss_scale.value", optional=True)
+    optimizer: str = decision("loss_scale.optimizer")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchPlan(Section):
+    """Global, per-replica and micro batches, accumulation and the ragged last batch."""
+
+    global_batch: int = decision("batch.global")
+    per_replica: int = decision("batch.per_replica")
+    micro: int | None = decision("batch.micro", optional=True)
+    accumulation: int = decision("gradient_accumulation")
+    drop_remainder: bool = decision("batch.drop_remainder")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LearningRatePlan(Section):
+    """The peak learning rate after the batch scaling rule."""
+
+    peak: float = decision("lr")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NumericsPlan(Section):
+    """What happens to non-finite steps, determinism, clipping and the weights' moving average."""
+
+    on_nonfinite: str = decision("numerics.on_nonfinite")
+    determinism: bool | None = decision("determinism", optional=True)
+    clipnorm: float | None = decision("optimizer.clipnorm", optional=True)
+    global_clipnorm: float | None = decision("optimizer.global_clipnorm", optional=True)
+    ema_momentum: float | None = decision("optimizer.use_ema", optional=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskPlan(Section):
+    """The task's head, loss, metrics and the objective a sweep reports."""
+
+    name: str = decision("task")
+    head: str = decision("task.head")
+    loss: str = decision("task.loss")
+    metrics: list[str] = decision("task.metrics")
+    objective: str = decision("objective")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfilePlan(Section):
+    """The profiler's trace window, when one is asked for."""
+
+    window: str | None = decision("profile", optional=True)
+
+
+# ----------------------------------------------------------------- records added after resolution
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulePlan(Section):
+    """What depends on the data's size (added by `launcher.plan.schedule` once the data is loaded)."""
+
+    steps_per_epoch: int = decision("train.steps_per_epoch")
+    validation_steps: int = decision("train.validation_steps")
+    total_steps: int = decision("train.total_steps")
+    warmup_steps: int = decision("warmup.steps")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataPlan(Section):
+    """How training data is read and split across workers (added by `launcher.plan.sharding`)."""
+
+    resume: str | None = decision("data.resume", optional=True)
+    sharding: str | None = decision("data.sharding", optional=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputPlan(Section):
+    """What the built model's output turned out to need (added by the build)."""
+
+    dtype: str = decision("model.output_dtype")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResumePlan(Section):
+    """Where a resumed run continues (added when a checkpoint is restored)."""
+
+    position: str = decision("resume")
+
+
+# ------------------------------------------------------------------------------------------ the Plan
+
+
+@dataclass(frozen=True, kw_only=True)
 class Plan:
-    decisions: dict[str, Decision] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+    """Every decision of one launch: the resolver's sections, then the records added after it."""
 
-    def decide(self, key: str, value: Any, reason: str) -> Any:
-        self.decisions[key] = Decision(key, value, reason)
-        return value
+    precision: PrecisionPlan
+    strategy: StrategyPlan
+    cluster: ClusterPlan | None
+    step: StepPlan
+    loss_scale: LossScalePlan
+    batch: BatchPlan
+    learning_rate: LearningRatePlan
+    numerics: NumericsPlan
+    task: TaskPlan
+    profile: ProfilePlan
+    warnings: tuple[str, ...] = ()
+    records: tuple[Section, ...] = ()
 
-    def warn(self, message: str) -> None:
-        self.warnings.append(message)
+    # --------------------------------------------------------------- records
 
-    def __getitem__(self, key: str) -> Any:
-        return self.decisions[key].value
+    def with_record(self, record: Section) -> Plan:
+        """A new Plan with `record` added (replacing an earlier record of the same kind)."""
+        kept = tuple(r for r in self.records if type(r) is not type(record))
+        return replace(self, records=(*kept, record))
 
-    def get(self, key: str, default: Any = None) -> Any:
-        decision = self.decisions.get(key)
-        return default if decision is None else decision.value
+    def with_warning(self, message: str) -> Plan:
+        return replace(self, warnings=(*self.warnings, message))
 
-    def __contains__(self, key: str) -> bool:
-        return key in self.decisions
+    def record(self, kind: type[S]) -> S:
+        """The record of this kind; PlanError when its owner has not added it yet."""
+        for record in self.records:
+            if isinstance(record, kind):
+                return record
+        raise PlanError(f"{kind.__name__} is not decided yet: {kind.__doc__}")
+
+    def has(self, kind: type[Section]) -> bool:
+        return any(isinstance(r, kind) for r in self.records)
+
+    @property
+    def schedule(self) -> SchedulePlan:
+        return self.record(SchedulePlan)
 
     @property
     def is_chief(self) -> bool:
         """This process tracks and exports (one process, or the chief of a multi-worker job)."""
-        return bool(self.get("process.is_chief", True))
+        return self.cluster is None or self.cluster.is_chief
 
-    def reason(self, key: str) -> str:
-        return self.decisions[key].reason
+    @property
+    def worker_index(self) -> int:
+        """This process's index among the workers (0 when it trains alone)."""
+        return 0 if self.cluster is None else self.cluster.task_index
+
+    @property
+    def file_sharded(self) -> bool:
+        """Each worker reads its own training files (`launcher.plan.sharding` decided so)."""
+        return self.has(DataPlan) and self.record(DataPlan).sharding == "file"
+
+    # ------------------------------------------------------------ as written
+
+    def sections(self) -> Iterator[Section]:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Section):
+                yield value
+        yield from self.records
+
+    def decisions(self) -> dict[str, tuple[Any, str]]:
+        """plan.yaml key -> (value, reason), in order; a later record overrides an earlier key."""
+        out: dict[str, tuple[Any, str]] = {}
+        for section in self.sections():
+            for key, value, reason in section.decisions():
+                out[key] = (value, reason)
+        return out
+
+    def values(self) -> dict[str, Any]:
+        return {key: value for key, (value, _) in self.decisions().items()}
 
     def to_dict(self) -> dict:
         return {
-            "decisions": {
-                d.key: {"value": _plain(d.value), "reason": d.reason}
-                for d in self.decisions.values()
-            },
+            "decisions": {key: {"value": _plain(value), "reason": reason}
+                          for key, (value, reason) in self.decisions().items()},
             "warnings": list(self.warnings),
         }
 
@@ -62,17 +305,22 @@ class Plan:
 
     def tags(self) -> dict[str, str]:
         """One MLflow tag per decision (values only; reasons live in plan.yaml)."""
-        return {f"plan.{d.key}": str(_plain(d.value)) for d in self.decisions.values()}
+        return {f"plan.{key}": str(_plain(value)) for key, value in self.values().items()}
 
     def render(self) -> str:
-        width = max((len(k) for k in self.decisions), default=0)
+        decided = self.decisions()
+        width = max((len(k) for k in decided), default=0)
         lines = ["Plan:"]
-        for d in self.decisions.values():
-            lines.append(f"  {d.key:<{width}}  {_plain(d.value)!s:<14}  {d.reason}")
+        lines += [f"  {key:<{width}}  {_plain(value)!s:<14}  {reason}" for key, (value, reason) in decided.items()]
         if self.warnings:
             lines.append("Warnings:")
             lines.extend(f"  ! {w}" for w in self.warnings)
         return "\n".join(lines)
+
+
+def render_record(record: Section) -> str:
+    """The console lines of a record added after the Plan was printed."""
+    return "\n".join(f"  {key:<23} {_plain(value)}  {reason}" for key, value, reason in record.decisions())
 
 
 def _plain(value: Any) -> Any:

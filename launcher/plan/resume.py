@@ -26,7 +26,8 @@ class ResumeDecision:
 
 def layout_of(plan) -> dict:
     """What a checkpoint records about how it was trained."""
-    return {"strategy": plan["strategy"], "replicas": plan["replicas"], "global_batch": plan["batch.global"]}
+    return {"strategy": plan.strategy.kind, "replicas": plan.strategy.replicas,
+            "global_batch": plan.batch.global_batch}
 
 
 def decide_resume(position: Position, previous: dict | None, layout: dict) -> ResumeDecision:

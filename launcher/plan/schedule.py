@@ -9,20 +9,20 @@ import math
 
 from launcher.config.errors import ConfigError
 from launcher.config.schema import Config
-from launcher.plan.decisions import Plan
+from launcher.plan.decisions import Plan, SchedulePlan
 
 
 def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int) -> Plan:
-    """Add the data-dependent decisions (steps per epoch, warmup steps)."""
-    global_batch = plan["batch.global"]
-    drop = plan["batch.drop_remainder"]
+    """The Plan with the data-dependent decisions added (steps per epoch, validation and warmup steps)."""
+    global_batch = plan.batch.global_batch
+    drop = plan.batch.drop_remainder
     steps = num_train // global_batch if drop else math.ceil(num_train / global_batch)
     if steps < 1:
         raise ConfigError.single(
             "scaling.batch_size",
             cfg.scaling.batch_size,
             f"a global batch ({global_batch}) no larger than the {num_train} training examples",
-            f"scaling.batch_size={max(1, num_train // plan['replicas'] // 2)}",
+            f"scaling.batch_size={max(1, num_train // plan.strategy.replicas // 2)}",
         )
     reason = f"{num_train} training examples / global batch {global_batch}"
     fraction = cfg.train.limit_fraction
@@ -33,25 +33,26 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int) -> Plan:
     if cfg.train.max_steps_per_epoch and cfg.train.max_steps_per_epoch < steps:
         steps = cfg.train.max_steps_per_epoch
         reason = f"capped by train.max_steps_per_epoch ({reason})"
-    plan.decide("train.steps_per_epoch", steps, reason)
     val_steps = max(1, math.ceil(num_val / global_batch))
     val_reason = f"{num_val} validation examples, every one evaluated"
     if limited:
         val_steps, val_reason = max(1, round(val_steps * fraction)), f"train.limit_fraction={fraction:g} of {val_steps}"
     if cfg.train.max_validation_steps and cfg.train.max_validation_steps < val_steps:
         val_steps, val_reason = cfg.train.max_validation_steps, f"capped by train.max_validation_steps ({val_reason})"
-    plan.decide("train.validation_steps", val_steps, val_reason)
-    plan.decide("train.total_steps", steps * cfg.train.epochs, f"{cfg.train.epochs} epoch(s)")
     profile = cfg.train.profile
     if profile.steps > 0 and profile.skip_steps >= steps * cfg.train.epochs:
-        plan.warn(
+        plan = plan.with_warning(
             f"train.profile.skip_steps={profile.skip_steps} is not below the run's {steps * cfg.train.epochs} "
             f"training steps: nothing will be traced. Use train.profile.skip_steps={min(10, steps // 2)}."
         )
     sc = cfg.scaling
     if math.isfinite(sc.warmup_epochs) and sc.warmup_epochs > 0:  # inf/NaN: refused by the bounds rule
-        warmup = round(sc.warmup_epochs * steps)
-        plan.decide("warmup.steps", warmup, f"{sc.warmup_epochs:g} epoch(s) x {steps} steps")
+        warmup = (round(sc.warmup_epochs * steps), f"{sc.warmup_epochs:g} epoch(s) x {steps} steps")
     else:
-        plan.decide("warmup.steps", sc.warmup_steps, "requested" if sc.warmup_steps else "no warmup")
-    return plan
+        warmup = (sc.warmup_steps, "requested" if sc.warmup_steps else "no warmup")
+    return plan.with_record(SchedulePlan.of(
+        steps_per_epoch=(steps, reason),
+        validation_steps=(val_steps, val_reason),
+        total_steps=(steps * cfg.train.epochs, f"{cfg.train.epochs} epoch(s)"),
+        warmup_steps=warmup,
+    ))

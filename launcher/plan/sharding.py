@@ -9,27 +9,25 @@ global batches per worker, times the workers.
 
 from __future__ import annotations
 
-from launcher.plan.decisions import Plan
+from launcher.plan.decisions import DataPlan, Plan
 
 
-def decide_sharding(plan: Plan, shards: tuple[int, ...], num_train: int) -> int:
-    """Record the data decisions; returns the training examples one epoch covers."""
+def decide_sharding(plan: Plan, shards: tuple[int, ...], num_train: int) -> tuple[Plan, int]:
+    """The Plan with the data decisions added, and the training examples one epoch covers."""
+    resume = None
     if shards:
-        plan.decide("data.resume", "exact (skips)",
-                    f"streamed from {len(shards)} file(s) in a fixed order with a seeded shuffle: a resumed epoch "
-                    "re-reads its first batches and skips them (exact, at the cost of reading them)")
-    if plan.get("strategy") != "multi_worker":
-        return num_train
-    workers, global_batch = len(plan["strategy.cluster"]), plan["batch.global"]
+        resume = ("exact (skips)", f"streamed from {len(shards)} file(s) in a fixed order with a seeded shuffle: a "
+                  "resumed epoch re-reads its first batches and skips them (exact, at the cost of reading them)")
+    if plan.cluster is None:
+        return (plan.with_record(DataPlan.of(resume=resume)) if resume else plan), num_train
+    workers, global_batch = len(plan.cluster.workers), plan.batch.global_batch
     if len(shards) < workers:
         why = "arrays in memory" if not shards else f"{len(shards)} training file(s) < {workers} workers"
-        plan.decide("data.sharding", "data", f"{why}: every worker reads all the data and keeps its slice of "
-                                             "each global batch")
-        return num_train
+        sharding = ("data", f"{why}: every worker reads all the data and keeps its slice of each global batch")
+        return plan.with_record(DataPlan.of(resume=resume, sharding=sharding)), num_train
     shares = [sum(shards[i::workers]) for i in range(workers)]
     steps = min(share // global_batch for share in shares) * workers
     covered = steps * global_batch
-    plan.decide("data.sharding", "file",
-                f"{len(shards)} training files >= {workers} workers: worker i reads files i, i+{workers}, ... "
-                f"(shares {shares} examples); an epoch is {steps} steps, {covered} of {num_train} examples")
-    return covered
+    sharding = ("file", f"{len(shards)} training files >= {workers} workers: worker i reads files i, i+{workers}, "
+                f"... (shares {shares} examples); an epoch is {steps} steps, {covered} of {num_train} examples")
+    return plan.with_record(DataPlan.of(resume=resume, sharding=sharding)), covered

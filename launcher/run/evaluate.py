@@ -206,7 +206,7 @@ class Evaluation:
 
         model = self._load(in_scope=False)  # on this process: no collective for every worker to join
         task = make_task(self.config.task)
-        ds = self.source.pipeline(split, self.plan["batch.global"], False, None)
+        ds = self.source.pipeline(split, self.plan.batch.global_batch, False, None)
         outputs, labels = [], []
         for x, y in ds:
             outputs.append(np.asarray(model(x, training=False), dtype="float32"))
@@ -240,11 +240,11 @@ class Evaluation:
                           parent_run_id=parent, run_dir=self.run_dir)
         try:
             tracker.log_params({"mode": self.mode, "eval.run": str(self.train_dir), "eval.model": str(self.model_path),
-                                "eval.split": split, "task.name": self.plan["task"],
+                                "eval.split": split, "task.name": self.plan.task.name,
                                 "dataset.name": self.config.dataset.name})
             tracker.set_tags({"launcher.mode": self.mode, "eval.training_run_id": parent or "",
-                              "plan.strategy": self.plan["strategy"], "plan.precision": self.plan["precision"],
-                              "plan.step": self.plan["step"], "run_dir": str(self.run_dir)})
+                              "plan.strategy": self.plan.strategy.kind, "plan.precision": self.plan.precision.name,
+                              "plan.step": self.plan.step.kind, "run_dir": str(self.run_dir)})
             tracker.log_metrics(metrics, step=0)
             for path in files:
                 tracker.log_artifact(path, "predictions")

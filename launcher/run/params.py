@@ -36,7 +36,7 @@ NOT_PARAMS = ("tracking.run_name", "tracking.parent_run_id", "tracking.sweep_id"
 def run_params(settings: dict, plan) -> dict[str, Any]:
     """The flattened config and the Plan's derived choices: what makes two runs differ."""
     params = {k: v for k, v in flatten(settings).items() if not k.startswith(NOT_PARAMS)}
-    params.update({f"derived.{k}": plan[k] for k in DERIVED if k in plan})
+    params.update({f"derived.{k}": value for k, value in plan.values().items() if k in DERIVED})
     return params
 
 

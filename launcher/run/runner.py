@@ -21,7 +21,7 @@ from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.schema import Config, as_dict
 from launcher.contract import FitResult, HookList, Position, Preempted, headline
 from launcher.files import CONFIG_FILE, PLAN_FILE
-from launcher.plan.decisions import Plan
+from launcher.plan.decisions import Plan, ResumePlan, render_record
 from launcher.plan.resume import decide_resume, layout_of
 from launcher.tracking.uri import redact
 
@@ -136,24 +136,22 @@ class Launch:
             problems.extend(unreachable)
             return
         self.tracking_uri = tr.fallback_uri
-        self.plan.warn(f"tracking server {redact(tr.uri)} unreachable at start "
-                       f"({unreachable[0].expected}); tracking.on_unreachable=local: logging to {tr.fallback_uri}")
+        self.plan = self.plan.with_warning(f"tracking server {redact(tr.uri)} unreachable at start "
+                                           f"({unreachable[0].expected}); tracking.on_unreachable=local: logging to "
+                                           f"{tr.fallback_uri}")
 
     def build(self) -> None:
         """Model, optimizer (+ loss-scale optimizer) and metrics, inside the strategy scope."""
         from launcher.config.tasks import known_epoch_metrics, monitor_problems
         from launcher.train.build import build
 
-        before = {k: d.value for k, d in self.plan.decisions.items()}
         self.built = build(self.config, self.plan, self.source, self.strategy)
-        changed = [k for k, d in self.plan.decisions.items() if before.get(k, object()) != d.value]
-        for key in changed:  # what only the built model shows (its output dtype): printed and saved too
-            decision = self.plan.decisions[key]
-            print(f"  {key:<23} {decision.value}  {decision.reason}", flush=True)
-        if changed and not self.config.explain:
+        if self.built.output is not None:  # what only the built model shows (its output dtype): printed and saved
+            self.plan = self.plan.with_record(self.built.output)
+            print(render_record(self.built.output), flush=True)
             self._write_plan()
-        task = self.plan["task"]
-        if known_epoch_metrics(task, self.plan["task.metrics"]) is None:  # a user metric: its name is known now
+        task = self.plan.task.name
+        if known_epoch_metrics(task, self.plan.task.metrics) is None:  # a user metric: its name is known now
             names = [m.name for m in self.built.task.train_metrics]
             raise_if_any(monitor_problems(self.config, task, known_epoch_metrics(task, names)))
 
@@ -168,7 +166,7 @@ class Launch:
         if not cfg.enabled:
             return
         directory = self.checkpoint_dir
-        worker = self.plan.get("strategy.task_index", 0)
+        worker = self.plan.worker_index
         if str(cfg.resume) == "never" and self.plan.is_chief:
             set_aside(directory)
         self.checkpointer = Checkpointer(cfg, directory, self.built, self.settings["model"], worker)
@@ -179,23 +177,24 @@ class Launch:
         decision = decide_resume(saved_position, self.checkpointer.previous_state().get("layout"),
                                  layout_of(self.plan))
         self.position = decision.position
-        self.plan.decide("resume", decision.value, decision.reason)
+        record = ResumePlan.of(position=(decision.value, decision.reason))
+        self.plan = self.plan.with_record(record)
         if decision.warning:
-            self.plan.warn(decision.warning)
-        print(f"  resume  {decision.value}  {decision.reason}", flush=True)
+            self.plan = self.plan.with_warning(decision.warning)
+        print(render_record(record), flush=True)
         self._write_plan()
 
     def agree(self) -> None:
         """Multi-worker: every worker must have resolved the same Plan from the same config (and resume from
         the same step); any difference stops every worker, naming the keys, before anything is tracked."""
-        if self.plan["strategy"] != "multi_worker":
+        if self.plan.cluster is None:
             return
         import json
 
         from launcher.train.agreement import Agreement, comparable, differences
 
-        self.agreement = Agreement(self.built.strategy, len(self.plan["strategy.cluster"]))
-        mine = comparable({k: d.value for k, d in self.plan.decisions.items()}, self.settings)
+        self.agreement = Agreement(self.built.strategy, len(self.plan.cluster.workers))
+        mine = comparable(self.plan.values(), self.settings)
         payloads = [json.loads(text) for text in self.agreement.gather_text(json.dumps(mine, default=str))]
         differing = differences(payloads)
         if differing:
@@ -221,7 +220,7 @@ class Launch:
             if self.tracking_uri != tr.uri:
                 self.tracker.set_tags({"tracking.intended_uri": redact(tr.uri)})
             if self.tracker.resumed:
-                self.tracker.set_tags({"plan.resume": plan["resume"]})
+                self.tracker.set_tags({"plan.resume": plan.record(ResumePlan).position})
             else:
                 self.tracker.log_params(run_params(self.settings, plan))
                 self.tracker.set_tags(run_tags(plan, self.env, self.run_dir, tr, name))
@@ -346,7 +345,7 @@ class Launch:
         from launcher.run.hooks.metrics import MetricsHook
         from launcher.run.hooks.preemption import PreemptionHook
 
-        cfg, steps = self.config.checkpoint, self.plan["train.steps_per_epoch"]
+        cfg, steps = self.config.checkpoint, self.plan.schedule.steps_per_epoch
         history, early_stopping = HistoryHook(), EarlyStoppingStateHook()
         self.metrics_hook = MetricsHook(self.tracker)
         self.best_hook = None
@@ -403,7 +402,7 @@ class Launch:
 def review(config: Config, env, start_runtime=None) -> tuple[Plan, Any, list]:
     """Every check of the config and its data, collected: resolver rules, the data, the schedule.
 
-    Returns the Plan (partial when refused), the data source (None when it could not load) and
+    Returns the Plan (complete; a refused value decided as asked), the data source (None when it could not load) and
     every problem. `start_runtime(plan)` runs between the rules and the data when the rules
     pass (TensorFlow's devices must be set before anything touches them).
     """
@@ -418,9 +417,9 @@ def review(config: Config, env, start_runtime=None) -> tuple[Plan, Any, list]:
     source = None if "dataset" in broken else _collecting(problems, _load_data, config)
     if source is not None and "model" not in broken:
         _collecting(problems, _check_model, config, source)
-    if source is not None and "batch.global" in plan:
-        num_train = decide_sharding(plan, source.train_shards, source.num_train)
-        _collecting(problems, schedule, config, plan, num_train, source.num_val)
+    if source is not None:
+        plan, num_train = decide_sharding(plan, source.train_shards, source.num_train)
+        plan = _collecting(problems, schedule, config, plan, num_train, source.num_val) or plan
     return plan, source, problems
 
 
@@ -437,8 +436,8 @@ def _load_data(config):
     """The dataset, its labels checked against the task (a loader that takes `task` makes labels for it)."""
     import inspect
 
-    from launcher.config.registry import DATASETS
     from launcher.train.labels import fit_to_task
+    from launcher.train.registry import DATASETS
 
     task = config.task.name.value
     load = DATASETS.get(config.dataset.name).load
@@ -447,7 +446,7 @@ def _load_data(config):
 
 
 def _check_model(config, source) -> None:
-    from launcher.config.registry import MODELS
+    from launcher.train.registry import MODELS
 
     MODELS.get(config.model.name).check(config.model, source)
 
@@ -456,9 +455,9 @@ def numerics_guard(config, plan):
     """The engine's NumericsGuard from train.* and the Plan's loss scaling."""
     from launcher.train.numerics import NumericsGuard
 
-    dynamic = plan.get("loss_scale.mode") == "dynamic"
+    dynamic = plan.loss_scale.mode == "dynamic"
     return NumericsGuard(on_nonfinite=config.train.on_nonfinite.value, collapse_steps=config.train.collapse_steps,
-                         precision=plan.get("precision", "fp32"),
+                         precision=plan.precision.name,
                          min_scale=config.loss_scale.min_scale if dynamic else None)
 
 
@@ -466,12 +465,12 @@ def _utilization_inputs(config, plan, model, tracker, env) -> tuple[float, float
     """Training FLOPs per example and this machine's matmul peak for the compute dtype."""
     if not config.train.measure_utilization:
         return 0.0, 0.0
-    from launcher.run.utilization import COMPUTE_DTYPE, matmul_peak, training_flops_per_example
+    from launcher.run.utilization import matmul_peak, training_flops_per_example
 
     flops = training_flops_per_example(model)
     if not flops:
         return 0.0, 0.0
-    dtype = COMPUTE_DTYPE[plan["precision.policy"]]
+    dtype = plan.precision.compute_dtype
     peak = matmul_peak(dtype, env.matmul_gflops)  # the probe's rates: no second cache read
     if not tracker.resumed:  # measurements, not settings: tags, so runs differ in params only by their config
         tracker.set_tags({"measured.train_flops_per_example": int(flops),

@@ -15,8 +15,6 @@ from pathlib import Path
 
 from launcher.plan.hardware import best_rate, matmul_rates, measured_rates
 
-COMPUTE_DTYPE = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
-
 
 def forward_flops_per_example(model) -> float:
     """FLOPs of one forward pass for a single example (0 when the graph cannot be profiled)."""

@@ -7,6 +7,9 @@ hooks through `launcher.contract`; `loss_scale`, `fused_update` (optimizers upda
 fused TensorFlow kernels), `data`, `schedules`, `callbacks` and `model_io` are the pieces it is
 built from.
 
-May import: TensorFlow, Keras, `launcher.config`, `launcher.contract`, `launcher.console`.
+`registry` maps model and dataset names to their builders.
+
+May import: TensorFlow, Keras, `launcher.config`, `launcher.plan` (the Plan's types), `launcher.contract`,
+`launcher.console`.
 Never `launcher.run` or `launcher.sweep`; it takes the Plan as data.
 """

@@ -11,10 +11,12 @@ from typing import Any
 import keras
 
 from launcher.config.errors import ConfigError
-from launcher.config.registry import MODELS
+from launcher.config.models import model_kind
+from launcher.plan.decisions import OutputPlan
 from launcher.train import loss_scale
 from launcher.train.callbacks import make_callbacks
 from launcher.train.fused_update import FUSED
+from launcher.train.registry import MODELS
 from launcher.train.schedules import learning_rate
 
 
@@ -27,6 +29,7 @@ class Built:
     rebuild: Any = None
     task: Any = None  # launcher.train.tasks.Task: the loss and the metric objects
     callbacks: list = field(default_factory=list)  # Keras callbacks: the standard ones configured, then the user's
+    output: OutputPlan | None = None  # what the build did to the model's output (a Plan record), if anything
 
 
 def make_optimizer(cfg, lr, fused: bool = False):
@@ -47,24 +50,23 @@ def make_optimizer(cfg, lr, fused: bool = False):
     return cls(lr, **kwargs, **extra)
 
 
-def float32_output(model, plan=None):
-    """Guarantee float32 logits whatever the builder did (mixed policies need the range); the Plan says so.
+def float32_output(model, mixed: bool) -> tuple[Any, OutputPlan | None]:
+    """Guarantee float32 logits whatever the builder did (mixed policies need the range), and the record that
+    says what was done (None: the output already was float32).
 
     A subclassed model without symbolic outputs is left as is: the task casts its outputs to float32
     before the loss and the metrics."""
     outputs = getattr(model, "outputs", None)
     if not outputs:
-        if plan is not None and plan.get("precision.policy", "float32") != "float32":
-            plan.decide("model.output_dtype", "float32 (cast)", "a subclassed model: its outputs are cast to float32 "
-                        "before the loss and the metrics")
-        return model
+        cast = OutputPlan.of(dtype=("float32 (cast)", "a subclassed model: its outputs are cast to float32 before "
+                                    "the loss and the metrics"))
+        return model, cast if mixed else None
     if outputs[0].dtype == "float32":
-        return model
+        return model, None
     out = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(outputs[0])
-    if plan is not None:
-        plan.decide("model.output_dtype", "float32 (wrapped)", f"the model's output is {outputs[0].dtype}: a float32 "
-                    "layer was added after it, so the loss and softmax have float32 range")
-    return keras.Model(model.inputs, out, name=model.name)
+    wrapped = OutputPlan.of(dtype=("float32 (wrapped)", f"the model's output is {outputs[0].dtype}: a float32 layer "
+                                   "was added after it, so the loss and softmax have float32 range"))
+    return keras.Model(model.inputs, out, name=model.name), wrapped
 
 
 def check_in_scope(model, strategy, key: str, value) -> None:
@@ -98,24 +100,22 @@ def keep_in_float32(model, names) -> None:
         layers[name].dtype_policy = "float32"
 
 
-BUILT_IN = ("mlp", "cnn", "resnet", "transformer")
-
-
 def build(cfg, plan, source, strategy) -> Built:
     from launcher.train.tasks import make_task
 
     with strategy.scope():
-        model = float32_output(MODELS.get(cfg.model.name).build(cfg.model, source), plan)
-        custom = cfg.model.name not in BUILT_IN
+        model, output = float32_output(MODELS.get(cfg.model.name).build(cfg.model, source), plan.precision.mixed)
+        custom = not model_kind(cfg.model.name).builtin
         check_in_scope(model, strategy, "model.builder" if custom else "model",
                        cfg.model.builder if custom else cfg.model.name)
         task = make_task(cfg.task)
         callbacks = make_callbacks(cfg.train)
-        if plan.get("precision.float32_layers"):
+        if plan.precision.float32_layers:
             keep_in_float32(model, list(cfg.precision.float32_layers))
-        fused = plan.get("optimizer.update") == "fused"
+        fused = plan.step.update == "fused"
         inner = make_optimizer(cfg.optimizer, learning_rate(plan, cfg.optimizer), fused)
         optimizer = loss_scale.wrap(inner, plan, cfg.loss_scale)
         optimizer.build(model.trainable_variables)
     return Built(strategy=strategy, model=model, optimizer=optimizer,
-                 rebuild=lambda: build(cfg, plan, source, strategy), task=task, callbacks=callbacks)
+                 rebuild=lambda: build(cfg, plan, source, strategy), task=task, callbacks=callbacks,
+                 output=output)

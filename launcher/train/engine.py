@@ -50,8 +50,8 @@ class Engine:
         self.seed = seed
         self.shuffle_buffer = shuffle_buffer
         self.verbose = verbose
-        self.global_batch = plan["batch.global"]
-        self.accumulate = int(plan.get("gradient_accumulation", 1))
+        self.global_batch = plan.batch.global_batch
+        self.accumulate = int(plan.batch.accumulation)
         self.guard = guard or NumericsGuard()
         self.telemetry = telemetry  # False: no gradient norm, no per-step trace (the guard still runs)
         self._scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
@@ -65,7 +65,7 @@ class Engine:
         self.model.optimizer = self.optimizer
         self.callbacks = keras.callbacks.CallbackList(
             list(callbacks), add_history=True, add_progbar=False, model=self.model,
-            epochs=None, steps=plan["train.steps_per_epoch"], verbose=0,
+            epochs=None, steps=plan.schedule.steps_per_epoch, verbose=0,
         )
 
     # ------------------------------------------------------------- steps
@@ -120,7 +120,7 @@ class Engine:
         return _stats(self.loss_fn(y, outputs)), outputs
 
     def _build_functions(self):
-        step = self.plan["step"]
+        step = self.plan.step.kind
         self._forward_backward_fn = (
             tf.function(self._forward_backward, jit_compile=True) if step == "replica_xla" else self._forward_backward
         )
@@ -217,13 +217,13 @@ class Engine:
 
     def _batches(self, split: str, epoch: int, skip: int = 0):
         train = split == "train"
-        drop = self.plan["batch.drop_remainder"] if train else False
+        drop = self.plan.batch.drop_remainder if train else False
         # Seed per epoch: the order of epoch e does not depend on earlier epochs, and
         # skipping the batches already trained on puts a resumed run at the same example.
         seed = self.seed * 100_003 + epoch if train else None
-        if train and skip and self.plan.get("data.sharding") == "file":
+        if train and skip and self.plan.file_sharded:
             # Each worker reads its own files and a step takes its share of the global batch from them.
-            share = self.global_batch // len(self.plan["strategy.cluster"])
+            share = self.global_batch // len(self.plan.cluster.workers)
             return self.source.pipeline(split, self.global_batch, drop, seed, self.shuffle_buffer,
                                         skip_examples=skip * share)
         return self.source.pipeline(split, self.global_batch, drop, seed, self.shuffle_buffer, skip=skip)
@@ -236,7 +236,7 @@ class Engine:
         ds = self._batches(split, epoch, skip)
         # Every worker reads the same batches and keeps its replicas' slice of each, or (multi-worker training
         # data in enough files, see plan.sharding) reads its own files.
-        by_file = split == "train" and self.plan.get("data.sharding") == "file"
+        by_file = split == "train" and self.plan.file_sharded
         policy = tf.data.experimental.AutoShardPolicy.FILE if by_file else tf.data.experimental.AutoShardPolicy.DATA
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = policy
@@ -275,8 +275,8 @@ class Engine:
         return result
 
     def _train_epoch(self, position: Position, epochs: int, hooks: Hook) -> dict[str, float]:
-        steps = self.plan["train.steps_per_epoch"]
-        chunk = self.plan["steps_per_execution"]
+        steps = self.plan.schedule.steps_per_epoch
+        chunk = self.plan.step.steps_per_execution
         first = position.step_in_epoch
         iterator = self._iterator("train", position.epoch, skip=first)
         # The live bar only on a terminal: in a log file (CI, Slurm) its escape codes are noise, and the
@@ -354,7 +354,7 @@ class Engine:
         from launcher.train.ema import ema_weights
 
         if split == "val":
-            steps = self.plan["train.validation_steps"]
+            steps = self.plan.schedule.validation_steps
         else:
             steps = -(-self.source.num_train // self.global_batch)
         for metric in self.task.val_metrics:

@@ -140,11 +140,11 @@ class ReplicaSafeLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
 def wrap(inner, plan, loss_scale_cfg):
     """Wrap `inner` in the loss-scale optimizer the Plan chose (or return it as is)."""
-    choice = plan.get("loss_scale.optimizer", "none")
+    choice = plan.loss_scale.optimizer
     if choice == "none":
         return inner
-    fixed = plan.get("loss_scale.mode") == "fixed"
-    initial = plan.get("loss_scale.value", loss_scale_cfg.value) if fixed else loss_scale_cfg.initial_scale
+    fixed = plan.loss_scale.mode == "fixed"
+    initial = plan.loss_scale.value if fixed else loss_scale_cfg.initial_scale
     if choice == STOCK:
         return keras.optimizers.LossScaleOptimizer(
             inner, initial_scale=initial, dynamic_growth_steps=loss_scale_cfg.growth_interval

@@ -16,21 +16,21 @@ def configure(plan, seed: int, deterministic: bool):
     import keras
     import tensorflow as tf
 
-    split_cpu(plan.get("strategy.logical_cpus", 0))
+    split_cpu(plan.strategy.logical_cpus)
     strategy = make_strategy(plan)
     keras.utils.set_random_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
     if deterministic:
         tf.config.experimental.enable_op_determinism()
-    keras.mixed_precision.set_global_policy(plan["precision.policy"])
+    keras.mixed_precision.set_global_policy(plan.precision.policy)
     return strategy
 
 
 def make_strategy(plan):
     import tensorflow as tf
 
-    kind, devices = plan["strategy"], plan["strategy.devices"]
+    kind, devices = plan.strategy.kind, plan.strategy.devices
     if kind == "default":
         return tf.distribute.get_strategy()
     if kind == "one_device":
@@ -56,14 +56,14 @@ def _multi_worker(plan):
 
     from launcher.train.cluster_watchdog import joining
 
-    workers, index = plan["strategy.cluster"], plan["strategy.task_index"]
+    workers, index = plan.cluster.workers, plan.cluster.task_index
     spec = tf.train.ClusterSpec({"worker": workers})
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         spec, task_type="worker", task_id=index, rpc_layer="grpc"
     )
-    implementation = tf.distribute.experimental.CommunicationImplementation[plan["strategy.communication"].upper()]
+    implementation = tf.distribute.experimental.CommunicationImplementation[plan.cluster.communication.upper()]
     options = tf.distribute.experimental.CommunicationOptions(implementation=implementation)
-    with joining(workers, index, plan.get("strategy.connect_timeout", 300.0)):
+    with joining(workers, index, plan.cluster.connect_timeout):
         return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
 
 

@@ -42,7 +42,7 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
 def learning_rate(plan, optimizer_cfg):
     """A float when nothing varies (so ReduceLROnPlateau can set it), else a schedule."""
     decay = optimizer_cfg.schedule.value
-    warmup = plan.get("warmup.steps", 0)
+    warmup = plan.schedule.warmup_steps
     if decay == "constant" and not warmup:
-        return plan["lr"]
-    return WarmupSchedule(plan["lr"], warmup, plan["train.total_steps"], decay)
+        return plan.learning_rate.peak
+    return WarmupSchedule(plan.learning_rate.peak, warmup, plan.schedule.total_steps, decay)

@@ -7,7 +7,7 @@ import pytest
 from conftest import TINY, config
 
 from launcher.config.errors import ConfigError
-from launcher.config.registry import DATASETS
+from launcher.train.registry import DATASETS
 
 GOOD_X = np.random.default_rng(0).normal(size=(40, 6)).astype("float32")
 GOOD_Y = np.arange(40) % 4

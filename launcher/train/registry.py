@@ -1,7 +1,9 @@
 """Name -> builder module for models and datasets; errors list the choices.
 
-`custom` and every installed plugin (entry points `launcher.models` / `launcher.datasets`) go through
-one module per kind that imports what the config names (launcher.train.user_model / user_data).
+Built-in models come from the model table (`launcher.config.models`), built-in datasets from the table
+below. `custom` and every installed plugin (entry points `launcher.models` / `launcher.datasets`) go
+through the one module per kind that imports what the config names (`user_model` / `user_data`).
+Only the module a run names is imported.
 """
 
 from __future__ import annotations
@@ -11,10 +13,14 @@ from types import ModuleType
 
 from launcher.config.errors import ConfigError
 from launcher.config.imports import plugins
+from launcher.config.models import MODEL_KINDS
+from launcher.train import user_data, user_model
 
 
 class Registry:
-    def __init__(self, key: str, modules: dict[str, str], user_module: str):
+    """The builder modules of one kind (`model` or `dataset`), looked up by the config's name."""
+
+    def __init__(self, key: str, modules: dict[str, str], user_module: ModuleType):
         self.key = key
         self.modules = modules
         self.user_module = user_module
@@ -27,20 +33,16 @@ class Registry:
         if name in self.modules:
             return importlib.import_module(self.modules[name])
         if name == "custom" or name in plugins(self.key):
-            return importlib.import_module(self.user_module)
+            return self.user_module
         raise ConfigError.single(
             f"{self.key}.name", name, f"one of {self.choices} (custom: yours by import path; others: installed "
             "plugins)", f"{self.key}={self.choices[0]}"
         )
 
 
-MODELS = Registry(
-    "model",
-    {name: f"launcher_models.{name}" for name in ("mlp", "cnn", "resnet", "transformer")},
-    "launcher.train.user_model",
-)
+MODELS = Registry("model", {kind.name: kind.builder for kind in MODEL_KINDS.values()}, user_model)
 DATASETS = Registry(
     "dataset",
     {name: f"launcher_datasets.{name}" for name in ("digits", "synthetic", "npz", "image_folder", "tfrecord")},
-    "launcher.train.user_data",
+    user_data,
 )

@@ -1,0 +1,112 @@
+"""The models the launcher knows, each saying what it is: the resolver asks this table.
+
+Adding a built-in model is one `ModelKind` entry here with its schema dataclass (plus its builder
+module under `models/` and `conf/model/<name>.yaml`). Installed plugins and `model=custom` get a
+generic kind: what only the built model can show is checked when it is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Each field's docstring says what it does, its unit and its range; `launcher.config.bounds`
+# holds the range checks the resolver runs.
+
+
+
+@dataclass
+class MlpConfig:
+    name: str = "mlp"
+    hidden_units: list[int] = field(default_factory=lambda: [128, 64])
+    """Width of each hidden Dense layer, input to output; each >= 1."""
+    activation: str = "relu"
+    """Keras activation name for the hidden layers."""
+    dropout: float = 0.0
+    """Dropout rate after each hidden layer, in [0, 1)."""
+
+
+@dataclass
+class CnnConfig:
+    name: str = "cnn"
+    filters: list[int] = field(default_factory=lambda: [16, 32])
+    """Filters of each conv block (conv + pool), input to output; each >= 1."""
+    kernel_size: int = 3
+    """Square kernel side in pixels, >= 1."""
+    dense_units: int = 64
+    """Width of the Dense layer before the classifier, >= 1."""
+    dropout: float = 0.0
+    """Dropout rate before the classifier, in [0, 1)."""
+
+
+@dataclass
+class ResnetConfig:
+    name: str = "resnet"
+    variant: str = "ResNet50"
+    """Any keras.applications ResNet family member; built with weights=None (never downloaded)."""
+    min_input_size: int = 32
+    """Inputs are resized up to at least max(this, 32) pixels per side (ResNet's minimum)."""
+
+
+@dataclass
+class TransformerConfig:
+    name: str = "transformer"
+    embed_dim: int = 32
+    """Token embedding width, >= 1 and a multiple of num_heads."""
+    num_heads: int = 2
+    """Attention heads per layer, >= 1."""
+    ff_dim: int = 64
+    """Hidden width of each feed-forward block, >= 1."""
+    num_layers: int = 2
+    """Encoder layers, >= 1."""
+    dropout: float = 0.0
+    """Dropout rate in attention and feed-forward blocks, in [0, 1)."""
+    patch_size: int = 0
+    """Tabular inputs: features per token, >= 0 (0 = features // 8); images: a token per row."""
+
+
+@dataclass
+class CustomModelConfig:
+    name: str = "custom"
+    """custom, or the name of an installed plugin model (entry point group launcher.models)."""
+    builder: str = ""
+    """Your builder as module.path:function, called as builder(spec, **params) inside the strategy scope under the
+    Plan's dtype policy; returns an unbuilt-or-built keras.Model whose output is logits. "" = the plugin `name`."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the builder, e.g. model.params='{units: 64}'."""
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """What a model is, as far as the rules care."""
+
+    name: str
+    schema: type
+    """The structured config of `model=<name>` (stored in Hydra's ConfigStore)."""
+    builder: str | None
+    """Module with `check(cfg, source)` and `build(cfg, source)`; None: the user's builder by import path."""
+    convolutional: bool = False
+    """Mostly convolutions: XLA's CPU convolutions are slower than oneDNN's (xla=auto keeps them off on CPU)."""
+    per_token: bool = False
+    """Predicts a token per position, so it can serve task=sequence."""
+
+    @property
+    def builtin(self) -> bool:
+        return self.builder is not None
+
+
+MODEL_KINDS: dict[str, ModelKind] = {
+    kind.name: kind
+    for kind in (
+        ModelKind("mlp", MlpConfig, "launcher_models.mlp"),
+        ModelKind("cnn", CnnConfig, "launcher_models.cnn", convolutional=True),
+        ModelKind("resnet", ResnetConfig, "launcher_models.resnet", convolutional=True),
+        ModelKind("transformer", TransformerConfig, "launcher_models.transformer", per_token=True),
+    )
+}
+
+
+def model_kind(name: str) -> ModelKind:
+    """The table's entry, or the generic kind of `custom` and installed plugins (per-token output possible;
+    the built model's output is checked against the task)."""
+    return MODEL_KINDS.get(name) or ModelKind(name, CustomModelConfig, None, per_token=True)

@@ -1,0 +1,60 @@
+"""Which precision (and so which dtype policy) the run uses; `auto` asks the hardware."""
+
+from __future__ import annotations
+
+from launcher.config.schema import Config, PrecisionName
+from launcher.plan.decisions import PrecisionPlan
+from launcher.plan.environment import FAST_BF16_RATIO, Environment
+from launcher.plan.precisions import PRECISIONS
+from launcher.plan.rules.findings import Findings
+
+
+def auto_precision(env: Environment) -> tuple[str, str]:
+    capability = env.gpu_min_capability
+    if capability is not None:
+        if capability >= (8, 0):
+            return "bf16", f"GPU compute capability {capability[0]}.{capability[1]} >= 8.0 has bfloat16 tensor cores"
+        if capability >= (7, 0):
+            return (
+                "mixed",
+                f"GPU compute capability {capability[0]}.{capability[1]} has float16 tensor cores but no bfloat16",
+            )
+        return "fp32", f"GPU compute capability {capability[0]}.{capability[1]} < 7.0 has no fast reduced precision"
+    bf16, fp32 = env.best_matmul_rate("bfloat16"), env.best_matmul_rate("float32")
+    if bf16 and fp32:
+        measured = (f"measured here, 2048^3 matmul: bfloat16 {bf16:.0f} GFLOP/s vs float32 {fp32:.0f} "
+                    f"({bf16 / fp32:.2f}x; bf16 needs >= {FAST_BF16_RATIO}x)")
+        return ("bf16" if env.cpu_has_fast_bf16 else "fp32"), measured
+    if env.cpu_has_fast_bf16:
+        return "bf16", "CPU has AMX: oneDNN runs bfloat16 matmuls several times faster than float32 (not measured)"
+    return "fp32", "CPU without AMX and matmul rates not measured: float32 is the safe choice"
+
+
+def decide_precision(cfg: Config, env: Environment, found: Findings) -> PrecisionPlan:
+    requested = cfg.precision.name
+    if requested == PrecisionName.auto:
+        name, reason = auto_precision(env)
+        reason = f"precision=auto: {reason}"
+    else:
+        name, reason = requested.value, "requested"
+    precision = PRECISIONS[name]
+    if precision.needs_loss_scaling and not precision.fast_on(env):
+        hint = " Use precision=bf16: this hardware runs bfloat16 fast." if PRECISIONS["bf16"].fast_on(env) else ""
+        found.warn(
+            f"precision={name} ({precision.compute_dtype}) on hardware without a {precision.compute_dtype} fast path "
+            f"({env.describe_devices()}): {precision.compute_dtype} math is emulated and can be many times "
+            f"slower than float32 on large layers.{hint}"
+        )
+    layers = list(cfg.precision.float32_layers)
+    if layers and not precision.mixed:
+        found.warn(f"precision.float32_layers={layers} is unused with a float32 policy: every layer is float32.")
+    return PrecisionPlan.of(
+        name=(name, reason),
+        policy=(precision.policy, f"Keras dtype policy for {name}"),
+        compute_dtype=(precision.compute_dtype, "what matmuls and activations compute in"
+                       + ("; variables stay float32" if precision.mixed else "")),
+        output_dtype=("float32", "the last layer computes in float32 under a mixed policy (softmax and loss need "
+                      "the range)") if precision.mixed else None,
+        float32_layers=(layers, "requested: these layers compute in float32 (float32 range), the rest in the "
+                        "mixed policy") if layers and precision.mixed else None,
+    )

@@ -1,0 +1,139 @@
+"""Which tf.distribute strategy, on which devices, and (multi-worker) the cluster this process joins."""
+
+from __future__ import annotations
+
+from launcher.config.schema import Config, StrategyKind
+from launcher.plan.cluster import Cluster, find_cluster
+from launcher.plan.decisions import ClusterPlan, StrategyPlan
+from launcher.plan.environment import Environment
+from launcher.plan.rules.findings import Findings
+
+DEFAULT_LOGICAL_CPUS = 2
+NO_SPLIT = (0, "no CPU split needed")
+
+
+def decide_strategy(cfg: Config, env: Environment, found: Findings) -> tuple[StrategyPlan, ClusterPlan | None]:
+    kind = cfg.strategy.kind
+    if kind == StrategyKind.multi_worker:
+        return _multi_worker(cfg, env, found)
+    handler = {
+        StrategyKind.default: _default,
+        StrategyKind.one_device: _one_device,
+        StrategyKind.mirrored: _mirrored,
+    }[kind]
+    return handler(cfg, env, found), None
+
+
+def _default(cfg: Config, env: Environment, found: Findings) -> StrategyPlan:
+    device = "/gpu:0" if env.gpus else "/cpu:0"
+    return StrategyPlan.of(
+        kind=("default", "requested: one device, no tf.distribute wrapping"),
+        devices=([device], f"found {env.describe_devices()}"),
+        logical_cpus=NO_SPLIT,
+        replicas=(1, "one device"),
+    )
+
+
+def _one_device(cfg: Config, env: Environment, found: Findings) -> StrategyPlan:
+    wanted = cfg.strategy.device.strip().lower()
+    if wanted == "auto":
+        device = "/gpu:0" if env.gpus else "/cpu:0"
+        reason = f"device=auto picked {device}; found {env.describe_devices()}"
+    else:
+        device, reason = wanted, "requested"
+        problem = _device_problem(wanted, env)
+        if problem:
+            valid = ["auto", "/cpu:0", *(f"/gpu:{i}" for i in range(len(env.gpus)))]
+            found.refuse("strategy.device", cfg.strategy.device,
+                         f"one of {valid} ({problem}; found {env.describe_devices()})", "strategy.device=auto")
+    return StrategyPlan.of(
+        kind=("one_device", "requested: OneDeviceStrategy"),
+        devices=([device], reason),
+        logical_cpus=NO_SPLIT,
+        replicas=(1, "one device"),
+    )
+
+
+def _device_problem(device: str, env: Environment) -> str | None:
+    kind, _, index = device.lstrip("/").partition(":")
+    if kind not in ("cpu", "gpu") or not index.isdigit():
+        return "not a device string"
+    if kind == "gpu" and int(index) >= len(env.gpus):
+        return f"there is no GPU {index}"
+    if kind == "cpu" and int(index) != 0:
+        return "only /cpu:0 exists"
+    return None
+
+
+def _mirrored(cfg: Config, env: Environment, found: Findings) -> StrategyPlan:
+    wanted = max(cfg.strategy.devices, 0)  # a negative count is reported by the bounds table
+    if env.gpus:
+        if wanted > len(env.gpus):
+            found.refuse("strategy.devices", wanted, f"at most {len(env.gpus)} (found {env.describe_devices()})",
+                         f"strategy.devices={len(env.gpus)} or strategy.devices=0 for all GPUs")
+        count = wanted or len(env.gpus)
+        devices = ([f"/gpu:{i}" for i in range(count)], f"found {env.describe_devices()}")
+        logical = (0, "GPUs are the replicas")
+        if count == 1:
+            found.warn("strategy=mirrored with 1 GPU runs a single replica; it adds overhead and no speed.")
+    else:
+        count = wanted or DEFAULT_LOGICAL_CPUS
+        devices = ([f"/cpu:{i}" for i in range(count)],
+                   f"adapted: {env.describe_devices()}, so the CPU is split into {count} logical devices "
+                   "(the same mirrored code path, exercised on CPU)")
+        logical = (count, "configured before the TF runtime starts")
+        if count > env.cpu_count:
+            found.warn(f"{count} logical CPU devices on {env.cpu_count} cores: replicas share cores.")
+    return StrategyPlan.of(
+        kind=("mirrored", "requested: MirroredStrategy (synchronous data parallel)"),
+        devices=devices,
+        logical_cpus=logical,
+        replicas=(max(count, 1), f"{count} mirrored device(s)"),
+    )
+
+
+def _multi_worker(cfg: Config, env: Environment, found: Findings) -> tuple[StrategyPlan, ClusterPlan]:
+    strategy = cfg.strategy
+    local = max(len(env.gpus), 1)
+    device = "/gpu" if env.gpus else "/cpu"
+    local_workers = None
+    if strategy.local_workers:
+        # This process only starts and watches the workers; each of them resolves its own Plan.
+        workers = [f"127.0.0.1:<free port {i}>" for i in range(strategy.local_workers)]
+        local_workers = (strategy.local_workers,
+                         "started on this machine, each a process of its own on a free 127.0.0.1 port")
+        cluster = Cluster(tuple(workers), 0, "strategy.local_workers")
+    else:
+        cluster, problems = find_cluster(strategy, env.tf_config, env.slurm)
+        found.violations.extend(problems)
+        cluster = cluster or Cluster(("localhost:0",), 0, "none")
+    plan = StrategyPlan.of(
+        kind=("multi_worker", "requested: MultiWorkerMirroredStrategy"),
+        local_workers=local_workers,
+        devices=([f"{device}:{i}" for i in range(local)], f"per worker; found {env.describe_devices()}"),
+        logical_cpus=(0, "one CPU device per worker"),
+        replicas=(len(cluster.workers) * local, f"{len(cluster.workers)} worker(s) x {local} device(s)"),
+    )
+    chief = ("this worker logs to MLflow, exports the model and writes the checkpoints" if cluster.is_chief
+             else "not the chief: trains, saves into a temporary directory removed after each save, resumes from "
+                  "the chief's checkpoints; leaves MLflow and export to the chief")
+    return plan, ClusterPlan.of(
+        workers=(list(cluster.workers), f"from {cluster.source}"),
+        task_index=(cluster.index, f"this worker is {cluster.task[0]} {cluster.task[1]}"),
+        is_chief=(cluster.is_chief, chief),
+        communication=_communication(strategy, env, found),
+        connect_timeout=(float(strategy.connect_timeout),
+                         "seconds this worker waits for its peers at start-up before stopping with their addresses"),
+    )
+
+
+def _communication(strategy, env: Environment, found: Findings) -> tuple[str, str]:
+    wanted = strategy.communication.value
+    if wanted == "nccl" and not env.gpus:
+        found.refuse("strategy.communication", "nccl", "ring or auto on a machine without GPUs "
+                     "(NCCL runs on GPUs only)", "strategy.communication=auto")
+    if wanted != "auto":
+        return wanted, "requested"
+    if env.gpus:
+        return "nccl", "auto: GPUs all-reduce fastest through NCCL"
+    return "ring", "auto: no GPU, so gradients are all-reduced over gRPC by TensorFlow's ring collectives"
