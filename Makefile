@@ -5,8 +5,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Test processes in parallel (pytest-xdist); most tests wait on subprocesses, so 2 helps even on 2 cores.
 TEST_WORKERS ?= 2
+SOURCES := launcher models datasets tests benchmarks examples
 
-.PHONY: train test lint explain clean
+.PHONY: train test test-fast lint format explain clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,12 +21,20 @@ train: $(STAMP)
 explain: $(STAMP)
 	$(PY) -m launcher explain=true $(ARGS)
 
-test: $(STAMP)
-	$(PY) -m ruff check launcher models datasets tests benchmarks
+test: lint
 	$(PY) -m pytest tests -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
+# The inner loop: unit tests only (no subprocess, no multi-process run).
+test-fast: lint
+	$(PY) -m pytest tests -n $(TEST_WORKERS) -m unit $(PYTEST_ARGS)
+
 lint: $(STAMP)
-	$(PY) -m ruff check launcher models datasets tests benchmarks
+	$(PY) -m ruff check $(SOURCES)
+	$(PY) -m ruff format --check $(SOURCES)
+
+format: $(STAMP)
+	$(PY) -m ruff format $(SOURCES)
+	$(PY) -m ruff check --fix $(SOURCES)
 
 clean:
 	rm -rf outputs multirun .pytest_cache

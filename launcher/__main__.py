@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
@@ -24,27 +26,83 @@ register_help(CONF_DIR)
 _task_started = False
 
 
+@dataclass(frozen=True)
+class Invocation:
+    """What Hydra tells a mode about this process: where it runs and what it was asked."""
+
+    run_dir: Path
+    launch_dir: Path
+    overrides: list[str]
+    choices: dict
+
+
+def mode_of(cfg: DictConfig, multirun: bool) -> str:
+    """The one place that decides which mode this process runs."""
+    if multirun:
+        return "sweep_job"  # each job runs in a fresh `python -m launcher` process of its own mode
+    mode = str(getattr(cfg.mode, "value", cfg.mode))
+    strategy = cfg.strategy
+    if mode == "train" and str(getattr(strategy.kind, "value", strategy.kind)) == "multi_worker" \
+            and strategy.get("local_workers", 0) > 0:
+        return "local_workers"
+    return mode
+
+
+def _train(cfg, at: Invocation) -> int:
+    from launcher.run.launch import run
+
+    return run(cfg, at.run_dir, at.launch_dir, at.choices)
+
+
+def _evaluate(cfg, at: Invocation) -> int:
+    from launcher.run.evaluate import evaluate
+
+    return evaluate(cfg, at.run_dir, at.launch_dir, at.overrides)
+
+
+def _doctor(cfg, at: Invocation) -> int:
+    from launcher.doctor.launch import run
+
+    return run(cfg, at.run_dir, at.launch_dir, " ".join(o for o in at.overrides if not o.startswith("mode=")))
+
+
+def _local_workers(cfg, at: Invocation) -> int:
+    """Not in the run dir's shell: the chief worker, a process of its own, locks the run dir."""
+    from launcher.run.local_workers import run_local_workers
+
+    return run_local_workers(at.overrides, int(cfg.strategy.local_workers), at.run_dir, at.launch_dir)
+
+
+# mode -> handler; each returns the process's exit code (imports stay inside: a sweep never loads TensorFlow).
+MODES: dict[str, Callable[[DictConfig, Invocation], int]] = {
+    "train": _train,
+    "eval": _evaluate,
+    "predict": _evaluate,
+    "doctor": _doctor,
+    "local_workers": _local_workers,
+}
+
+
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def main(cfg: DictConfig) -> float | None:
     global _task_started
     _task_started = True
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
+    from hydra.utils import get_original_cwd
 
     hydra_cfg = HydraConfig.get()
-    if getattr(cfg.mode, "value", cfg.mode) == "doctor" and hydra_cfg.mode != RunMode.MULTIRUN:
-        from launcher.doctor.launch import doctor_in_hydra
-
-        doctor_in_hydra(cfg, hydra_cfg)
-        return None
-    if hydra_cfg.mode == RunMode.MULTIRUN:
+    mode = mode_of(cfg, hydra_cfg.mode == RunMode.MULTIRUN)
+    if mode == "sweep_job":
         from launcher.sweep.job import run_job
 
         # A fresh process per job; its return value is the objective sweepers such as Optuna optimise.
         return run_job(cfg, hydra_cfg)
-    from launcher.run.launch import launch_in_hydra
-
-    launch_in_hydra(cfg, hydra_cfg)
+    at = Invocation(Path(hydra_cfg.runtime.output_dir), Path(get_original_cwd()), list(hydra_cfg.overrides.task),
+                    dict(hydra_cfg.runtime.choices))
+    code = MODES[mode](cfg, at)
+    if code:
+        sys.exit(code)
     return None
 
 

@@ -6,10 +6,14 @@ runtime starts, so default and mirrored strategies both run in-process.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -30,6 +34,24 @@ TINY = [
     "scaling.batch_size=32",
     "train.steps_per_execution=4",
 ]
+
+
+def _fixed_matmul_rates() -> None:
+    """The suite never measures into (or decides by) the person's `~/.cache/launcher`: every test process and
+    the launches it starts read this machine's key from a cache of fixed rates (the AMD EPYC's: bf16 about 2x
+    float32 through oneDNN, XLA slower for bf16), so `precision=auto xla=auto` decide the same on every CPU.
+    `tests/test_hardware.py` measures for real, into a cache of its own."""
+    from fakes import EPYC_RATES
+
+    from launcher.plan.hardware import machine_key
+
+    cache = tempfile.mkdtemp(prefix="launcher-test-cache-")  # whatever LAUNCHER_CACHE the person set
+    atexit.register(shutil.rmtree, cache, ignore_errors=True)
+    os.environ["LAUNCHER_CACHE"] = cache
+    (Path(cache) / "matmul_rates.json").write_text(json.dumps({machine_key(): EPYC_RATES}))
+
+
+_fixed_matmul_rates()
 
 
 def _split_cpu() -> None:
@@ -158,3 +180,21 @@ def mlflow_server(tmp_path):
     server = MlflowServer(tmp_path).start()
     yield server.url, server.artifacts
     server.stop()
+
+
+E2E_FIXTURES = {"cli", "mlflow_server"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """`e2e`: the test starts processes (the real CLI, a server, workers); `unit`: everything else that is not
+    `slow` (in-process logic and small in-process runs). `make test-fast` runs the unit tests; CI runs all."""
+    import inspect
+
+    for item in items:
+        function = getattr(item, "function", None)
+        source = inspect.getsource(function) if function is not None else ""
+        if E2E_FIXTURES & set(getattr(item, "fixturenames", ())) or "subprocess" in source or "Popen" in source:
+            item.add_marker(pytest.mark.e2e)
+        elif item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.unit)

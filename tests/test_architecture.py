@@ -12,18 +12,19 @@ import sys
 from conftest import ROOT
 
 PACKAGE = ROOT / "launcher"
-LEAVES = {"contract", "files", "console"}
+LEAVES = {"contract", "files", "console", "outcome"}
 # What each stage may import from the launcher (besides itself).
 ALLOWED = {
     "config": set(),
     "plan": {"config", "contract", "console"},
     "train": {"config", "plan", "contract", "console"},
     "tracking": {"config"},
-    "run": {"config", "plan", "train", "tracking", "contract", "files", "console"},
-    "sweep": {"config", "tracking", "contract", "files"},
-    "doctor": {"config", "plan", "train", "run", "tracking", "contract", "files", "console"},
+    "run": {"config", "plan", "train", "tracking", "contract", "files", "console", "outcome"},
+    "sweep": {"config", "tracking", "contract", "files", "outcome"},
+    "doctor": {"config", "plan", "train", "run", "tracking", "contract", "files", "console", "outcome"},
     "__main__": {"config", "run", "sweep", "doctor"},
     **{leaf: set() for leaf in LEAVES},
+    "outcome": {"files"},  # a leaf that writes through the shared JSON helpers
 }
 TF_FREE_MODULES = [
     "launcher.sweep.callback", "launcher.sweep.job", "launcher.sweep.summary", "launcher.sweep.study_storage",

@@ -106,3 +106,13 @@ def test_a_refused_config_still_yields_a_whole_plan_so_the_data_is_checked_too()
     assert [v.key for v in violations] == ["scaling.batch_size"] and isinstance(violations[0], Violation)
     assert plan.batch.global_batch == 33 and plan.learning_rate.peak > 0
     assert isinstance(schedule(config(), plan, 640, 100).schedule, SchedulePlan)
+
+
+def test_a_plan_copies_and_pickles_with_its_reasons():
+    """Trials and workers carry Plans around (the doctor's trial records, deep copies)."""
+    import copy
+    import pickle
+
+    plan = resolve(config("precision=mixed", "strategy=mirrored"), CPU_PLAIN)
+    for twin in (copy.deepcopy(plan), pickle.loads(pickle.dumps(plan))):
+        assert twin == plan and twin.decisions() == plan.decisions()

@@ -57,7 +57,7 @@ def examine(config, env, overrides: str) -> Examination:
     exam = Examination(overrides)
     steps = config.doctor.steps
     # The devices of the config as asked (a process splits its CPU once): every trial shares them.
-    plan, source, problems = review(config, env, lambda p: runtime.split_cpu(p.get("strategy.logical_cpus", 0)))
+    plan, source, problems = review(config, env, lambda p: runtime.split_cpu(p.strategy.logical_cpus))
     if problems:
         exam.addition = "config"
         exam.checks.append(("config and data", "refused", str(ConfigError(problems))))

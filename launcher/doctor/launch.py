@@ -12,35 +12,19 @@ from dataclasses import asdict
 from pathlib import Path
 
 from launcher.config.errors import ConfigError
-from launcher.console import quiet_tensorflow_logs
+from launcher.outcome import EXIT_FINISHED, EXIT_PROBLEM_FOUND, FINISHED, OutcomeRecord
+from launcher.run.shell import run_in_shell
 
-EXIT_HEALTHY, EXIT_PROBLEM, EXIT_REFUSED = 0, 3, 2
 TRIALS_FILE = "doctor_trials.json"
 
 
-def doctor_in_hydra(cfg, hydra_cfg) -> None:
-    from hydra.utils import get_original_cwd
-
-    overrides = " ".join(o for o in hydra_cfg.overrides.task if not o.startswith("mode="))
-    code = run(cfg, Path(hydra_cfg.runtime.output_dir), Path(get_original_cwd()), overrides)
-    if code:
-        sys.exit(code)
-
-
 def run(cfg_node, run_dir: Path, launch_dir: Path, overrides: str = "") -> int:
-    """One examination in `run_dir` (locked like a launch); returns the exit code."""
-    quiet_tensorflow_logs(bool(cfg_node.get("tf_logs", False)))
-    from launcher.run.lock import RunDirBusy, RunDirLock
-
-    try:
-        with RunDirLock(run_dir):
-            return _run_locked(cfg_node, run_dir, launch_dir, overrides)
-    except (RunDirBusy, ConfigError) as err:
-        print(f"\n{err}\n", file=sys.stderr, flush=True)
-        return EXIT_REFUSED
+    """One examination in `run_dir`, in the shell every mode runs in (lock, logs, exit codes); the exit code."""
+    return run_in_shell(lambda: _examine(cfg_node, run_dir, launch_dir, overrides), run_dir, "doctor",
+                        bool(cfg_node.get("tf_logs", False)))
 
 
-def _run_locked(cfg_node, run_dir: Path, launch_dir: Path, overrides: str) -> int:
+def _examine(cfg_node, run_dir: Path, launch_dir: Path, overrides: str) -> OutcomeRecord:
     from launcher.config.schema import StrategyKind, to_config
     from launcher.doctor.doctor import examine
     from launcher.doctor.report import PLOT_FILE, REPORT_FILE, console, markdown, plot_loss_scale
@@ -66,7 +50,8 @@ def _run_locked(cfg_node, run_dir: Path, launch_dir: Path, overrides: str) -> in
     print(f"\nReport: {report}", flush=True)
     if config.tracking.enabled:
         _log_to_mlflow(config, exam, run_dir, launch_dir, [report, run_dir / TRIALS_FILE, plot])
-    return EXIT_HEALTHY if exam.healthy else EXIT_PROBLEM
+    return OutcomeRecord(status=FINISHED, exit_code=EXIT_FINISHED if exam.healthy else EXIT_PROBLEM_FOUND,
+                         mode="doctor")
 
 
 def _log_to_mlflow(config, exam, run_dir: Path, launch_dir: Path, files: list) -> None:

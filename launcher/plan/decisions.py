@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
-from types import MappingProxyType
 from typing import Any, TypeVar
 
 import yaml
@@ -22,6 +21,28 @@ S = TypeVar("S", bound="Section")
 
 class PlanError(Exception):
     """A programming error: a section without a reason for a value, or a record read before it was decided."""
+
+
+class Reasons(Mapping[str, str]):
+    """A section's reasons by field name: read-only, and copyable and picklable like the rest of the Plan."""
+
+    def __init__(self, reasons: Mapping[str, str]):
+        self._items = tuple(dict(reasons).items())
+
+    def __getitem__(self, name: str) -> str:
+        for key, reason in self._items:
+            if key == name:
+                return reason
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __reduce__(self):
+        return Reasons, (dict(self._items),)
 
 
 def decision(key: str, *, optional: bool = False) -> Any:
@@ -46,7 +67,7 @@ class Section:
         if missing or extra or unset:
             raise PlanError(f"{type(self).__name__}: values without a reason {missing}, reasons without a value "
                             f"{extra}, required values left undecided {unset}")
-        object.__setattr__(self, "why", MappingProxyType(dict(self.why)))
+        object.__setattr__(self, "why", Reasons(self.why))
 
     @classmethod
     def of(cls: type[S], **decided: tuple[Any, str] | None) -> S:

@@ -14,48 +14,29 @@ training run (`mlflow.parentRunId`), and the training run gets a tag pointing ba
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 from launcher.config.errors import ConfigError, raise_if_any
-from launcher.files import OUTCOME_FILE, read_json
+from launcher.files import OUTCOME_FILE
+from launcher.outcome import EXIT_FINISHED, FINISHED, OutcomeRecord
+from launcher.run.shell import run_in_shell
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
 
 
-def evaluate_in_hydra(cfg, hydra_cfg) -> int:
-    """Find the training run, compose its config under this command's overrides, evaluate or predict."""
-    from hydra.utils import get_original_cwd
-
-    from launcher.console import quiet_tensorflow_logs
-    from launcher.run.launch import EXIT_CONFIG_ERROR, EXIT_TRAINING_FAILED, write_outcome
-    from launcher.run.lock import RunDirBusy, RunDirLock
-
-    quiet_tensorflow_logs(bool(cfg.get("tf_logs", False)))
-    run_dir, launch_dir = Path(hydra_cfg.runtime.output_dir), Path(get_original_cwd())
+def evaluate(cfg, run_dir: Path, launch_dir: Path, overrides: list[str]) -> int:
+    """mode=eval / mode=predict in the shell: find the training run, compose its config under this command's
+    overrides, evaluate or predict; returns the exit code."""
     mode = getattr(cfg.mode, "value", cfg.mode)
-    try:
-        with RunDirLock(run_dir):
-            try:
-                train_dir = find_training_run(str(cfg.eval.run), launch_dir, str(cfg.tracking.uri))
-                node = compose_like(train_dir, list(hydra_cfg.overrides.task))
-                run_id, metrics = Evaluation(node, train_dir, run_dir, launch_dir, mode).execute()
-            except ConfigError as err:
-                print(f"\n{err}\n", file=sys.stderr, flush=True)
-                write_outcome(run_dir, None, "REFUSED", str(err), mode=mode)
-                return EXIT_CONFIG_ERROR
-            except Exception as err:
-                import traceback
 
-                traceback.print_exc()
-                write_outcome(run_dir, None, "FAILED", f"{type(err).__name__}: {err}", mode=mode)
-                return EXIT_TRAINING_FAILED
-            write_outcome(run_dir, run_id, "FINISHED", None, metrics, mode=mode)
-            return 0
-    except RunDirBusy as err:
-        print(f"\n{err}\n", file=sys.stderr, flush=True)
-        return EXIT_CONFIG_ERROR
+    def body() -> OutcomeRecord:
+        train_dir = find_training_run(str(cfg.eval.run), launch_dir, str(cfg.tracking.uri))
+        node = compose_like(train_dir, overrides)
+        run_id, metrics = Evaluation(node, train_dir, run_dir, launch_dir, mode).execute()
+        return OutcomeRecord(status=FINISHED, exit_code=EXIT_FINISHED, run_id=run_id, metrics=metrics, mode=mode)
+
+    return run_in_shell(body, run_dir, mode, bool(cfg.get("tf_logs", False)))
 
 
 def find_training_run(wanted: str, launch_dir: Path, tracking_uri: str) -> Path:
@@ -63,8 +44,7 @@ def find_training_run(wanted: str, launch_dir: Path, tracking_uri: str) -> Path:
     runs = launch_dir / "outputs" / "runs"
     if not wanted:
         finished = [p.parent for p in runs.glob("**/" + OUTCOME_FILE)
-                    if read_json(p, {}).get("status") == "FINISHED" and not read_json(p, {}).get("mode")
-                    and (p.parent / OVERRIDES_FILE).is_file()]
+                    if _finished_training(p.parent) and (p.parent / OVERRIDES_FILE).is_file()]
         if not finished:
             raise ConfigError.single("eval.run", "", f"a finished training run (none under {runs})",
                                      "train one first (python -m launcher name=exp1), then eval.run=exp1")
@@ -79,6 +59,11 @@ def find_training_run(wanted: str, launch_dir: Path, tracking_uri: str) -> Path:
     names = sorted(str(p.parent.parent.relative_to(runs)) for p in runs.glob("**/" + str(OVERRIDES_FILE)))[-8:]
     raise ConfigError.single("eval.run", wanted, f"a training run: a run dir, a name under {runs} or an MLflow run id "
                              f"(recent: {names})", f"eval.run={names[-1] if names else '<name>'}")
+
+
+def _finished_training(run_dir: Path) -> bool:
+    record = OutcomeRecord.read(run_dir)
+    return record is not None and record.finished_training
 
 
 def _run_dir_from_mlflow(run_id: str, uri: str, launch_dir: Path) -> Path | None:
@@ -123,7 +108,7 @@ class Evaluation:
         self.config = to_config(node)
         self.config.checkpoint.enabled = False  # the training run's checkpoints are read, never written
         self.train_dir, self.run_dir, self.launch_dir, self.mode = train_dir, run_dir, launch_dir, mode
-        self.training = read_json(train_dir / OUTCOME_FILE, {})
+        self.training = OutcomeRecord.read(train_dir)
 
     def execute(self) -> tuple[str | None, dict]:
         from launcher.plan.environment import probe
@@ -234,7 +219,7 @@ class Evaluation:
         from launcher.tracking.uri import resolve_uri
 
         uri = resolve_uri(tr.uri, self.launch_dir)
-        parent = self.training.get("run_id")
+        parent = self.training.run_id if self.training else None
         name = f"{self.mode}-{self.train_dir.name}-{self.config.eval.model}-{split}"
         tracker = Tracker(uri, tr.experiment, name, self.launch_dir / "outputs" / "mlartifacts",
                           parent_run_id=parent, run_dir=self.run_dir)

@@ -28,7 +28,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from launcher.files import OUTCOME_FILE, read_json
+from launcher.outcome import OutcomeRecord
 
 GRACE_SECONDS = 5.0
 TAIL_LINES = 25
@@ -170,7 +170,8 @@ class _Job:
 
 def _report_weights(run_dir: Path, count: int) -> None:
     dirs = [run_dir] + [run_dir / "workers" / f"worker{i}" for i in range(1, count)]
-    digests = [read_json(d / OUTCOME_FILE, {}).get("weights_sha256") for d in dirs]
+    records = [OutcomeRecord.read(d) for d in dirs]
+    digests = [r.weights_sha256 if r else None for r in records]
     if None not in digests and len(set(digests)) == 1:
         print(f"All {count} workers finished with identical weights (sha256 {digests[0][:12]}).", flush=True)
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from launcher.config.tasks import objective
-from launcher.files import JOB_FILE, OUTCOME_FILE, SWEEP_FILE, read_json, write_json_atomic
+from launcher.files import JOB_FILE, SWEEP_FILE, read_json, write_json_atomic
+from launcher.outcome import FINISHED, OutcomeRecord
 
 
 def swept_keys(sweep_overrides: list[str]) -> list[str]:
@@ -48,10 +49,9 @@ def run_job(cfg: DictConfig, hydra_cfg) -> float:
     overrides = [o for o in hydra_cfg.overrides.task if not o.startswith("hydra.")]
     name = job_name(overrides, state.get("swept_keys"))
     job_dir = _job_dir(sweep_dir, Path(hydra_cfg.runtime.output_dir), overrides)
-    earlier = read_json(job_dir / OUTCOME_FILE, {})
-    if earlier.get("status") == "FINISHED":
-        found = earlier.get("metrics", {}).get(objective(cfg))
-        value = float(found) if found is not None else float("nan")
+    earlier = OutcomeRecord.read(job_dir)
+    if earlier is not None and earlier.status == FINISHED:
+        value = earlier.objective(objective(cfg))
         print(f"[sweep job {hydra_cfg.job.num}] {name}: finished in an earlier run of this sweep ({job_dir}), "
               f"skipped; {objective(cfg)}={value:.4g}", flush=True)
         return value
@@ -68,12 +68,11 @@ def run_job(cfg: DictConfig, hydra_cfg) -> float:
     with open(log_path, "a" if resuming else "w") as log:
         done = subprocess.run(args, cwd=hydra_cfg.runtime.cwd, stdout=log, stderr=subprocess.STDOUT,
                               env=dict(os.environ))
-    outcome = read_json(job_dir / OUTCOME_FILE, {})
-    if done.returncode != 0 and state.get("parent_run_id") and not outcome.get("run_id"):
+    outcome = OutcomeRecord.read(job_dir)
+    if done.returncode != 0 and state.get("parent_run_id") and not (outcome and outcome.run_id):
         _record_failed_child(state, name, overrides, log_path, done.returncode)
     status = "ok" if done.returncode == 0 else f"failed (exit {done.returncode}, see {log_path})"
-    found = outcome.get("metrics", {}).get(objective(cfg))
-    value = float(found) if done.returncode == 0 and found is not None else float("nan")
+    value = outcome.objective(objective(cfg)) if done.returncode == 0 and outcome else float("nan")
     print(f"[sweep job {hydra_cfg.job.num}] {name}: {status}; {objective(cfg)}={value:.4g}", flush=True)
     return value
 

@@ -48,6 +48,21 @@ def with_retry(call, *args, attempts: int = 8, **kwargs):
             time.sleep(0.2 * 2**attempt)
 
 
+def experiment_id(client, name: str, artifact_location: str | None) -> str:
+    """The experiment's id, created when missing; a locked database is retried, and a parallel job that created
+    it first is no error."""
+    found = with_retry(client.get_experiment_by_name, name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return with_retry(client.create_experiment, name, artifact_location=artifact_location)
+    except Exception:
+        found = with_retry(client.get_experiment_by_name, name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
 def is_outage(err: BaseException) -> bool:
     """The server did not answer (as opposed to refusing a request it understood)."""
     return isinstance(err, ConnectionError) or any(sign in str(err) for sign in OUTAGE_SIGNS)
@@ -87,16 +102,12 @@ class Tracker:
         self._system = None  # MLflow's system metrics monitor, when started
         self._last_delivery = 0.0
         self._hurry = 0  # flush() / end() waiting: deliver metric points without gathering
-        found = self.client.get_experiment_by_name(experiment)
-        if found is None:
-            location = None if uri.startswith("http") else (artifact_root / experiment).resolve().as_uri()
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
-        else:
-            self.experiment_id = found.experiment_id
+        location = None if uri.startswith("http") else (artifact_root / experiment).resolve().as_uri()
+        self.experiment_id = experiment_id(self.client, experiment, location)
         self.resumed = False
         if resume_run_id and self._exists(resume_run_id):
             # A resumed launch continues the same MLflow run (same params, one metric history).
-            self.client.update_run(resume_run_id, status="RUNNING")
+            with_retry(self.client.update_run, resume_run_id, status="RUNNING")
             self.run_id, self.resumed = resume_run_id, True
         else:
             tags = {"mlflow.parentRunId": parent_run_id} if parent_run_id else None

@@ -1,0 +1,69 @@
+"""What one process of the launcher did, as a typed record (`outcome.json` in its run dir), and its exit code.
+
+Written once, by the shell around every mode (`launcher.run.shell`); read back by sweeps (did this job
+finish, what is its objective), the local multi-worker launcher (the workers' final-weights digests),
+`mode=eval` (the newest finished training run) and the benchmarks. A leaf: it imports only `files`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from launcher.files import OUTCOME_FILE, read_json, write_json_atomic
+
+EXIT_FINISHED = 0
+EXIT_FAILED = 1  # training (or an examination) failed; also Hydra's own compose errors
+EXIT_REFUSED = 2  # the config, the data or the run dir refused before anything ran
+EXIT_PROBLEM_FOUND = 3  # mode=doctor found what breaks the config
+
+
+def exit_for_signal(signum: int) -> int:
+    """128 + the signal, as a shell reports a process the signal ended (130 SIGINT, 143 SIGTERM)."""
+    return 128 + signum
+
+
+# Statuses as MLflow names a run's end, plus REFUSED (nothing ran, nothing in MLflow).
+FINISHED, FAILED, KILLED, REFUSED = "FINISHED", "FAILED", "KILLED", "REFUSED"
+
+
+@dataclass(frozen=True)
+class OutcomeRecord:
+    """One process's result: its status, MLflow run, error, final metrics and exit code."""
+
+    status: str
+    exit_code: int
+    run_id: str | None = None
+    error: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+    weights_sha256: str | None = None  # multi-worker: of the final weights, the same on every worker
+    mode: str = "train"  # eval / predict / doctor: not a training run
+    pid: int = field(default_factory=os.getpid)
+
+    @property
+    def finished_training(self) -> bool:
+        return self.status == FINISHED and self.mode == "train"
+
+    def write(self, run_dir: Path) -> None:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        write_json_atomic(Path(run_dir) / OUTCOME_FILE, asdict(self))
+
+    @classmethod
+    def read(cls, run_dir: Path) -> OutcomeRecord | None:
+        """The record in `run_dir`; None when there is none or it is unreadable (a process that was killed)."""
+        data: Any = read_json(Path(run_dir) / OUTCOME_FILE, None)
+        if not isinstance(data, dict) or "status" not in data:
+            return None
+        known = {f.name for f in fields(cls)}
+        data = {k: v for k, v in data.items() if k in known}
+        data.setdefault("exit_code", EXIT_FINISHED if data["status"] == FINISHED else EXIT_FAILED)
+        data["mode"] = data.get("mode") or "train"
+        return cls(**data)
+
+    def objective(self, name: str) -> float:
+        """The final value of metric `name`, NaN when the run did not finish or never logged it."""
+        value = self.metrics.get(name)
+        return float(value) if self.status == FINISHED and value is not None else float("nan")

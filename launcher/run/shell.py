@@ -1,0 +1,43 @@
+"""The one shell around every mode that runs in a run dir (train, eval, predict, doctor).
+
+It quiets TensorFlow's log noise, holds the run dir's lock from before the first write to after
+outcome.json, turns a refusal into exit 2 and a crash into exit 1 (with the traceback), and writes the
+mode's typed outcome record once. A mode is a function returning its `OutcomeRecord`.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from launcher.config.errors import ConfigError
+from launcher.console import quiet_tensorflow_logs
+from launcher.outcome import EXIT_FAILED, EXIT_REFUSED, FAILED, REFUSED, OutcomeRecord
+from launcher.run.lock import RunDirBusy, RunDirLock
+
+
+def run_in_shell(body: Callable[[], OutcomeRecord], run_dir: Path, mode: str, tf_logs: bool = False) -> int:
+    """Run `body` locked in `run_dir`; write its outcome record; return the process's exit code."""
+    quiet_tensorflow_logs(tf_logs)
+    try:
+        with RunDirLock(run_dir):
+            record = _guarded(body, mode)
+            record.write(run_dir)
+            return record.exit_code
+    except RunDirBusy as err:  # another launch owns the run dir: write nothing there
+        print(f"\n{err}\n", file=sys.stderr, flush=True)
+        return EXIT_REFUSED
+
+
+def _guarded(body: Callable[[], OutcomeRecord], mode: str) -> OutcomeRecord:
+    try:
+        return body()
+    except ConfigError as err:
+        print(f"\n{err}\n", file=sys.stderr, flush=True)
+        return OutcomeRecord(status=REFUSED, exit_code=EXIT_REFUSED, error=str(err), mode=mode)
+    except Exception as err:
+        traceback.print_exc()
+        print(f"\n{mode} failed.", file=sys.stderr, flush=True)
+        return OutcomeRecord(status=FAILED, exit_code=EXIT_FAILED, error=f"{type(err).__name__}: {err}", mode=mode)

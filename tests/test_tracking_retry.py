@@ -1,0 +1,59 @@
+"""SQLite allows one writer: the experiment lookup/creation every launch and sweep job makes retries a locked
+database, and a parallel job that created the experiment first is no error."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.tracking.tracker import experiment_id
+
+
+class LockedThenFine:
+    """A client whose first `locked` calls of each method raise SQLite's 'database is locked'."""
+
+    def __init__(self, locked: int = 2, exists_after_create_race: bool = False):
+        self.locked, self.calls, self.race = locked, {}, exists_after_create_race
+        self.created = False
+
+    def _maybe_locked(self, name: str) -> None:
+        self.calls[name] = self.calls.get(name, 0) + 1
+        if self.calls[name] <= self.locked:
+            raise RuntimeError("(sqlite3.OperationalError) database is locked")
+
+    def get_experiment_by_name(self, name):
+        self._maybe_locked("get")
+        if self.created:
+            return type("Experiment", (), {"experiment_id": "7"})()
+        return None
+
+    def create_experiment(self, name, artifact_location=None):
+        self._maybe_locked("create")
+        if self.race:  # another job created it between our lookup and our create
+            self.created = True
+            raise RuntimeError("RESOURCE_ALREADY_EXISTS: Experiment 'launcher' already exists.")
+        self.created = True
+        return "7"
+
+
+def test_a_locked_database_is_retried_when_the_experiment_is_looked_up_and_created(monkeypatch):
+    monkeypatch.setattr("time.sleep", lambda _: None)
+    client = LockedThenFine(locked=2)
+    assert experiment_id(client, "launcher", None) == "7"
+    assert client.calls == {"get": 3, "create": 3}
+
+
+def test_an_experiment_created_by_a_parallel_job_meanwhile_is_used(monkeypatch):
+    monkeypatch.setattr("time.sleep", lambda _: None)
+    client = LockedThenFine(locked=0, exists_after_create_race=True)
+    assert experiment_id(client, "launcher", None) == "7"
+
+
+def test_another_error_is_raised_not_hidden(monkeypatch):
+    monkeypatch.setattr("time.sleep", lambda _: None)
+
+    class Broken(LockedThenFine):
+        def create_experiment(self, name, artifact_location=None):
+            raise PermissionError("read-only store")
+
+    with pytest.raises(PermissionError, match="read-only"):
+        experiment_id(Broken(locked=0), "launcher", None)
