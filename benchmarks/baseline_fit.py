@@ -30,8 +30,12 @@ def main():
     keras.mixed_precision.set_global_policy(policy)
     x, y = make_data(spec)
     model = spec["keras_model"]()
-    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"], jit_compile=args.xla == "true")
+    model.compile(
+        keras.optimizers.Adam(1e-3),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+        jit_compile=args.xla == "true",
+    )
     times, first = [], {}
 
     class Clock(keras.callbacks.Callback):
@@ -46,12 +50,16 @@ def main():
 
     model.fit(x, y, batch_size=spec["batch"], epochs=args.epochs, shuffle=True, verbose=0, callbacks=[Clock()])
     steps = len(x) // spec["batch"] + (1 if len(x) % spec["batch"] else 0)
-    print(json.dumps({
-        "examples_per_sec": [len(x) / t for t in times],
-        "steps_per_epoch": steps,
-        "time_to_first_step_sec": first.get("t"),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }))
+    print(
+        json.dumps(
+            {
+                "examples_per_sec": [len(x) / t for t in times],
+                "steps_per_epoch": steps,
+                "time_to_first_step_sec": first.get("t"),
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

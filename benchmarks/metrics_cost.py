@@ -32,8 +32,14 @@ CONFIGS = {
 
 def throughput(tree: Path, overrides: list[str], pythonpath: str, run_dir: Path) -> float:
     env = {**os.environ, "PYTHONPATH": pythonpath, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    done = subprocess.run([sys.executable, "-m", "launcher", *COMMON, *overrides, f"hydra.run.dir={run_dir}"],
-                          cwd=tree, capture_output=True, text=True, env=env, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", *COMMON, *overrides, f"hydra.run.dir={run_dir}"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     if done.returncode:
         raise SystemExit(f"{tree}: {done.stderr[-2000:]}")
     history = json.loads((run_dir / "outcome.json").read_text())["history"]
@@ -48,8 +54,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         base = tmp / "baseline"
-        subprocess.run(["git", "worktree", "add", "--detach", str(base), args.baseline], cwd=ROOT, check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(base), args.baseline], cwd=ROOT, check=True, capture_output=True
+        )
         try:
             paths = {}
             for name, tree in (("this", ROOT), ("baseline", base)):
@@ -62,8 +69,9 @@ def main() -> None:
             runs = itertools.count()
             for rep in range(args.reps):
                 for config, overrides in CONFIGS.items():
-                    for name, tree in (("baseline", base), ("this", ROOT)) if rep % 2 else (("this", ROOT),
-                                                                                          ("baseline", base)):
+                    for name, tree in (
+                        (("baseline", base), ("this", ROOT)) if rep % 2 else (("this", ROOT), ("baseline", base))
+                    ):
                         value = throughput(tree, overrides, paths[name], tmp / f"run-{next(runs)}")
                         results[config][name].append(value)
                         print(f"  rep {rep + 1} {config:<24} {name:<8} {value:10.0f} examples/s", flush=True)

@@ -37,8 +37,14 @@ tf.function(lambda a: tf.matmul(a, a))(a).numpy()
 def profile_config(workload: str, name: str, steps: int) -> str:
     precision, xla, extra = CONFIGS[name]
     with tempfile.TemporaryDirectory() as tmp:
-        args = launcher_command(workload, precision, xla, 1, f"{tmp}/run", [
-            *extra, "train.steps_per_execution=4", f"train.profile.steps={steps}", "train.profile.skip_steps=4"])
+        args = launcher_command(
+            workload,
+            precision,
+            xla,
+            1,
+            f"{tmp}/run",
+            [*extra, "train.steps_per_execution=4", f"train.profile.steps={steps}", "train.profile.skip_steps=4"],
+        )
         done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"{name}: {done.stderr[-2000:]}")
@@ -51,12 +57,19 @@ def matmul_ms(table: str) -> float | None:
 
 
 def onednn_impl(dtype: str) -> str:
-    done = subprocess.run([sys.executable, "-c", ONEDNN_PROBE.format(dtype=dtype)], capture_output=True, text=True,
-                          env={**os.environ, "ONEDNN_VERBOSE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    done = subprocess.run(
+        [sys.executable, "-c", ONEDNN_PROBE.format(dtype=dtype)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ONEDNN_VERBOSE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     # onednn_verbose,v1,primitive,exec,cpu,<primitive>,<implementation>,...
     fields = [line.split(",") for line in done.stdout.splitlines() if line.startswith("onednn_verbose")]
-    kinds = {f"{f[5]} {f[6] or '(no ISA named)'}" for f in fields if len(f) > 6 and f[3] == "exec"
-             and f[5] in ("matmul", "gemm_api")}
+    kinds = {
+        f"{f[5]} {f[6] or '(no ISA named)'}"
+        for f in fields
+        if len(f) > 6 and f[3] == "exec" and f[5] in ("matmul", "gemm_api")
+    }
     return ", ".join(sorted(kinds)) or "no oneDNN matmul seen"
 
 
@@ -64,8 +77,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", default="mlp", choices=sorted(WORKLOADS))
     parser.add_argument(
-        "--configs", nargs="+", default=["fp32", "fp32+xla", "bf16", "bf16+hybrid", "bf16+xla"],
-        choices=sorted(CONFIGS)
+        "--configs", nargs="+", default=["fp32", "fp32+xla", "bf16", "bf16+hybrid", "bf16+xla"], choices=sorted(CONFIGS)
     )
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args()

@@ -32,24 +32,32 @@ from workloads import WORKLOADS, launcher_overrides  # noqa: E402
 # launcher before the hybrid step); "hybrid" rows update through fused kernels, as xla=false does now.
 KERAS_UPDATE, FUSED_UPDATE = ["optimizer.update=keras"], ["optimizer.update=fused"]
 CONFIGS = {
-    "fp32": ("fp32", "false", KERAS_UPDATE), "fp32+hybrid": ("fp32", "false", FUSED_UPDATE),
-    "fp32+xla": ("fp32", "true", []), "bf16": ("bf16", "false", KERAS_UPDATE),
-    "bf16+hybrid": ("bf16", "false", FUSED_UPDATE), "bf16+xla": ("bf16", "true", []),
-    "auto": ("auto", "auto", []), "mixed": ("mixed", "false", []),
+    "fp32": ("fp32", "false", KERAS_UPDATE),
+    "fp32+hybrid": ("fp32", "false", FUSED_UPDATE),
+    "fp32+xla": ("fp32", "true", []),
+    "bf16": ("bf16", "false", KERAS_UPDATE),
+    "bf16+hybrid": ("bf16", "false", FUSED_UPDATE),
+    "bf16+xla": ("bf16", "true", []),
+    "auto": ("auto", "auto", []),
+    "mixed": ("mixed", "false", []),
 }
 PLAN = {
     "mlp": ["fp32", "fp32+hybrid", "fp32+xla", "bf16", "bf16+hybrid", "bf16+xla", "auto"],
     "cnn": ["fp32", "fp32+hybrid", "fp32+xla", "bf16", "bf16+hybrid", "bf16+xla", "auto"],
     "small": ["mixed"],
 }
-QUICK = {"mlp": ["fp32", "fp32+hybrid", "bf16", "bf16+hybrid", "auto"], "cnn": ["fp32", "bf16+hybrid", "auto"],
-         "small": ["mixed"]}
+QUICK = {
+    "mlp": ["fp32", "fp32+hybrid", "bf16", "bf16+hybrid", "auto"],
+    "cnn": ["fp32", "bf16+hybrid", "auto"],
+    "small": ["mixed"],
+}
 
 
 def run_child(args: list[str], env=None) -> tuple[str, float]:
     """Run a subprocess (wrapped by rss.py, which reports its peak RSS on stderr)."""
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}
+    )
     out, err = proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(args[:6])}... failed: {err[-1500:]}")
@@ -58,9 +66,21 @@ def run_child(args: list[str], env=None) -> tuple[str, float]:
 
 def launcher_command(workload: str, precision: str, xla: str, epochs: int, run_dir: str, extra=()) -> list[str]:
     """`python -m launcher` on a workload, untracked, no checkpoints: only training is measured."""
-    return [sys.executable, "-m", "launcher", *launcher_overrides(workload), f"precision={precision}", f"xla={xla}",
-            f"train.epochs={epochs}", "checkpoint=off", "checkpoint.export_model=false", "tracking.enabled=false",
-            "train.steps_per_execution=16", f"hydra.run.dir={run_dir}", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "launcher",
+        *launcher_overrides(workload),
+        f"precision={precision}",
+        f"xla={xla}",
+        f"train.epochs={epochs}",
+        "checkpoint=off",
+        "checkpoint.export_model=false",
+        "tracking.enabled=false",
+        "train.steps_per_execution=16",
+        f"hydra.run.dir={run_dir}",
+        *extra,
+    ]
 
 
 def launcher_run(workload: str, precision: str, xla: str, epochs: int, extra=()) -> dict:
@@ -86,8 +106,16 @@ def launcher_run(workload: str, precision: str, xla: str, epochs: int, extra=())
 
 
 def baseline_run(workload: str, precision: str, xla: str, epochs: int) -> dict:
-    args = [sys.executable, str(HERE / "rss.py"), sys.executable, str(HERE / "baseline_fit.py"),
-            f"--workload={workload}", f"--precision={precision}", f"--xla={xla}", f"--epochs={epochs}"]
+    args = [
+        sys.executable,
+        str(HERE / "rss.py"),
+        sys.executable,
+        str(HERE / "baseline_fit.py"),
+        f"--workload={workload}",
+        f"--precision={precision}",
+        f"--xla={xla}",
+        f"--epochs={epochs}",
+    ]
     out, err = run_child(args, env={"PYTHONPATH": str(HERE), "TF_CPP_MIN_LOG_LEVEL": "2"})
     data = json.loads(out.strip().splitlines()[-1])
     data["peak_rss_mb"] = json.loads(err.strip().splitlines()[-1])["peak_rss_mb"]
@@ -118,8 +146,19 @@ def logging_cost_per_step(epoch_time: float, steps: int) -> float:
 
     with tempfile.TemporaryDirectory() as tmp:
         tracker = Tracker(f"sqlite:///{tmp}/m.db", "bench", "logging", Path(tmp))
-        logs = {k: 1.0 for k in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "examples_per_sec",
-                                 "epoch_time_sec", "model_flops_utilization")}
+        logs = {
+            k: 1.0
+            for k in (
+                "loss",
+                "accuracy",
+                "val_loss",
+                "val_accuracy",
+                "learning_rate",
+                "examples_per_sec",
+                "epoch_time_sec",
+                "model_flops_utilization",
+            )
+        }
         start = time.perf_counter()
         for epoch in range(20):
             tracker.log_metrics(logs, step=epoch)
@@ -138,9 +177,15 @@ def main():
     plan = QUICK if args.quick else PLAN
     reps = 1 if args.quick else args.reps
     peak = peaks()
-    print("matmul rate (2048^3, this run), GFLOP/s: " + ", ".join(
-        f"{dtype} graph {peak[dtype + '_graph'] / 1e9:.0f} / XLA {peak[dtype + '_xla'] / 1e9:.0f}"
-        for dtype in ("float32", "bfloat16")) + "; the peak of a dtype is the faster", flush=True)
+    print(
+        "matmul rate (2048^3, this run), GFLOP/s: "
+        + ", ".join(
+            f"{dtype} graph {peak[dtype + '_graph'] / 1e9:.0f} / XLA {peak[dtype + '_xla'] / 1e9:.0f}"
+            for dtype in ("float32", "bfloat16")
+        )
+        + "; the peak of a dtype is the faster",
+        flush=True,
+    )
     results = []
     for workload, configs in plan.items():
         flops = flops_per_example(workload)
@@ -148,8 +193,14 @@ def main():
             precision, xla, extra = CONFIGS[name]
             runs = {"launcher": [], "baseline": []}
             for _ in range(reps):  # interleaved
-                runs["baseline"].append(baseline_run(workload, "fp32" if precision == "auto" else precision,
-                                                     "false" if xla == "auto" else xla, args.epochs))
+                runs["baseline"].append(
+                    baseline_run(
+                        workload,
+                        "fp32" if precision == "auto" else precision,
+                        "false" if xla == "auto" else xla,
+                        args.epochs,
+                    )
+                )
                 runs["launcher"].append(launcher_run(workload, precision, xla, args.epochs, extra))
             row = summarise(workload, name, runs, flops, peak)
             results.append(row)
@@ -172,12 +223,18 @@ def summarise(workload, name, runs, flops, peak) -> dict:
     script_dtype = "bfloat16" if name.startswith("bf16") else "float32"
     ours, theirs = median("launcher", "examples_per_sec"), median("baseline", "examples_per_sec")
     return {
-        "workload": workload, "config": name, "chosen": chosen,
-        "launcher_examples_per_sec": ours, "baseline_examples_per_sec": theirs, "ratio": ours / theirs,
-        "launcher_mfu": ours * flops / peak[dtype], "baseline_mfu": theirs * flops / peak[script_dtype],
+        "workload": workload,
+        "config": name,
+        "chosen": chosen,
+        "launcher_examples_per_sec": ours,
+        "baseline_examples_per_sec": theirs,
+        "ratio": ours / theirs,
+        "launcher_mfu": ours * flops / peak[dtype],
+        "baseline_mfu": theirs * flops / peak[script_dtype],
         "launcher_first_step_sec": median("launcher", "time_to_first_step_sec"),
         "baseline_first_step_sec": median("baseline", "time_to_first_step_sec"),
-        "launcher_rss_mb": median("launcher", "peak_rss_mb"), "baseline_rss_mb": median("baseline", "peak_rss_mb"),
+        "launcher_rss_mb": median("launcher", "peak_rss_mb"),
+        "baseline_rss_mb": median("baseline", "peak_rss_mb"),
         "launcher_epoch_time_sec": median("launcher", "epoch_time_sec"),
         "launcher_runs": [r["examples_per_sec"] for r in runs["launcher"]],
         "baseline_runs": [r["examples_per_sec"] for r in runs["baseline"]],
@@ -185,12 +242,14 @@ def summarise(workload, name, runs, flops, peak) -> dict:
 
 
 def format_row(r) -> str:
-    return (f"{r['workload']:<6}{r['config']:<12} ({r['chosen']:<16}) "
-            f"launcher {r['launcher_examples_per_sec']:>9.0f} ex/s  "
-            f"fit {r['baseline_examples_per_sec']:>9.0f} ex/s  ratio {r['ratio']:.2f}  "
-            f"MFU {r['launcher_mfu']:.0%} vs {r['baseline_mfu']:.0%}  "
-            f"first step {r['launcher_first_step_sec']:.1f}s vs {r['baseline_first_step_sec']:.1f}s  "
-            f"RSS {r['launcher_rss_mb']:.0f} vs {r['baseline_rss_mb']:.0f} MB")
+    return (
+        f"{r['workload']:<6}{r['config']:<12} ({r['chosen']:<16}) "
+        f"launcher {r['launcher_examples_per_sec']:>9.0f} ex/s  "
+        f"fit {r['baseline_examples_per_sec']:>9.0f} ex/s  ratio {r['ratio']:.2f}  "
+        f"MFU {r['launcher_mfu']:.0%} vs {r['baseline_mfu']:.0%}  "
+        f"first step {r['launcher_first_step_sec']:.1f}s vs {r['baseline_first_step_sec']:.1f}s  "
+        f"RSS {r['launcher_rss_mb']:.0f} vs {r['baseline_rss_mb']:.0f} MB"
+    )
 
 
 def overheads(results, epochs) -> dict:
@@ -211,8 +270,9 @@ def overheads(results, epochs) -> dict:
         out["auto_vs_handwritten_fp32_mlp"] = auto[0]["launcher_examples_per_sec"] / statistics.median(script)
     # auto against stock model.fit with the precision auto chose (the bf16 script when auto chose bf16).
     chosen = auto[0]["chosen"].split(",")[0] if auto else None
-    same = [x for r in results if r["workload"] == "mlp" and r["config"].split("+")[0] == chosen
-            for x in r["baseline_runs"]]
+    same = [
+        x for r in results if r["workload"] == "mlp" and r["config"].split("+")[0] == chosen for x in r["baseline_runs"]
+    ]
     if auto and same and chosen != "fp32":
         out[f"auto_vs_stock_fit_{chosen}_mlp"] = auto[0]["launcher_examples_per_sec"] / statistics.median(same)
     for workload in ("mlp", "cnn"):

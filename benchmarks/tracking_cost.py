@@ -57,9 +57,21 @@ COMPARISONS = {
 
 def measure(workload: str, extra: list[str], epochs: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
-        args = [sys.executable, str(HERE / "rss.py"), sys.executable, "-m", "launcher", *WORKLOADS[workload], *extra,
-                f"train.epochs={epochs}", "checkpoint=off", "checkpoint.export_model=false", "xla=false",
-                f"tracking.uri=sqlite:///{tmp}/mlflow.db", f"hydra.run.dir={tmp}/run"]
+        args = [
+            sys.executable,
+            str(HERE / "rss.py"),
+            sys.executable,
+            "-m",
+            "launcher",
+            *WORKLOADS[workload],
+            *extra,
+            f"train.epochs={epochs}",
+            "checkpoint=off",
+            "checkpoint.export_model=false",
+            "xla=false",
+            f"tracking.uri=sqlite:///{tmp}/mlflow.db",
+            f"hydra.run.dir={tmp}/run",
+        ]
         run_child(args)
         history = json.loads((Path(tmp) / "run" / "outcome.json").read_text())["history"]
     return statistics.median(h["examples_per_sec"] for h in history[1:])
@@ -85,8 +97,12 @@ def main() -> None:
         medians = {name: statistics.median(values) for name, values in rates.items()}
         base, tracked = medians.values()
         results[workload] = {**medians, "ratio": tracked / base}
-        print(f"{workload}: " + ", ".join(f"{name} {value:,.0f} ex/s" for name, value in medians.items())
-              + f"; ratio {tracked / base:.3f} (cost {100 * (1 - tracked / base):+.1f}%)", flush=True)
+        print(
+            f"{workload}: "
+            + ", ".join(f"{name} {value:,.0f} ex/s" for name, value in medians.items())
+            + f"; ratio {tracked / base:.3f} (cost {100 * (1 - tracked / base):+.1f}%)",
+            flush=True,
+        )
     out = HERE.parent / "outputs" / f"{args.compare}_cost.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

@@ -4,13 +4,31 @@ from __future__ import annotations
 
 WORKLOADS = {
     # matmul-heavy: three 2048-wide layers, batch 512
-    "mlp": {"batch": 512, "examples": 8192, "features": (256,), "classes": 10, "kind": "tabular",
-            "launcher": ["model=mlp", "model.hidden_units=[2048,2048,2048]"]},
-    "cnn": {"batch": 256, "examples": 4096, "features": (32, 32, 3), "classes": 10, "kind": "image",
-            "launcher": ["model=cnn", "model.filters=[32,64,128]", "model.dense_units=128"]},
+    "mlp": {
+        "batch": 512,
+        "examples": 8192,
+        "features": (256,),
+        "classes": 10,
+        "kind": "tabular",
+        "launcher": ["model=mlp", "model.hidden_units=[2048,2048,2048]"],
+    },
+    "cnn": {
+        "batch": 256,
+        "examples": 4096,
+        "features": (32, 32, 3),
+        "classes": 10,
+        "kind": "image",
+        "launcher": ["model=cnn", "model.filters=[32,64,128]", "model.dense_units=128"],
+    },
     # float16 has no fast path on this CPU: mixed runs only here
-    "small": {"batch": 256, "examples": 8192, "features": (64,), "classes": 10, "kind": "tabular",
-              "launcher": ["model=mlp", "model.hidden_units=[256,256]"]},
+    "small": {
+        "batch": 256,
+        "examples": 8192,
+        "features": (64,),
+        "classes": 10,
+        "kind": "tabular",
+        "launcher": ["model=mlp", "model.hidden_units=[256,256]"],
+    },
 }
 
 
@@ -19,8 +37,15 @@ def launcher_overrides(name: str) -> list[str]:
     shape = ",".join(str(d) for d in spec["features"])
     # validation_split: the launcher trains on (1 - split) of num_examples; make that `examples`.
     total = int(spec["examples"] / 0.9) + 1
-    return [*spec["launcher"], "dataset=synthetic", f"dataset.kind={spec['kind']}", f"dataset.shape=[{shape}]",
-            f"dataset.num_examples={total}", "dataset.validation_split=0.1", f"scaling.batch_size={spec['batch']}"]
+    return [
+        *spec["launcher"],
+        "dataset=synthetic",
+        f"dataset.kind={spec['kind']}",
+        f"dataset.shape=[{shape}]",
+        f"dataset.num_examples={total}",
+        "dataset.validation_split=0.1",
+        f"scaling.batch_size={spec['batch']}",
+    ]
 
 
 def make_data(spec):
@@ -29,9 +54,17 @@ def make_data(spec):
 
     from launcher_datasets.synthetic import load
 
-    cfg = SimpleNamespace(kind=spec["kind"], num_examples=int(spec["examples"] / 0.9) + 1, num_classes=spec["classes"],
-                          shape=list(spec["features"]), vocab_size=1000, seed=0, validation_split=0.1,
-                          shuffle_seed=0, limit=0)
+    cfg = SimpleNamespace(
+        kind=spec["kind"],
+        num_examples=int(spec["examples"] / 0.9) + 1,
+        num_classes=spec["classes"],
+        shape=list(spec["features"]),
+        vocab_size=1000,
+        seed=0,
+        validation_split=0.1,
+        shuffle_seed=0,
+        limit=0,
+    )
     x, y = load(cfg).train
     return x, y
 
@@ -48,10 +81,17 @@ def _cnn():
 
     layers = [keras.Input((32, 32, 3))]
     for filters in (32, 64, 128):
-        layers += [keras.layers.Conv2D(filters, 3, padding="same", use_bias=False), keras.layers.BatchNormalization(),
-                   keras.layers.Activation("relu"), keras.layers.MaxPooling2D()]
-    layers += [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(128, activation="relu"),
-               keras.layers.Dense(10, dtype="float32")]
+        layers += [
+            keras.layers.Conv2D(filters, 3, padding="same", use_bias=False),
+            keras.layers.BatchNormalization(),
+            keras.layers.Activation("relu"),
+            keras.layers.MaxPooling2D(),
+        ]
+    layers += [
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(128, activation="relu"),
+        keras.layers.Dense(10, dtype="float32"),
+    ]
     return keras.Sequential(layers)
 
 

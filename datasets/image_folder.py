@@ -18,7 +18,8 @@ def load(cfg) -> DataSource:
     classes = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
     if len(classes) < 2:
         raise ConfigError.single(
-            "dataset.path", str(cfg.path),
+            "dataset.path",
+            str(cfg.path),
             "a directory with one sub-directory of images per class (at least 2 classes)",
             "dataset.path=/data/my_images with my_images/<class_name>/*.png",
         )
@@ -28,8 +29,14 @@ def load(cfg) -> DataSource:
         )
     raise_if_any(image_folder_problems(root, classes))
     train, val = keras.utils.image_dataset_from_directory(
-        str(root), validation_split=cfg.validation_split, subset="both", seed=cfg.shuffle_seed,
-        image_size=tuple(cfg.image_size), color_mode=cfg.color_mode, batch_size=None, shuffle=True,
+        str(root),
+        validation_split=cfg.validation_split,
+        subset="both",
+        seed=cfg.shuffle_seed,
+        image_size=tuple(cfg.image_size),
+        color_mode=cfg.color_mode,
+        batch_size=None,
+        shuffle=True,
     )
     rescale = lambda x, y: (x / 255.0, y)  # noqa: E731
     num_train, num_val = int(train.cardinality()), int(val.cardinality())
@@ -37,6 +44,11 @@ def load(cfg) -> DataSource:
     if cfg.limit:
         train, num_train = train.take(cfg.limit), min(num_train, cfg.limit)
     return DataSource(
-        train=train.map(rescale), val=val.map(rescale), num_train=num_train, num_val=num_val,
-        input_shape=(*cfg.image_size, COLOR_MODES[cfg.color_mode]), num_classes=len(classes), kind="image",
+        train=train.map(rescale),
+        val=val.map(rescale),
+        num_train=num_train,
+        num_val=num_val,
+        input_shape=(*cfg.image_size, COLOR_MODES[cfg.color_mode]),
+        num_classes=len(classes),
+        kind="image",
     )

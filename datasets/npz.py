@@ -17,8 +17,9 @@ def load(cfg) -> DataSource:
     path = Path(str(cfg.path)).expanduser()
     if not path.is_file():
         raise ConfigError.single(
-            "dataset.path", str(cfg.path), "an existing .npz file with arrays "
-            f"'{cfg.x_key}' and '{cfg.y_key}' (file not found)",
+            "dataset.path",
+            str(cfg.path),
+            f"an existing .npz file with arrays '{cfg.x_key}' and '{cfg.y_key}' (file not found)",
             "dataset.path=/absolute/path/to/data.npz (save one with numpy.savez(path, x=x, y=y))",
         )
     x, y = _read(path, cfg)
@@ -39,8 +40,11 @@ def _drop_nonfinite(x: np.ndarray, y: np.ndarray, path: Path) -> tuple[np.ndarra
         return x, y  # nothing to drop, or shapes the checks below refuse anyway
     keep = np.isfinite(x.reshape(len(x), -1)).all(axis=1)
     if not keep.all():
-        print(f"  dataset.drop_nonfinite: dropped {int((~keep).sum())} of {len(x)} examples of {path.name} "
-              "(NaN or inf in their inputs)", flush=True)
+        print(
+            f"  dataset.drop_nonfinite: dropped {int((~keep).sum())} of {len(x)} examples of {path.name} "
+            "(NaN or inf in their inputs)",
+            flush=True,
+        )
     return x[keep], y[keep]
 
 
@@ -54,13 +58,16 @@ def _read(path: Path, cfg) -> tuple[np.ndarray, np.ndarray]:
             missing = [k for k in (cfg.x_key, cfg.y_key) if k not in archive.files]
             if missing:
                 raise ConfigError.single(
-                    "dataset.x_key" if cfg.x_key in missing else "dataset.y_key", missing[0],
+                    "dataset.x_key" if cfg.x_key in missing else "dataset.y_key",
+                    missing[0],
                     f"one of the arrays in {path.name}: {archive.files}",
                     f"dataset.x_key=<name> dataset.y_key=<name> (arrays found: {archive.files})",
                 )
             return archive[cfg.x_key], archive[cfg.y_key]
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
         raise ConfigError.single(
-            "dataset.path", str(path), f"a readable .npz file ({str(err).splitlines()[0][:200]})",
+            "dataset.path",
+            str(path),
+            f"a readable .npz file ({str(err).splitlines()[0][:200]})",
             "re-save it with numpy.savez(path, x=x, y=y) (numeric arrays; object arrays are not loaded)",
         ) from None

@@ -23,14 +23,22 @@ def load(cfg, task: str = "classification") -> DataSource:
         raise ConfigError.single(
             "dataset.num_examples" if cfg.num_examples < 2 else "dataset.num_classes",
             cfg.num_examples if cfg.num_examples < 2 else cfg.num_classes,
-            "an integer >= 2", "dataset.num_examples=2048 dataset.num_classes=10",
+            "an integer >= 2",
+            "dataset.num_examples=2048 dataset.num_classes=10",
         )
     dims = {"image": 3, "tabular": None, "tokens": 1}[kind]
     if not cfg.shape or min(cfg.shape) < 1 or (dims and len(cfg.shape) != dims):
-        shown = {"image": "[H, W, C], e.g. [16,16,3]", "tabular": "[features], e.g. [32]",
-                 "tokens": "[length], e.g. [64]"}[kind]
-        raise ConfigError.single("dataset.shape", list(cfg.shape), f"positive sizes for {kind} inputs: {shown}",
-                                 f"dataset.shape={shown.split('e.g. ')[1]}")
+        shown = {
+            "image": "[H, W, C], e.g. [16,16,3]",
+            "tabular": "[features], e.g. [32]",
+            "tokens": "[length], e.g. [64]",
+        }[kind]
+        raise ConfigError.single(
+            "dataset.shape",
+            list(cfg.shape),
+            f"positive sizes for {kind} inputs: {shown}",
+            f"dataset.shape={shown.split('e.g. ')[1]}",
+        )
     rng = np.random.default_rng(cfg.seed)
     y = rng.integers(0, cfg.num_classes, size=cfg.num_examples)
     if kind == "tokens":
@@ -43,8 +51,9 @@ def load(cfg, task: str = "classification") -> DataSource:
         x = prototypes[y] + rng.normal(scale=1.0, size=(cfg.num_examples, *shape)).astype("float32")
     if task in ("multilabel", "regression"):
         y = _dense_targets(rng, x, task, cfg.num_classes)
-    return split_arrays(x, y, cfg.validation_split, cfg.shuffle_seed, cfg.limit, kind,
-                        cfg.num_classes if task != "regression" else 1)
+    return split_arrays(
+        x, y, cfg.validation_split, cfg.shuffle_seed, cfg.limit, kind, cfg.num_classes if task != "regression" else 1
+    )
 
 
 def _dense_targets(rng, x, task: str, labels: int) -> np.ndarray:
@@ -63,9 +72,12 @@ def _sequences(cfg) -> DataSource:
     rng = np.random.default_rng(cfg.seed)
     length, vocab = int(cfg.shape[-1]), int(cfg.vocab_size)
     if vocab < 4 or length < 2:
-        raise ConfigError.single("dataset.vocab_size" if vocab < 4 else "dataset.shape", vocab if vocab < 4 else
-                                 list(cfg.shape), "vocab_size >= 4 and a sequence length >= 2 for task=sequence",
-                                 "dataset.kind=tokens dataset.shape=[16] dataset.vocab_size=32")
+        raise ConfigError.single(
+            "dataset.vocab_size" if vocab < 4 else "dataset.shape",
+            vocab if vocab < 4 else list(cfg.shape),
+            "vocab_size >= 4 and a sequence length >= 2 for task=sequence",
+            "dataset.kind=tokens dataset.shape=[16] dataset.vocab_size=32",
+        )
     n = cfg.num_examples
     starts = rng.integers(1, vocab, size=(n, 1))
     strides = rng.integers(1, 4, size=(n, 1))

@@ -38,19 +38,27 @@ def load(cfg) -> DataSource:
     x_spec = features[cfg.x_key]
     num_classes = int(cfg.num_classes or metadata.get("num_classes", 0))
     if num_classes < 2:
-        raise ConfigError.single("dataset.num_classes", cfg.num_classes,
-                                 "the number of label classes (>= 2; not found in dataset.json)",
-                                 "dataset.num_classes=10")
-    kind = metadata.get("kind") or ("image" if len(x_spec["shape"]) == 3 else
-                                    "tokens" if x_spec["dtype"] == "int64" else "tabular")
+        raise ConfigError.single(
+            "dataset.num_classes",
+            cfg.num_classes,
+            "the number of label classes (>= 2; not found in dataset.json)",
+            "dataset.num_classes=10",
+        )
+    kind = metadata.get("kind") or (
+        "image" if len(x_spec["shape"]) == 3 else "tokens" if x_spec["dtype"] == "int64" else "tabular"
+    )
     parse = _parser(features, cfg.x_key, cfg.y_key)
     return DataSource(
         train=_reader([str(f) for f in train_files], parse, cfg),
         val=_reader([str(f) for f in val_files], parse, cfg),
-        num_train=sum(train_counts), num_val=sum(val_counts),
-        input_shape=tuple(int(d) for d in x_spec["shape"]), num_classes=num_classes, kind=kind,
+        num_train=sum(train_counts),
+        num_val=sum(val_counts),
+        input_shape=tuple(int(d) for d in x_spec["shape"]),
+        num_classes=num_classes,
+        kind=kind,
         vocab_size=int(metadata.get("vocab_size", 0)),
-        train_shards=tuple(train_counts), prefetch=int(cfg.prefetch),
+        train_shards=tuple(train_counts),
+        prefetch=int(cfg.prefetch),
     )
 
 
@@ -58,7 +66,9 @@ def _files(key: str, pattern: str) -> list[Path]:
     files = sorted(Path(p) for p in glob.glob(str(Path(pattern).expanduser())))
     if not files:
         raise ConfigError.single(
-            key, pattern, "a glob matching TFRecord shards (no file matches)",
+            key,
+            pattern,
+            "a glob matching TFRecord shards (no file matches)",
             f"{key}=/data/my_set/{key.split('.')[-1]}-*.tfrecord (write shards with "
             "python -m launcher_datasets.to_tfrecord <data.npz | image folder> <out dir>)",
         )
@@ -72,15 +82,21 @@ def _metadata(folder: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
-        raise ConfigError.single("dataset.train", str(folder), f"a readable {METADATA} ({err})",
-                                 f"re-write the shards with python -m launcher_datasets.to_tfrecord, or delete {path} "
-                                 "and give dataset.features") from None
+        raise ConfigError.single(
+            "dataset.train",
+            str(folder),
+            f"a readable {METADATA} ({err})",
+            f"re-write the shards with python -m launcher_datasets.to_tfrecord, or delete {path} "
+            "and give dataset.features",
+        ) from None
 
 
 def _check_features(features: dict, x_key: str, y_key: str, folder: Path) -> None:
     if not features:
         raise ConfigError.single(
-            "dataset.features", {}, f"a feature spec (none given and no {METADATA} in {folder})",
+            "dataset.features",
+            {},
+            f"a feature spec (none given and no {METADATA} in {folder})",
             "dataset.features='{x: {shape: [8, 8, 1], dtype: float32}, y: {shape: [], dtype: int64}}'",
         )
     for key, name in (("dataset.x_key", x_key), ("dataset.y_key", y_key)):
@@ -90,7 +106,8 @@ def _check_features(features: dict, x_key: str, y_key: str, folder: Path) -> Non
         encoding, dtype = spec.get("encoding", "raw"), spec.get("dtype", "float32")
         if encoding not in ENCODINGS or dtype not in DTYPES or not isinstance(spec.get("shape", []), list | tuple):
             raise ConfigError.single(
-                f"dataset.features.{name}", dict(spec),
+                f"dataset.features.{name}",
+                dict(spec),
                 f"shape: [...], dtype: one of {list(DTYPES)}, encoding: one of {list(ENCODINGS)}",
                 f"dataset.features.{name}={{shape: [8, 8, 1], dtype: float32, encoding: raw}}",
             )
@@ -98,8 +115,13 @@ def _check_features(features: dict, x_key: str, y_key: str, folder: Path) -> Non
 
 def _counts(files: list[Path], metadata: dict, split: str) -> list[int]:
     """Examples per shard: from dataset.json when it lists these files, else counted (one pass)."""
-    known = dict(zip(metadata.get("splits", {}).get(split, {}).get("files", []),
-                     metadata.get("splits", {}).get(split, {}).get("counts", []), strict=False))
+    known = dict(
+        zip(
+            metadata.get("splits", {}).get(split, {}).get("files", []),
+            metadata.get("splits", {}).get(split, {}).get("counts", []),
+            strict=False,
+        )
+    )
     if all(f.name in known for f in files):
         return [int(known[f.name]) for f in files]
     import tensorflow as tf
@@ -113,7 +135,8 @@ def _parser(features: dict, x_key: str, y_key: str):
 
     wanted = {x_key: features[x_key], y_key: features[y_key]}
     spec = {
-        name: tf.io.FixedLenFeature([], tf.string) if f.get("encoding") == "image"
+        name: tf.io.FixedLenFeature([], tf.string)
+        if f.get("encoding") == "image"
         else tf.io.FixedLenFeature([math.prod(f["shape"])], tf.float32 if f["dtype"] == "float32" else tf.int64)
         for name, f in wanted.items()
     }

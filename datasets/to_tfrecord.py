@@ -22,16 +22,27 @@ from launcher.config.errors import ConfigError
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif"}
 
 
-def convert(source: Path, out: Path, shards: int, validation_split: float = 0.2, seed: int = 0,
-            image_size: tuple[int, int] = (32, 32), channels: int = 3) -> dict:
+def convert(
+    source: Path,
+    out: Path,
+    shards: int,
+    validation_split: float = 0.2,
+    seed: int = 0,
+    image_size: tuple[int, int] = (32, 32),
+    channels: int = 3,
+) -> dict:
     """Write the shards and dataset.json; returns the metadata."""
     if source.is_dir():
         examples, features, kind, num_classes = _image_folder(source, image_size, channels)
     elif source.suffix == ".npz" and source.is_file():
         examples, features, kind, num_classes = _npz(source)
     else:
-        raise ConfigError.single("source", str(source), "an existing .npz file or a folder of class sub-folders",
-                                 "python -m launcher_datasets.to_tfrecord data.npz out/")
+        raise ConfigError.single(
+            "source",
+            str(source),
+            "an existing .npz file or a folder of class sub-folders",
+            "python -m launcher_datasets.to_tfrecord data.npz out/",
+        )
     order = np.random.default_rng(seed).permutation(len(examples))
     num_val = max(1, int(round(len(order) * validation_split)))
     out.mkdir(parents=True, exist_ok=True)
@@ -39,8 +50,7 @@ def convert(source: Path, out: Path, shards: int, validation_split: float = 0.2,
     for split, indices in (("train", order[:-num_val]), ("val", order[-num_val:])):
         count = min(shards, len(indices)) if split == "train" else max(1, min(shards // 4, len(indices)))
         splits[split] = _write(out, split, [examples[i] for i in indices], count)
-    metadata = {"features": features, "kind": kind, "num_classes": num_classes, "splits": splits,
-                "source": str(source)}
+    metadata = {"features": features, "kind": kind, "num_classes": num_classes, "splits": splits, "source": str(source)}
     (out / "dataset.json").write_text(json.dumps(metadata, indent=2))
     return metadata
 
@@ -52,17 +62,25 @@ def _npz(path: Path):
     dtype = "int64" if integer else "float32"
     x = x.astype(dtype)
     kind = "tokens" if integer and x.ndim == 2 else ("image" if x.ndim == 4 else "tabular")
-    features = {"x": {"shape": list(x.shape[1:]), "dtype": dtype, "encoding": "raw"},
-                "y": {"shape": [], "dtype": "int64", "encoding": "raw"}}
+    features = {
+        "x": {"shape": list(x.shape[1:]), "dtype": dtype, "encoding": "raw"},
+        "y": {"shape": [], "dtype": "int64", "encoding": "raw"},
+    }
     return [(xi, int(yi)) for xi, yi in zip(x, y, strict=True)], features, kind, int(y.max()) + 1
 
 
 def _image_folder(root: Path, size: tuple[int, int], channels: int):
     classes = sorted(p.name for p in root.iterdir() if p.is_dir())
-    examples = [(path.read_bytes(), label) for label, name in enumerate(classes)
-                for path in sorted((root / name).iterdir()) if path.suffix.lower() in IMAGE_SUFFIXES]
-    features = {"x": {"shape": [*size, channels], "dtype": "float32", "encoding": "image"},
-                "y": {"shape": [], "dtype": "int64", "encoding": "raw"}}
+    examples = [
+        (path.read_bytes(), label)
+        for label, name in enumerate(classes)
+        for path in sorted((root / name).iterdir())
+        if path.suffix.lower() in IMAGE_SUFFIXES
+    ]
+    features = {
+        "x": {"shape": [*size, channels], "dtype": "float32", "encoding": "image"},
+        "y": {"shape": [], "dtype": "int64", "encoding": "raw"},
+    }
     return examples, features, "image", len(classes)
 
 
@@ -94,8 +112,11 @@ def _example(x, y: int):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launcher_datasets.to_tfrecord", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m launcher_datasets.to_tfrecord",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("source", type=Path, help="an .npz file (arrays x, y) or a folder of class sub-folders")
     parser.add_argument("out", type=Path, help="folder for the shards and dataset.json")
     parser.add_argument("--shards", type=int, default=8, help="training shards (validation: a quarter)")
@@ -105,15 +126,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--channels", type=int, default=3, choices=(1, 3, 4))
     args = parser.parse_args(argv)
     try:
-        meta = convert(args.source, args.out, args.shards, args.validation_split, args.seed,
-                       tuple(args.image_size), args.channels)
+        meta = convert(
+            args.source, args.out, args.shards, args.validation_split, args.seed, tuple(args.image_size), args.channels
+        )
     except ConfigError as err:
         print(err, file=sys.stderr)
         return 2
     train = meta["splits"]["train"]
-    print(f"{sum(train['counts'])} training examples in {len(train['files'])} shards, "
-          f"{sum(meta['splits']['val']['counts'])} validation examples; train with:\n"
-          f"  python -m launcher dataset=tfrecord dataset.train={args.out}/train-*.tfrecord")
+    print(
+        f"{sum(train['counts'])} training examples in {len(train['files'])} shards, "
+        f"{sum(meta['splits']['val']['counts'])} validation examples; train with:\n"
+        f"  python -m launcher dataset=tfrecord dataset.train={args.out}/train-*.tfrecord"
+    )
     return 0
 
 

@@ -42,8 +42,11 @@ def mode_of(cfg: DictConfig, multirun: bool) -> str:
         return "sweep_job"  # each job runs in a fresh `python -m launcher` process of its own mode
     mode = str(getattr(cfg.mode, "value", cfg.mode))
     strategy = cfg.strategy
-    if mode == "train" and str(getattr(strategy.kind, "value", strategy.kind)) == "multi_worker" \
-            and strategy.get("local_workers", 0) > 0:
+    if (
+        mode == "train"
+        and str(getattr(strategy.kind, "value", strategy.kind)) == "multi_worker"
+        and strategy.get("local_workers", 0) > 0
+    ):
         return "local_workers"
     return mode
 
@@ -98,8 +101,12 @@ def main(cfg: DictConfig) -> float | None:
 
         # A fresh process per job; its return value is the objective sweepers such as Optuna optimise.
         return run_job(cfg, hydra_cfg)
-    at = Invocation(Path(hydra_cfg.runtime.output_dir), Path(get_original_cwd()), list(hydra_cfg.overrides.task),
-                    dict(hydra_cfg.runtime.choices))
+    at = Invocation(
+        Path(hydra_cfg.runtime.output_dir),
+        Path(get_original_cwd()),
+        list(hydra_cfg.overrides.task),
+        dict(hydra_cfg.runtime.choices),
+    )
     code = MODES[mode](cfg, at)
     if code:
         sys.exit(code)

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 SUMMARY_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy", "examples_per_sec")
 
 
-def headline(names: Iterable[str], run_metrics: tuple[str, ...] = ("learning_rate", "loss_scale", "examples_per_sec",
-                                                                  "model_flops_utilization")) -> list[str]:
+def headline(
+    names: Iterable[str],
+    run_metrics: tuple[str, ...] = ("learning_rate", "loss_scale", "examples_per_sec", "model_flops_utilization"),
+) -> list[str]:
     """The loss and the task's metrics (`names`), then their validation values, then `run_metrics`."""
     names = [n for n in names if n != "loss"]
     return ["loss", *names, "val_loss", *(f"val_{n}" for n in names), *run_metrics]

@@ -8,11 +8,14 @@ from launcher.train.model_io import model_input, output_head
 
 def check(cfg, source) -> None:
     if not cfg.filters or min(cfg.filters) < 1:
-        raise ConfigError.single("model.filters", list(cfg.filters), "a non-empty list of positive filter counts",
-                                 "model.filters=[16,32]")
+        raise ConfigError.single(
+            "model.filters", list(cfg.filters), "a non-empty list of positive filter counts", "model.filters=[16,32]"
+        )
     if source.kind != "image":
         raise ConfigError.single(
-            "model", "cnn", f"image inputs (H, W, C); dataset gives {source.kind} {source.input_shape}",
+            "model",
+            "cnn",
+            f"image inputs (H, W, C); dataset gives {source.kind} {source.input_shape}",
             "model=mlp, or an image dataset (dataset.layout=image for digits)",
         )
 

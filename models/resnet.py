@@ -27,7 +27,10 @@ def build(cfg, source):
         x = keras.layers.Resizing(max(height, size), max(width, size))(x)
     backbone_cls = getattr(keras.applications, cfg.variant)
     backbone = backbone_cls(
-        include_top=False, weights=None, input_shape=(x.shape[1], x.shape[2], channels), pooling="avg",
+        include_top=False,
+        weights=None,
+        input_shape=(x.shape[1], x.shape[2], channels),
+        pooling="avg",
     )
     x = backbone(x)
     return keras.Model(inputs, output_head(x, source), name=cfg.variant.lower())

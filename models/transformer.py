@@ -14,7 +14,9 @@ from launcher.train.model_io import PositionEmbedding, model_input, output_head
 def check(cfg, source) -> None:
     if cfg.embed_dim % cfg.num_heads:
         raise ConfigError.single(
-            "model.embed_dim", cfg.embed_dim, f"a multiple of model.num_heads ({cfg.num_heads})",
+            "model.embed_dim",
+            cfg.embed_dim,
+            f"a multiple of model.num_heads ({cfg.num_heads})",
             f"model.embed_dim={cfg.num_heads * max(1, cfg.embed_dim // cfg.num_heads)}",
         )
 

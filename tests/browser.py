@@ -24,8 +24,21 @@ def chromium_or_skip() -> str:
 
 def _chromium(binary: str, url: str, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1600,1400",
-         "--virtual-time-budget=20000", *flags, url], capture_output=True, text=True, timeout=180)
+        [
+            binary,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1600,1400",
+            "--virtual-time-budget=20000",
+            *flags,
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def render(binary: str, url: str, screenshot: Path, wanted: tuple[str, ...], attempts: int = 3) -> str:

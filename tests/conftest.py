@@ -99,7 +99,9 @@ def cli(tmp_path):
 
     def run(*overrides: str, timeout: int = 300, env: dict | None = None, cwd: Path = ROOT):
         args = [
-            sys.executable, "-m", "launcher",
+            sys.executable,
+            "-m",
+            "launcher",
             f"hydra.run.dir={tmp_path}/run",
             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
             *overrides,
@@ -122,7 +124,6 @@ def digits_shards(folder: Path, shards: int) -> str:
     return f"{folder}/shards/train-*.tfrecord"
 
 
-
 def free_port() -> int:
     return free_ports(1)[0]
 
@@ -141,10 +142,23 @@ class MlflowServer:
         self.log = open(self.folder / "server.log", "a")  # noqa: SIM115  (closed in stop)
         mlflow = Path(sys.executable).with_name("mlflow")
         self.proc = subprocess.Popen(
-            [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
-             "--backend-store-uri", f"sqlite:///{self.folder}/server.db",
-             "--artifacts-destination", str(self.artifacts)],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                str(mlflow),
+                "server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+                "--backend-store-uri",
+                f"sqlite:///{self.folder}/server.db",
+                "--artifacts-destination",
+                str(self.artifacts),
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.time() + 90
         while True:

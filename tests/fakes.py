@@ -20,8 +20,14 @@ TWO_WORKERS = Environment(
 
 # Measured matmul rates (GFLOP/s, 2048^3) of the CPUs this project has run on.
 AMX_RATES = {"float32_graph": 300.0, "float32_xla": 290.0, "bfloat16_graph": 1250.0, "bfloat16_xla": 250.0}
-EPYC_RATES = {"float32_graph": 211.0, "float32_xla": 193.0, "bfloat16_graph": 401.0, "bfloat16_xla": 194.0,
-              "float16_graph": 196.0, "float16_xla": 188.0}
+EPYC_RATES = {
+    "float32_graph": 211.0,
+    "float32_xla": 193.0,
+    "bfloat16_graph": 401.0,
+    "bfloat16_xla": 194.0,
+    "float16_graph": 196.0,
+    "float16_xla": 188.0,
+}
 XEON_RATES = {"float32_graph": 295.0, "float32_xla": 295.0, "bfloat16_graph": 162.0, "bfloat16_xla": 270.0}
 CPU_AMX_MEASURED = Environment(cpu_count=32, cpu_flags=CPU_AMX.cpu_flags, matmul_gflops=AMX_RATES)
 EPYC_AVX512_BF16 = Environment(cpu_count=2, cpu_flags=CPU_AVX512_BF16.cpu_flags, matmul_gflops=EPYC_RATES)

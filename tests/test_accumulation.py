@@ -12,9 +12,17 @@ from launcher.plan.resolve import resolve
 from launcher.run.runner import execute
 
 # SGD without momentum: the update is the learning rate times the gradient, so a wrong average shows.
-ONE_STEP = ["model.hidden_units=[32]", "optimizer.name=sgd", "optimizer.momentum=0.0", "optimizer.learning_rate=0.5",
-            "train.epochs=1", "train.max_steps_per_epoch=2", "tracking.enabled=false", "checkpoint.enabled=false",
-            "checkpoint.export_model=false"]
+ONE_STEP = [
+    "model.hidden_units=[32]",
+    "optimizer.name=sgd",
+    "optimizer.momentum=0.0",
+    "optimizer.learning_rate=0.5",
+    "train.epochs=1",
+    "train.max_steps_per_epoch=2",
+    "tracking.enabled=false",
+    "checkpoint.enabled=false",
+    "checkpoint.export_model=false",
+]
 
 
 def trained(tmp_path, name: str, *overrides: str):
@@ -28,10 +36,14 @@ def distance(a, b) -> float:
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True))
 
 
-@pytest.mark.parametrize("setup", [
-    ["precision=mixed", "strategy=mirrored", "xla=true"],
-    ["precision=fp32", "strategy=default", "xla=false"],
-], ids=["float16-mirrored-xla", "float32-one-device"])
+@pytest.mark.parametrize(
+    "setup",
+    [
+        ["precision=mixed", "strategy=mirrored", "xla=true"],
+        ["precision=fp32", "strategy=default", "xla=false"],
+    ],
+    ids=["float16-mirrored-xla", "float32-one-device"],
+)
 def test_k_micro_batches_update_like_one_batch_of_k_times_b(tmp_path, setup):
     accumulated = trained(tmp_path, "k4", *setup, "scaling.batch_size=16", "optimizer.gradient_accumulation_steps=4")
     whole = trained(tmp_path, "whole", *setup, "scaling.batch_size=64")
@@ -47,9 +59,18 @@ def test_k_micro_batches_update_like_one_batch_of_k_times_b(tmp_path, setup):
 
 
 def test_the_plan_scales_the_learning_rate_with_the_effective_batch_and_drops_ragged_batches():
-    plan = resolve(config("strategy=mirrored", "scaling=linear", "scaling.batch_size=16", "scaling.reference_batch=32",
-                          "optimizer.learning_rate=0.1", "optimizer.gradient_accumulation_steps=4", "xla=false"),
-                   CPU_PLAIN)
+    plan = resolve(
+        config(
+            "strategy=mirrored",
+            "scaling=linear",
+            "scaling.batch_size=16",
+            "scaling.reference_batch=32",
+            "optimizer.learning_rate=0.1",
+            "optimizer.gradient_accumulation_steps=4",
+            "xla=false",
+        ),
+        CPU_PLAIN,
+    )
     assert plan.batch.micro == 16 and plan.batch.per_replica == 64 and plan.batch.global_batch == 128
     assert plan.learning_rate.peak == pytest.approx(0.1 * 128 / 32)
     assert plan.batch.drop_remainder is True and plan.batch.accumulation == 4
@@ -64,8 +85,9 @@ def test_accumulation_below_one_is_refused_with_the_fix():
 # ------------------------------------------------------ clipping and EMA
 
 
-@pytest.mark.parametrize("precision", [["precision=mixed", "xla=true"], ["precision=fp32", "xla=false"]],
-                         ids=["float16-xla", "float32"])
+@pytest.mark.parametrize(
+    "precision", [["precision=mixed", "xla=true"], ["precision=fp32", "xla=false"]], ids=["float16-xla", "float32"]
+)
 def test_global_clipnorm_clips_the_all_reduced_gradient_as_one_device_does(tmp_path, precision):
     """Two replicas of 32 clip the gradient of the global batch of 64, as one device with 64 does (Keras would
     clip each replica's half before summing: a different update). lr 0.5 x clip 0.01 bounds each step's move."""
@@ -74,8 +96,11 @@ def test_global_clipnorm_clips_the_all_reduced_gradient_as_one_device_does(tmp_p
     single = trained(tmp_path, "single", *precision, "strategy=default", "scaling.batch_size=64", clip)
     free = trained(tmp_path, "free", *precision, "strategy=mirrored", "scaling.batch_size=32")  # negative control
     assert "after the all-reduce" in mirrored.plan.numerics.reason("global_clipnorm")
-    initial = execute(compose(*ONE_STEP, *precision, "train.max_steps_per_epoch=1", "optimizer.learning_rate=1e-12"),
-                      tmp_path / "initial", tmp_path).model.get_weights()
+    initial = execute(
+        compose(*ONE_STEP, *precision, "train.max_steps_per_epoch=1", "optimizer.learning_rate=1e-12"),
+        tmp_path / "initial",
+        tmp_path,
+    ).model.get_weights()
     moved = np.sqrt(sum(np.sum((a - b) ** 2) for a, b in zip(mirrored.model.get_weights(), initial, strict=True)))
     assert moved <= 2 * 0.5 * 0.01 * 1.001  # two steps, each at most lr x clip
     same = distance(mirrored.model.get_weights(), single.model.get_weights())
@@ -92,11 +117,20 @@ def test_the_exported_model_holds_the_moving_average_of_the_weights(tmp_path):
 
     from launcher.train.ema import ema_optimizer
 
-    setup = ["precision=mixed", "strategy=mirrored", "xla=true", "optimizer.use_ema=true", "optimizer.ema_momentum=0.5",
-             "checkpoint.export_model=true"]
+    setup = [
+        "precision=mixed",
+        "strategy=mirrored",
+        "xla=true",
+        "optimizer.use_ema=true",
+        "optimizer.ema_momentum=0.5",
+        "checkpoint.export_model=true",
+    ]
     run = trained(tmp_path, "ema", *setup)
-    first = execute(compose(*ONE_STEP, *setup, "train.max_steps_per_epoch=1", "checkpoint.export_model=false"),
-                    tmp_path / "first", tmp_path).model.get_weights()
+    first = execute(
+        compose(*ONE_STEP, *setup, "train.max_steps_per_epoch=1", "checkpoint.export_model=false"),
+        tmp_path / "first",
+        tmp_path,
+    ).model.get_weights()
     final = run.model.get_weights()  # the trained weights: the engine swaps the average in only to evaluate/export
     exported = keras.saving.load_model(tmp_path / "ema" / "model.keras").get_weights()
     averages = ema_optimizer(run.model.optimizer)._model_variables_moving_average

@@ -1,6 +1,6 @@
 """The package tree reads as the data flow, and imports point one way.
 
-    config -> plan -> train -> run        (sweep beside run; leaves: contract, files, console)
+config -> plan -> train -> run        (sweep beside run; leaves: contract, files, console)
 """
 
 from __future__ import annotations
@@ -27,18 +27,41 @@ ALLOWED = {
     "outcome": {"files"},  # a leaf that writes through the shared JSON helpers
 }
 TF_FREE_MODULES = [
-    "launcher.sweep.callback", "launcher.sweep.job", "launcher.sweep.summary", "launcher.sweep.study_storage",
-    "launcher.plan.resolve", "launcher.plan.schedule", "launcher.plan.resume", "launcher.plan.decisions",
-    "launcher.plan.precisions", "launcher.plan.sharding",
-    "launcher.plan.environment", "launcher.plan.hardware",
-    "launcher.config.schema", "launcher.config.bounds", "launcher.config.models", "launcher.config.tasks",
+    "launcher.sweep.callback",
+    "launcher.sweep.job",
+    "launcher.sweep.summary",
+    "launcher.sweep.study_storage",
+    "launcher.plan.resolve",
+    "launcher.plan.schedule",
+    "launcher.plan.resume",
+    "launcher.plan.decisions",
+    "launcher.plan.precisions",
+    "launcher.plan.sharding",
+    "launcher.plan.environment",
+    "launcher.plan.hardware",
+    "launcher.config.schema",
+    "launcher.config.bounds",
+    "launcher.config.models",
+    "launcher.config.tasks",
     "launcher.config.imports",
-    "launcher.run.checkpoint_policy", "launcher.contract", "launcher.files", "launcher.console",
-    "launcher.tracking.tracker", "launcher.tracking.uri",
-    "launcher.run.hooks.checkpoint", "launcher.run.hooks.best_model", "launcher.run.hooks.metrics",
-    "launcher.run.hooks.history", "launcher.run.hooks.preemption", "launcher.run.hooks.utilization",
-    "launcher.run.hooks.profiling", "launcher.run.hooks.callback_state", "launcher.run.params",
-    "launcher.train.numerics", "launcher.run.hooks.step_metrics", "launcher.doctor.diagnose",
+    "launcher.run.checkpoint_policy",
+    "launcher.contract",
+    "launcher.files",
+    "launcher.console",
+    "launcher.tracking.tracker",
+    "launcher.tracking.uri",
+    "launcher.run.hooks.checkpoint",
+    "launcher.run.hooks.best_model",
+    "launcher.run.hooks.metrics",
+    "launcher.run.hooks.history",
+    "launcher.run.hooks.preemption",
+    "launcher.run.hooks.utilization",
+    "launcher.run.hooks.profiling",
+    "launcher.run.hooks.callback_state",
+    "launcher.run.params",
+    "launcher.train.numerics",
+    "launcher.run.hooks.step_metrics",
+    "launcher.doctor.diagnose",
 ]
 
 

@@ -21,14 +21,26 @@ STEPS_PER_EPOCH = 45
 EPOCHS = 3
 TOTAL = STEPS_PER_EPOCH * EPOCHS
 EXACT = [
-    "model.hidden_units=[32]", "scaling.batch_size=32", f"train.epochs={EPOCHS}", "train.steps_per_execution=1",
-    "xla=false", "deterministic=true", "checkpoint.interval_steps=5", "checkpoint.max_to_keep=50",
+    "model.hidden_units=[32]",
+    "scaling.batch_size=32",
+    f"train.epochs={EPOCHS}",
+    "train.steps_per_execution=1",
+    "xla=false",
+    "deterministic=true",
+    "checkpoint.interval_steps=5",
+    "checkpoint.max_to_keep=50",
 ]
 
 
 def command(run_dir: Path, *overrides: str) -> list[str]:
-    return [sys.executable, "-m", "launcher", f"hydra.run.dir={run_dir}",
-            f"tracking.uri=sqlite:///{run_dir.parent}/{run_dir.name}.db", *overrides]
+    return [
+        sys.executable,
+        "-m",
+        "launcher",
+        f"hydra.run.dir={run_dir}",
+        f"tracking.uri=sqlite:///{run_dir.parent}/{run_dir.name}.db",
+        *overrides,
+    ]
 
 
 def run_to_end(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
@@ -75,12 +87,11 @@ def reference(tmp_path_factory):
 def run_with_fault(run_dir: Path, fault: str, *overrides: str) -> subprocess.CompletedProcess:
     """Run until the test-only fault (LAUNCHER_FAULT, see launcher/run/faults.py) fires at its exact point."""
     env = {**os.environ, "LAUNCHER_FAULT": fault}
-    return subprocess.run(command(run_dir, *overrides), cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env=env)
+    return subprocess.run(command(run_dir, *overrides), cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
 
 
 def newest_checkpoint(run_dir: Path, suffix: str = ".index") -> int:
-    return max(int(p.name[5:-len(suffix)]) for p in (run_dir / "checkpoints").glob(f"ckpt-*{suffix}"))
+    return max(int(p.name[5 : -len(suffix)]) for p in (run_dir / "checkpoints").glob(f"ckpt-*{suffix}"))
 
 
 @pytest.mark.slow
@@ -103,8 +114,10 @@ def test_sigkill_and_resume_reaches_identical_state(reference, tmp_path, fault, 
         (run_dir / "checkpoints" / f"ckpt-{newest}.data-00000-of-00001").write_bytes(b"\0" * 64)
     resumed = run_to_end(run_dir, *EXACT, "precision=mixed")
     assert f"global step {resumed_from})" in resumed.stdout
-    assert f"Resuming at epoch {resumed_from // STEPS_PER_EPOCH + 1}, step {resumed_from % STEPS_PER_EPOCH}" \
+    assert (
+        f"Resuming at epoch {resumed_from // STEPS_PER_EPOCH + 1}, step {resumed_from % STEPS_PER_EPOCH}"
         in resumed.stdout
+    )
     if "before_sidecar" in fault:
         assert f"ckpt-{newest} has no sidecar" in resumed.stderr and "falling back" in resumed.stderr
     if "steps:82" in fault:
@@ -143,8 +156,13 @@ def test_negative_control_without_the_data_position_the_weights_differ(reference
 def test_mirrored_resume_from_tfrecord_shards_reaches_identical_state(tmp_path):
     """Streamed data: the digits as 6 TFRecord shards (the converter's output), killed mid-epoch under mirrored,
     resumed exactly (the epoch's first batches re-read and skipped)."""
-    mirrored = [*EXACT, "strategy=mirrored", "precision=fp32", "dataset=tfrecord",
-                f"dataset.train={digits_shards(tmp_path, 6)}"]
+    mirrored = [
+        *EXACT,
+        "strategy=mirrored",
+        "precision=fp32",
+        "dataset=tfrecord",
+        f"dataset.train={digits_shards(tmp_path, 6)}",
+    ]
     steps = 1438 // 64  # global batch 64, remainder dropped
     total = steps * EPOCHS
     reference_dir = tmp_path / "ref"
@@ -206,8 +224,14 @@ def test_keep_n_best_model_and_export(tmp_path):
 
     run_dir = tmp_path / "run"
     # "Best" = highest val_loss: the first epoch (val_loss falls while training), so best != last.
-    run_to_end(run_dir, *EXACT, "precision=fp32", "checkpoint.max_to_keep=2", "checkpoint.monitor=val_loss",
-               "checkpoint.mode=max")
+    run_to_end(
+        run_dir,
+        *EXACT,
+        "precision=fp32",
+        "checkpoint.max_to_keep=2",
+        "checkpoint.monitor=val_loss",
+        "checkpoint.mode=max",
+    )
     directory = run_dir / "checkpoints"
     indexes = sorted(p.name for p in directory.glob("ckpt-*.index"))
     assert indexes == [f"ckpt-{TOTAL - 5}.index", f"ckpt-{TOTAL}.index"]
@@ -242,8 +266,14 @@ def test_exported_model_predicts_like_the_trained_one(tmp_path):
     [("/nonexistent/ckpt-3", "existing checkpoint prefix"), ("sometimes", "existing checkpoint prefix")],
 )
 def test_bad_resume_values_are_clear_errors(tmp_path, resume, message):
-    done = subprocess.run(command(tmp_path / "run", "train.epochs=1", f"checkpoint.resume={resume}"), cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    done = subprocess.run(
+        command(tmp_path / "run", "train.epochs=1", f"checkpoint.resume={resume}"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
     assert done.returncode == 2
     assert f"checkpoint.resume='{resume}'" in done.stderr and message in done.stderr
     assert "fix: checkpoint.resume=auto" in done.stderr
@@ -251,8 +281,15 @@ def test_bad_resume_values_are_clear_errors(tmp_path, resume, message):
 
 def test_resume_from_a_given_checkpoint_path(tmp_path):
     run_dir = tmp_path / "run"
-    args = ["model.hidden_units=[16]", "scaling.batch_size=32", "xla=false", "precision=fp32", "train.epochs=2",
-            "checkpoint.interval_steps=20", "checkpoint.max_to_keep=10"]
+    args = [
+        "model.hidden_units=[16]",
+        "scaling.batch_size=32",
+        "xla=false",
+        "precision=fp32",
+        "train.epochs=2",
+        "checkpoint.interval_steps=20",
+        "checkpoint.max_to_keep=10",
+    ]
     run_to_end(run_dir, *args)
     again = run_to_end(run_dir, *args, f"checkpoint.resume={run_dir}/checkpoints/ckpt-20")
     assert "Resuming at epoch 1, step 20 (global step 20)" in again.stdout
@@ -293,7 +330,12 @@ def test_frequent_preset_is_what_the_readme_says():
 
     cfg = config("checkpoint=frequent").checkpoint
     assert (cfg.interval_steps, cfg.interval_epochs, cfg.max_to_keep, cfg.monitor, cfg.mode.value) == (
-        50, 1, 5, "val_loss", "min")
+        50,
+        1,
+        5,
+        "val_loss",
+        "min",
+    )
 
 
 def test_resume_never_moves_old_checkpoints_aside(tmp_path):
@@ -308,13 +350,23 @@ def test_resume_never_moves_old_checkpoints_aside(tmp_path):
 
 
 def test_named_run_resumes_under_another_strategy_and_the_plan_says_so(tmp_path):
-    common = [sys.executable, "-m", "launcher", "name=my-run", "model.hidden_units=[16]", "precision=fp32",
-              "scaling=global", "scaling.batch_size=64", f"tracking.uri=sqlite:///{tmp_path}/m.db"]
+    common = [
+        sys.executable,
+        "-m",
+        "launcher",
+        "name=my-run",
+        "model.hidden_units=[16]",
+        "precision=fp32",
+        "scaling=global",
+        "scaling.batch_size=64",
+        f"tracking.uri=sqlite:///{tmp_path}/m.db",
+    ]
     first = subprocess.run([*common, "train.epochs=1"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
     assert (tmp_path / "outputs" / "runs" / "my-run" / "checkpoints").is_dir()
-    second = subprocess.run([*common, "train.epochs=2", "strategy=mirrored"], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=300)
+    second = subprocess.run(
+        [*common, "train.epochs=2", "strategy=mirrored"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert second.returncode == 0, second.stderr[-2000:]
     assert "allowed: checkpoint written with strategy=default, replicas=1" in second.stdout
     import yaml

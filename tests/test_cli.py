@@ -40,8 +40,15 @@ def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
     assert tags["plan.step"] == "hybrid" and params["derived.optimizer.update"] == "fused"
     decided = yaml.safe_load((Path(tags["run_dir"]) / "plan.yaml").read_text())["decisions"]
     assert "measured here, 2048^3 matmul: bfloat16 401 GFLOP/s vs float32 211" in decided["precision"]["reason"]
-    for metric in ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "examples_per_sec",
-                   "model_flops_utilization"):
+    for metric in (
+        "loss",
+        "accuracy",
+        "val_loss",
+        "val_accuracy",
+        "learning_rate",
+        "examples_per_sec",
+        "model_flops_utilization",
+    ):
         history = client.get_metric_history(run.info.run_id, metric)
         assert [m.step for m in history] == [0, 1], metric
     assert 0 < run.data.metrics["model_flops_utilization"] < 1
@@ -50,7 +57,7 @@ def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
     # Params are the config and what the resolver derived from it; measurements are tags.
     assert not [k for k in params if "matmul_peak" in k or "flops" in k or k.startswith("tracking.run_name")]
     assert tags["team"] == "vision"
-    version, = client.search_model_versions("name='digits-mlp'")
+    (version,) = client.search_model_versions("name='digits-mlp'")
     assert version.run_id == run.info.run_id and version.source.endswith("/mlflow_model")
     assert "MLmodel" in {Path(a.path).name for a in client.list_artifacts(run.info.run_id, "mlflow_model")}
     steps = int(params["derived.train.total_steps"])
@@ -78,8 +85,16 @@ def test_exported_model_loads_and_predicts(cli, tmp_path):
 def test_mixed_mirrored_xla_trains_like_the_non_xla_run(cli, tmp_path):
     losses = {}
     for xla in ("true", "false"):
-        done = cli(*TINY, "precision=mixed", "strategy=mirrored", f"xla={xla}", "train.epochs=3",
-                   "tracking.enabled=false", "checkpoint.enabled=false", f"hydra.run.dir={tmp_path}/{xla}")
+        done = cli(
+            *TINY,
+            "precision=mixed",
+            "strategy=mirrored",
+            f"xla={xla}",
+            "train.epochs=3",
+            "tracking.enabled=false",
+            "checkpoint.enabled=false",
+            f"hydra.run.dir={tmp_path}/{xla}",
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         final = [line for line in done.stdout.splitlines() if line.strip().startswith("loss ")]
         losses[xla] = float(final[-1].split()[-1])
@@ -238,8 +253,9 @@ def test_help_introduces_the_launcher_and_lists_the_groups_a_person_chooses():
 
     from conftest import CONF_DIR, ROOT
 
-    done = subprocess.run([sys.executable, "-m", "launcher", "--help"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("launcher: a declarative training launcher")
     assert "powered by Hydra" not in done.stdout and "schema" not in done.stdout

@@ -119,9 +119,10 @@ def test_local_workers_plan_the_job_without_a_cluster():
 def test_workers_compare_plans_and_configs_but_not_their_own_index():
     settings = {"optimizer": {"learning_rate": 0.1}, "strategy": {"task_index": 0, "kind": "multi_worker"}}
     chief = comparable({"lr": 0.1, "process.is_chief": True, "strategy.task_index": 0}, settings)
-    other = comparable({"lr": 0.2, "process.is_chief": False, "strategy.task_index": 1},
-                       {**settings, "optimizer": {"learning_rate": 0.2}, "strategy": {"task_index": 1,
-                                                                                       "kind": "multi_worker"}})
+    other = comparable(
+        {"lr": 0.2, "process.is_chief": False, "strategy.task_index": 1},
+        {**settings, "optimizer": {"learning_rate": 0.2}, "strategy": {"task_index": 1, "kind": "multi_worker"}},
+    )
     assert differences([chief, other]) == {"config.optimizer.learning_rate": [0.1, 0.2], "plan.lr": [0.1, 0.2]}
     assert differences([chief, chief]) == {}
 
@@ -132,8 +133,12 @@ def test_file_sharding_needs_a_file_per_worker_and_an_epoch_is_the_smallest_shar
 
     def plan(workers, batch=64):
         hosts = ",".join(f"h:{1000 + i}" for i in range(workers))
-        return resolve(config("strategy=multi_worker", f"strategy.workers=[{hosts}]", "scaling=global",
-                              f"scaling.batch_size={batch}"), CPU_PLAIN)
+        return resolve(
+            config(
+                "strategy=multi_worker", f"strategy.workers=[{hosts}]", "scaling=global", f"scaling.batch_size={batch}"
+            ),
+            CPU_PLAIN,
+        )
 
     # Shares 600 and 300 examples; a step takes 32 of each: 300 // 64 global batches x 2 workers = 8 steps.
     two, covered = decide_sharding(plan(2), (300, 200, 300, 100), 900)
@@ -161,8 +166,11 @@ def test_tfrecord_without_shards_or_spec_is_refused_with_the_converter_command(t
     (tmp_path / "train-0.tfrecord").write_bytes(b"")
     (tmp_path / "val-0.tfrecord").write_bytes(b"")
     cfg = config("dataset=tfrecord", f"dataset.train={tmp_path}/train-*.tfrecord").dataset
-    with pytest.raises(ConfigError, match=r"dataset.features=\{\}: expected a feature spec \(none given and no "
-                                          r"dataset.json"):
+    with pytest.raises(
+        ConfigError,
+        match=r"dataset.features=\{\}: expected a feature spec \(none given and no "
+        r"dataset.json",
+    ):
         DATASETS.get("tfrecord").load(cfg)
 
 

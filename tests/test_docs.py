@@ -18,8 +18,13 @@ from conftest import ROOT
 MARK = "<!-- runnable -->"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # One epoch of two steps, one validation step, a small MLP where the command does not choose the model.
-SHRINK = ["train.epochs=1", "train.max_steps_per_epoch=2", "train.max_validation_steps=1",
-          "tracking.system_metrics=false", "tracking.log_model=false"]
+SHRINK = [
+    "train.epochs=1",
+    "train.max_steps_per_epoch=2",
+    "train.max_validation_steps=1",
+    "tracking.system_metrics=false",
+    "tracking.log_model=false",
+]
 
 
 def runnable_blocks(text: str) -> list[list[str]]:
@@ -45,8 +50,10 @@ def test_the_readme_and_the_pages_have_runnable_blocks_and_they_are_launcher_com
 
 
 def test_a_block_without_the_mark_is_not_run_and_continuations_are_joined():
-    text = ("```bash\npython -m launcher not_run=1\n```\n" + MARK + "\n```bash\n"
-            "python -m launcher a=1   # comment\npython -m launcher \\\n    b=2\n```\n")
+    text = (
+        "```bash\npython -m launcher not_run=1\n```\n" + MARK + "\n```bash\n"
+        "python -m launcher a=1   # comment\npython -m launcher \\\n    b=2\n```\n"
+    )
     assert runnable_blocks(text) == [["python -m launcher a=1", "python -m launcher b=2"]]
 
 
@@ -55,7 +62,12 @@ def test_a_block_without_the_mark_is_not_run_and_continuations_are_joined():
 def test_every_runnable_command_of_a_page_runs(page, tmp_path):
     for command in commands(page):
         args = shlex.split(command)[3:]  # after "python -m launcher"
-        done = subprocess.run([sys.executable, "-m", "launcher", *args, *SHRINK], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [sys.executable, "-m", "launcher", *args, *SHRINK],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, f"{page.name}: {command}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
         assert "Plan:" in done.stdout or "mode=" in command, command

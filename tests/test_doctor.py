@@ -22,16 +22,27 @@ def doctor(tmp_path, *overrides: str):
     from launcher.doctor.launch import run
 
     run_dir = tmp_path / "doctor"
-    code = run(compose(*SMALL, f"tracking.uri=sqlite:///{tmp_path}/m.db", *overrides), run_dir, tmp_path,
-               " ".join(overrides))
+    code = run(
+        compose(*SMALL, f"tracking.uri=sqlite:///{tmp_path}/m.db", *overrides), run_dir, tmp_path, " ".join(overrides)
+    )
     return code, (run_dir / "doctor.md").read_text(), run_dir
 
 
 def trains_with(tmp_path, overrides: list[str], recommended: str) -> dict:
     """Apply the recommended overrides in a real (untracked) training run; its final metrics."""
-    outcome = execute(compose(*SMALL, *overrides, *recommended.split(), "tracking.enabled=false",
-                              "checkpoint.enabled=false", "checkpoint.export_model=false", "train.epochs=1"),
-                      tmp_path / "applied", tmp_path)
+    outcome = execute(
+        compose(
+            *SMALL,
+            *overrides,
+            *recommended.split(),
+            "tracking.enabled=false",
+            "checkpoint.enabled=false",
+            "checkpoint.export_model=false",
+            "train.epochs=1",
+        ),
+        tmp_path / "applied",
+        tmp_path,
+    )
     assert outcome.error is None, outcome.error
     assert math.isfinite(outcome.result.final["loss"])
     return outcome.result.final
@@ -64,8 +75,16 @@ def test_a_trial_diverges_against_the_baseline_or_against_its_own_start():
 
 
 def test_fixes_follow_the_addition_that_broke_the_run():
-    facts = Facts(precision="mixed", learning_rate=1.0, plan_lr=2.0, lr_rule="linear", replicas=2,
-                  batch_rule="per_replica", xla=True, clipnorm=0.0)
+    facts = Facts(
+        precision="mixed",
+        learning_rate=1.0,
+        plan_lr=2.0,
+        lr_rule="linear",
+        replicas=2,
+        batch_rule="per_replica",
+        xla=True,
+        clipnorm=0.0,
+    )
     precision = candidate_fixes("precision", facts, ["amplify", "attenuate"], ["amplify"])
     assert precision[0].overrides == {"precision.float32_layers": ["amplify", "attenuate"]}
     assert [f.overrides for f in precision[1:]] == [{"precision.name": "bf16"}, {"precision.name": "fp32"}]
@@ -73,8 +92,10 @@ def test_fixes_follow_the_addition_that_broke_the_run():
     assert strategy[0].overrides == {"scaling.lr_rule": "none"} and "linear" in strategy[0].why
     assert strategy[1].overrides == {"optimizer.learning_rate": 0.5}
     assert candidate_fixes("xla", facts, [], [])[0].overrides == {"xla": "false"}
-    assert render_overrides({"precision.float32_layers": ["a", "b"], "xla": "false", "lr": 0.5}) == \
-        "precision.float32_layers=[a,b] xla=false lr=0.5"
+    assert (
+        render_overrides({"precision.float32_layers": ["a", "b"], "xla": "false", "lr": 0.5})
+        == "precision.float32_layers=[a,b] xla=false lr=0.5"
+    )
 
 
 # ------------------------------------------------------------------ broken setups
@@ -90,8 +111,10 @@ def test_a_healthy_config_gets_a_clean_report_and_an_mlflow_run(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path}/m.db")
     (run,) = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
     assert run.data.tags["launcher.mode"] == "doctor" and run.data.tags["doctor.addition"] == "none"
-    assert {a.path for a in client.list_artifacts(run.info.run_id, "doctor")} >= {"doctor/doctor.md",
-                                                                                  "doctor/doctor_trials.json"}
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "doctor")} >= {
+        "doctor/doctor.md",
+        "doctor/doctor_trials.json",
+    }
 
 
 def test_a_layer_overflowing_float16_is_named_and_float32_layers_fix_it(tmp_path, monkeypatch):
@@ -108,8 +131,14 @@ def test_a_layer_overflowing_float16_is_named_and_float32_layers_fix_it(tmp_path
 
 
 def test_an_exploding_learning_rate_is_the_baseline_s_and_a_lower_rate_fixes_it(tmp_path):
-    broken = ["model.activation=linear", "optimizer.name=sgd", "optimizer.momentum=0.0",
-              "optimizer.learning_rate=2.0", "precision=fp32", "xla=false"]
+    broken = [
+        "model.activation=linear",
+        "optimizer.name=sgd",
+        "optimizer.momentum=0.0",
+        "optimizer.learning_rate=2.0",
+        "precision=fp32",
+        "xla=false",
+    ]
     code, report, _ = doctor(tmp_path, *broken)
     assert code == 3
     assert "broken by the float32 one-device baseline itself" in report
@@ -120,9 +149,19 @@ def test_an_exploding_learning_rate_is_the_baseline_s_and_a_lower_rate_fixes_it(
 
 def test_a_learning_rate_that_diverges_only_with_two_replicas_names_the_strategy(tmp_path):
     # tanh MLP, plain SGD: lr 1.0 trains on one device; the linear rule doubles it for 2 replicas.
-    setup = ["model.activation=tanh", "optimizer.name=sgd", "optimizer.momentum=0.0", "optimizer.learning_rate=1.0",
-             "scaling=linear", "scaling.batch_size=32", "scaling.reference_batch=32", "scaling.warmup_epochs=0",
-             "strategy=mirrored", "precision=fp32", "xla=false"]
+    setup = [
+        "model.activation=tanh",
+        "optimizer.name=sgd",
+        "optimizer.momentum=0.0",
+        "optimizer.learning_rate=1.0",
+        "scaling=linear",
+        "scaling.batch_size=32",
+        "scaling.reference_batch=32",
+        "scaling.warmup_epochs=0",
+        "strategy=mirrored",
+        "precision=fp32",
+        "xla=false",
+    ]
     code, report, _ = doctor(tmp_path, *setup)
     assert code == 3
     assert "broken by adding strategy" in report
@@ -166,8 +205,16 @@ def test_an_injected_gradient_poison_is_localised_to_its_layer_in_the_backward_p
 
 @pytest.mark.slow
 def test_the_cli_examines_and_exits_three_with_the_report(cli, tmp_path):
-    done = cli("mode=doctor", "model.hidden_units=[32]", "doctor.steps=24", "model.activation=linear",
-               "optimizer.name=sgd", "optimizer.momentum=0.0", "optimizer.learning_rate=2.0", "precision=fp32")
+    done = cli(
+        "mode=doctor",
+        "model.hidden_units=[32]",
+        "doctor.steps=24",
+        "model.activation=linear",
+        "optimizer.name=sgd",
+        "optimizer.momentum=0.0",
+        "optimizer.learning_rate=2.0",
+        "precision=fp32",
+    )
     assert done.returncode == 3, done.stderr[-2000:]
     assert "Doctor: broken by the float32 one-device baseline itself" in done.stdout
     assert "recommended (verified): optimizer.learning_rate=0.2" in done.stdout

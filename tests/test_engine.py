@@ -19,16 +19,27 @@ def run(tmp_path, *overrides):
 
 def test_early_stopping_stops_the_run(tmp_path):
     # mode=max on a falling val_loss: "no improvement" after the first epoch.
-    outcome = run(tmp_path, "train.epochs=6", "train.early_stopping.enabled=true",
-                  "train.early_stopping.patience=1", "train.early_stopping.mode=max")
+    outcome = run(
+        tmp_path,
+        "train.epochs=6",
+        "train.early_stopping.enabled=true",
+        "train.early_stopping.patience=1",
+        "train.early_stopping.mode=max",
+    )
     assert len(outcome.result.epochs) == 2
     assert outcome.result.stopped_early
 
 
 def test_reduce_lr_on_plateau_lowers_the_learning_rate(tmp_path):
-    outcome = run(tmp_path, "train.epochs=3", "train.reduce_lr_on_plateau.enabled=true",
-                  "train.reduce_lr_on_plateau.patience=0", "train.reduce_lr_on_plateau.mode=max",
-                  "train.reduce_lr_on_plateau.factor=0.5", "optimizer.learning_rate=0.002")
+    outcome = run(
+        tmp_path,
+        "train.epochs=3",
+        "train.reduce_lr_on_plateau.enabled=true",
+        "train.reduce_lr_on_plateau.patience=0",
+        "train.reduce_lr_on_plateau.mode=max",
+        "train.reduce_lr_on_plateau.factor=0.5",
+        "optimizer.learning_rate=0.002",
+    )
     # Logged per epoch: the rate that epoch trained with. Epoch 1 sets the best value,
     # epochs 2 and 3 "do not improve", each halving the rate for what follows.
     rates = [e.logs["learning_rate"] for e in outcome.result.epochs]
@@ -36,9 +47,16 @@ def test_reduce_lr_on_plateau_lowers_the_learning_rate(tmp_path):
 
 
 def test_warmup_and_linear_scaling_drive_the_learning_rate(tmp_path):
-    outcome = run(tmp_path, "strategy=mirrored", "scaling=linear", "scaling.batch_size=32",
-                  "scaling.reference_batch=32", "scaling.warmup_epochs=1", "optimizer.learning_rate=0.001",
-                  "train.epochs=2")
+    outcome = run(
+        tmp_path,
+        "strategy=mirrored",
+        "scaling=linear",
+        "scaling.batch_size=32",
+        "scaling.reference_batch=32",
+        "scaling.warmup_epochs=1",
+        "optimizer.learning_rate=0.001",
+        "train.epochs=2",
+    )
     plan = outcome.plan
     assert plan.learning_rate.peak == pytest.approx(0.002)
     assert plan.schedule.warmup_steps == plan.schedule.steps_per_epoch
@@ -93,8 +111,9 @@ def engine_for(tmp_path, *overrides):
     from launcher.run.runner import Launch
     from launcher.train.engine import Engine
 
-    launch = Launch(config(*TINY, *QUIET, "xla=false", "train.max_steps_per_epoch=10", *overrides),
-                    tmp_path / "run", tmp_path, {})
+    launch = Launch(
+        config(*TINY, *QUIET, "xla=false", "train.max_steps_per_epoch=10", *overrides), tmp_path / "run", tmp_path, {}
+    )
     launch.prepare()
     launch.build()
     return Engine(launch.built, launch.plan, launch.source, verbose=0)
@@ -107,9 +126,16 @@ def test_engine_calls_hooks_in_order_and_cuts_chunks_at_their_boundaries(tmp_pat
     # the epoch's end (10 steps per epoch).
     assert hook.calls == [
         ("begin", "epoch 1, step 0 (global step 0)"),
-        ("steps", 1), ("steps", 3), ("steps", 6), ("steps", 9), ("steps", 10),
+        ("steps", 1),
+        ("steps", 3),
+        ("steps", 6),
+        ("steps", 9),
+        ("steps", 10),
         ("epoch", 1, ["loss", "val_loss"]),
-        ("steps", 12), ("steps", 15), ("steps", 18), ("steps", 20),
+        ("steps", 12),
+        ("steps", 15),
+        ("steps", 18),
+        ("steps", 20),
         ("epoch", 2, ["loss", "val_loss"]),
         ("end", 20),
     ]
@@ -135,7 +161,8 @@ def test_fit_resumes_from_a_position_inside_an_epoch(tmp_path):
 
     hook = RecordingHook(every=10_000)
     result = engine_for(tmp_path, "train.steps_per_execution=4").fit(
-        2, start=Position(epoch=1, step_in_epoch=6, global_step=16), hooks=hook)
+        2, start=Position(epoch=1, step_in_epoch=6, global_step=16), hooks=hook
+    )
     assert hook.calls[0] == ("begin", "epoch 2, step 6 (global step 16)")
     assert [c[1] for c in hook.calls if c[0] == "steps"] == [17, 20]
     assert [e.epoch for e in result.epochs] == [1]
@@ -144,8 +171,14 @@ def test_fit_resumes_from_a_position_inside_an_epoch(tmp_path):
 def test_config_data_and_tracking_problems_are_refused_in_one_message(tmp_path):
     from launcher.config.errors import ConfigError
 
-    cfg = compose(*QUIET, "tracking.enabled=true", "xla=perhaps", "strategy=mirrored", "scaling.batch_size=5000",
-                  "tracking.uri=http://127.0.0.1:9")
+    cfg = compose(
+        *QUIET,
+        "tracking.enabled=true",
+        "xla=perhaps",
+        "strategy=mirrored",
+        "scaling.batch_size=5000",
+        "tracking.uri=http://127.0.0.1:9",
+    )
     with pytest.raises(ConfigError) as err:
         execute(cfg, tmp_path / "run", tmp_path)
     assert [v.key for v in err.value.violations] == ["xla", "scaling.batch_size", "tracking.uri"]
@@ -163,9 +196,16 @@ class LearningRateRecorder(Hook):
 
 
 def test_warmup_ramps_the_scaled_learning_rate_step_by_step(tmp_path):
-    engine = engine_for(tmp_path, "strategy=mirrored", "scaling=linear", "scaling.reference_batch=32",
-                        "optimizer.learning_rate=0.001", "scaling.warmup_epochs=0", "scaling.warmup_steps=8",
-                        "train.steps_per_execution=1")
+    engine = engine_for(
+        tmp_path,
+        "strategy=mirrored",
+        "scaling=linear",
+        "scaling.reference_batch=32",
+        "optimizer.learning_rate=0.001",
+        "scaling.warmup_epochs=0",
+        "scaling.warmup_steps=8",
+        "train.steps_per_execution=1",
+    )
     assert engine.plan.learning_rate.peak == pytest.approx(0.002)  # linear rule: 2 replicas x 32 vs reference 32
     recorder = LearningRateRecorder(engine.optimizer)
     engine.fit(1, hooks=recorder)

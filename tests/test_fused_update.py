@@ -29,11 +29,18 @@ def train(optimizer_cls, kwargs, strategy, steps=6, xla=False, embedding=False):
     keras.utils.set_random_seed(0)
     with strategy.scope():
         if embedding:  # its gradient is a tf.IndexedSlices
-            model = keras.Sequential([keras.Input((4,), dtype="int32"), keras.layers.Embedding(20, 3),
-                                      keras.layers.Flatten(), keras.layers.Dense(2)])
+            model = keras.Sequential(
+                [
+                    keras.Input((4,), dtype="int32"),
+                    keras.layers.Embedding(20, 3),
+                    keras.layers.Flatten(),
+                    keras.layers.Dense(2),
+                ]
+            )
         else:
-            model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(8, activation="relu"),
-                                      keras.layers.Dense(2)])
+            model = keras.Sequential(
+                [keras.Input((3,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)]
+            )
         optimizer = optimizer_cls(**kwargs)
         optimizer.build(model.trainable_variables)
     rng = np.random.default_rng(1)
@@ -123,8 +130,7 @@ def test_fused_optimizer_round_trips_its_config():
 def engine_weights(tmp_path, *overrides, steps=8):
     from launcher.contract import Position
 
-    engine = engine_for(tmp_path, "seed=3", f"train.max_steps_per_epoch={steps}",
-                        "checkpoint=off", *overrides)
+    engine = engine_for(tmp_path, "seed=3", f"train.max_steps_per_epoch={steps}", "checkpoint=off", *overrides)
     engine.fit(1, start=Position())
     strategy = engine.strategy
     weights = [[np.array(c) for c in strategy.experimental_local_results(v.value)] for v in engine.model.weights]

@@ -66,9 +66,16 @@ def test_position_prints_as_people_count():
 # ------------------------------------------------------------ save rule
 
 
-@pytest.mark.parametrize(("interval", "global_step", "until", "due"), [
-    (5, 0, 5, True), (5, 3, 2, False), (5, 5, 5, True), (5, 7, 3, False), (0, 7, None, False),
-])
+@pytest.mark.parametrize(
+    ("interval", "global_step", "until", "due"),
+    [
+        (5, 0, 5, True),
+        (5, 3, 2, False),
+        (5, 5, 5, True),
+        (5, 7, 3, False),
+        (0, 7, None, False),
+    ],
+)
 def test_step_save_rule(interval, global_step, until, due):
     policy = SavePolicy(interval_steps=interval, interval_epochs=0)
     position = Position(global_step=global_step)
@@ -127,10 +134,13 @@ def test_checkpoint_sidecar_holds_the_state_of_every_stateful_hook_at_save_time(
 # ----------------------------------------------------------- best model
 
 
-@pytest.mark.parametrize(("mode", "values", "saved_epochs"), [
-    ("min", [0.9, 0.7, 0.8, 0.6, float("nan")], [1, 2, 4]),
-    ("max", [0.1, 0.3, 0.2, 0.3, 0.5], [1, 2, 5]),
-])
+@pytest.mark.parametrize(
+    ("mode", "values", "saved_epochs"),
+    [
+        ("min", [0.9, 0.7, 0.8, 0.6, float("nan")], [1, 2, 4]),
+        ("max", [0.1, 0.3, 0.2, 0.3, 0.5], [1, 2, 5]),
+    ],
+)
 def test_best_model_hook_saves_only_on_improvement(mode, values, saved_epochs):
     fake = FakeCheckpointer()
     hook = BestModelHook("val_x", mode, checkpointer=fake)
@@ -165,8 +175,10 @@ def test_metrics_hook_logs_each_epoch_in_one_batch_keyed_by_epoch():
     hook = MetricsHook(tracker)
     hook.on_epoch_end(Position(epoch=1, global_step=10), {"loss": 1.0, "val_loss": 1.1, "accuracy": 0.5})
     hook.on_epoch_end(Position(epoch=2, global_step=20), {"loss": 0.8, "val_loss": 0.9, "accuracy": 0.6})
-    assert tracker.calls == [({"loss": 1.0, "val_loss": 1.1, "accuracy": 0.5, "global_step": 10}, 0),
-                             ({"loss": 0.8, "val_loss": 0.9, "accuracy": 0.6, "global_step": 20}, 1)]
+    assert tracker.calls == [
+        ({"loss": 1.0, "val_loss": 1.1, "accuracy": 0.5, "global_step": 10}, 0),
+        ({"loss": 0.8, "val_loss": 0.9, "accuracy": 0.6, "global_step": 20}, 1),
+    ]
 
 
 def test_metrics_hook_relogs_only_the_epochs_mlflow_missed():
@@ -183,8 +195,10 @@ def test_tracker_sends_params_and_tags_in_batches_of_at_most_100(tmp_path):
     tracker = Tracker(f"sqlite:///{tmp_path}/m.db", "batches", "r", tmp_path / "artifacts")
     sent = []
     real = tracker.client.log_batch
-    tracker.client.log_batch = lambda run_id, **kw: (sent.append({k: len(v) for k, v in kw.items()}),
-                                                     real(run_id, **kw))
+    tracker.client.log_batch = lambda run_id, **kw: (
+        sent.append({k: len(v) for k, v in kw.items()}),
+        real(run_id, **kw),
+    )
     tracker.log_params({f"p{i:03d}": i for i in range(250)})
     tracker.set_tags({f"t{i}": "x" for i in range(101)})
     tracker.flush()
@@ -253,9 +267,13 @@ class Recorder(Hook):
 
 def test_hook_list_calls_in_order_takes_the_nearest_boundary_and_merges_state():
     calls: list = []
-    hooks = HookList([Recorder("a", calls, boundary=None, state={"x": 1}),
-                      Recorder("b", calls, boundary=7, state={"y": 2}),
-                      Recorder("c", calls, boundary=3)])
+    hooks = HookList(
+        [
+            Recorder("a", calls, boundary=None, state={"x": 1}),
+            Recorder("b", calls, boundary=7, state={"y": 2}),
+            Recorder("c", calls, boundary=3),
+        ]
+    )
     logs: dict = {}
     hooks.on_epoch_end(Position(epoch=1), logs)
     assert calls == ["a", "b", "c"]
@@ -312,8 +330,10 @@ def test_tracker_queues_writes_in_order_off_the_calling_thread_and_raises_a_refu
 
     tracker = Tracker(f"sqlite:///{tmp_path}/m.db", "queue", "r", tmp_path / "artifacts")
     threads, real = [], tracker.client.log_batch
-    tracker.client.log_batch = lambda run_id, **kw: (threads.append(threading.current_thread().name),
-                                                     real(run_id, **kw))
+    tracker.client.log_batch = lambda run_id, **kw: (
+        threads.append(threading.current_thread().name),
+        real(run_id, **kw),
+    )
     for step in range(30):
         tracker.log_metrics({"step/loss": 1.0 / (step + 1)}, step=step)
     tracker.flush()
@@ -345,14 +365,21 @@ def test_step_metrics_cut_chunks_at_the_interval_and_log_the_interval_mean_with_
     hook.after_steps(Position(global_step=7), {"loss": 1.0, "accuracy": 0.5, "examples": 192.0})
     assert tracker.calls == [] and reads == []  # not at a multiple: nothing read, nothing logged
     hook.after_steps(Position(global_step=10), {"loss": 2.0, "accuracy": 1.0, "examples": 96.0})
-    (point, step), = tracker.calls
+    ((point, step),) = tracker.calls
     assert step == 10 and reads == [1]
-    assert point == pytest.approx({"step/loss": (4 * 32 + 1 * 192 + 2 * 96) / 320,
-                                   "step/accuracy": 1.0, "step/learning_rate": 0.1,
-                                   "step/skipped_steps": 0.0})
+    assert point == pytest.approx(
+        {
+            "step/loss": (4 * 32 + 1 * 192 + 2 * 96) / 320,
+            "step/accuracy": 1.0,
+            "step/learning_rate": 0.1,
+            "step/skipped_steps": 0.0,
+        }
+    )
     hook.after_steps(Position(global_step=20), {"loss": 3.0, "accuracy": 0.25, "examples": 320.0})
-    assert tracker.calls[-1] == ({"step/loss": 3.0, "step/accuracy": 0.25, "step/learning_rate": 0.1,
-                                  "step/skipped_steps": 0.0}, 20)
+    assert tracker.calls[-1] == (
+        {"step/loss": 3.0, "step/accuracy": 0.25, "step/learning_rate": 0.1, "step/skipped_steps": 0.0},
+        20,
+    )
 
 
 def test_step_metrics_on_a_worker_that_does_not_log_still_cut_chunks_but_read_nothing():
@@ -388,8 +415,12 @@ def test_a_signal_on_one_worker_stops_every_worker_at_the_same_boundary():
         guard.agree = lambda _mine: next((g.received for g in guards if g.received), None)
     guards[1].received = 15  # SIGTERM reached worker 1 only, in the middle of a chunk
     assert not any(g.requested for g in guards)  # nothing acts on it before the workers agree
-    hooks = [HookList([StopAgreementHook(g), CheckpointHook(FakeCheckpointer(), SavePolicy(0, 0), g, 10),
-                       PreemptionHook(g, 10)]) for g in guards]
+    hooks = [
+        HookList(
+            [StopAgreementHook(g), CheckpointHook(FakeCheckpointer(), SavePolicy(0, 0), g, 10), PreemptionHook(g, 10)]
+        )
+        for g in guards
+    ]
     for hook in hooks:
         with pytest.raises(Preempted) as stop:
             hook.after_steps(Position(0, 4, 4), {})

@@ -66,10 +66,7 @@ class Harness:
 
     def replica_weights(self):
         """Per replica: every model weight as numpy."""
-        return [
-            [np.array(r) for r in self.strategy.experimental_local_results(v.value)]
-            for v in self.model.weights
-        ]
+        return [[np.array(r) for r in self.strategy.experimental_local_results(v.value)] for v in self.model.weights]
 
     def weights(self):
         return [w.numpy() for w in self.model.weights]
@@ -239,8 +236,9 @@ def apply_once(make_optimizer, grads, xla):
 )
 def test_overwrite_with_gradient_variables_follow_keras(grads, expected_overwrite, xla):
     ours = apply_once(lambda: ReplicaSafeLossScaleOptimizer(keras.optimizers.SGD(0.5), initial_scale=8.0), grads, xla)
-    theirs = apply_once(lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.5), initial_scale=8.0),
-                        grads, xla)
+    theirs = apply_once(
+        lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.5), initial_scale=8.0), grads, xla
+    )
     np.testing.assert_array_equal(ours[0], expected_overwrite)
     for mine, keras_value in zip(ours, theirs, strict=True):
         np.testing.assert_array_equal(mine, keras_value)

@@ -61,11 +61,21 @@ def test_big_batch_knobs_work_in_every_combination(precision, strategy, xla, tmp
     from launcher.train.clipping import _ClipAfterAllReduce
     from launcher.train.ema import ema_optimizer
 
-    cfg = compose(*TINY, f"precision={precision}", f"strategy={strategy}", f"xla={xla}", "train.epochs=1",
-                  "train.max_steps_per_epoch=8", "optimizer.learning_rate=0.01",
-                  "optimizer.gradient_accumulation_steps=2", "optimizer.global_clipnorm=1.0", "optimizer.use_ema=true",
-                  "tracking.enabled=false",
-                  "checkpoint.enabled=false", "checkpoint.export_model=false")
+    cfg = compose(
+        *TINY,
+        f"precision={precision}",
+        f"strategy={strategy}",
+        f"xla={xla}",
+        "train.epochs=1",
+        "train.max_steps_per_epoch=8",
+        "optimizer.learning_rate=0.01",
+        "optimizer.gradient_accumulation_steps=2",
+        "optimizer.global_clipnorm=1.0",
+        "optimizer.use_ema=true",
+        "tracking.enabled=false",
+        "checkpoint.enabled=false",
+        "checkpoint.export_model=false",
+    )
     outcome = execute(cfg, tmp_path / "run", tmp_path)
     assert outcome.error is None
     plan = outcome.plan

@@ -12,8 +12,14 @@ from launcher.config.errors import ConfigError
 from launcher.run.runner import execute
 from launcher.train.registry import DATASETS, MODELS
 
-QUICK = ["train.epochs=2", "tracking.enabled=false", "checkpoint.enabled=false",
-         "checkpoint.export_model=false", "scaling.batch_size=16", "optimizer.learning_rate=0.005"]
+QUICK = [
+    "train.epochs=2",
+    "tracking.enabled=false",
+    "checkpoint.enabled=false",
+    "checkpoint.export_model=false",
+    "scaling.batch_size=16",
+    "optimizer.learning_rate=0.005",
+]
 
 
 @pytest.mark.parametrize(
@@ -21,10 +27,22 @@ QUICK = ["train.epochs=2", "tracking.enabled=false", "checkpoint.enabled=false",
     [
         ["model=mlp", "dataset=synthetic", "dataset.kind=tabular", "dataset.shape=[12]"],
         ["model=cnn", "dataset=digits"],
-        ["model=resnet", "dataset=synthetic", "dataset.shape=[8,8,3]", "dataset.num_examples=96",
-         "train.max_steps_per_epoch=2", "train.epochs=1"],
-        ["model=transformer", "dataset=synthetic", "dataset.kind=tokens", "dataset.shape=[12]",
-         "dataset.vocab_size=50", "dataset.num_examples=512"],
+        [
+            "model=resnet",
+            "dataset=synthetic",
+            "dataset.shape=[8,8,3]",
+            "dataset.num_examples=96",
+            "train.max_steps_per_epoch=2",
+            "train.epochs=1",
+        ],
+        [
+            "model=transformer",
+            "dataset=synthetic",
+            "dataset.kind=tokens",
+            "dataset.shape=[12]",
+            "dataset.vocab_size=50",
+            "dataset.num_examples=512",
+        ],
         ["model=transformer", "dataset=digits"],
     ],
     ids=["mlp-tabular", "cnn-digits", "resnet-image", "transformer-tokens", "transformer-image"],
@@ -113,8 +131,9 @@ def test_image_folder_reads_class_folders(tmp_path):
         for i in range(6):
             pixels = rng.integers(0, 255, size=(10, 12, 3), dtype=np.uint8)
             Image.fromarray(pixels).save(tmp_path / label / f"{i}.png")
-    cfg = config("dataset=image_folder", f"dataset.path={tmp_path}", "dataset.image_size=[8,8]",
-                 "dataset.validation_split=0.25").dataset
+    cfg = config(
+        "dataset=image_folder", f"dataset.path={tmp_path}", "dataset.image_size=[8,8]", "dataset.validation_split=0.25"
+    ).dataset
     source = DATASETS.get("image_folder").load(cfg)
     assert source.num_classes == 2 and source.input_shape == (8, 8, 3)
     assert source.num_train + source.num_val == 12

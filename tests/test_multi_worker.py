@@ -19,8 +19,16 @@ QUIET = ["tracking.system_metrics=false"]
 
 
 def launcher(*overrides, run_dir, db):
-    return [sys.executable, "-m", "launcher", *TINY, *QUIET, *overrides, f"hydra.run.dir={run_dir}",
-            f"tracking.uri=sqlite:///{db}"]
+    return [
+        sys.executable,
+        "-m",
+        "launcher",
+        *TINY,
+        *QUIET,
+        *overrides,
+        f"hydra.run.dir={run_dir}",
+        f"tracking.uri=sqlite:///{db}",
+    ]
 
 
 def outcome(directory):
@@ -39,8 +47,16 @@ def test_two_local_workers_train_like_one_process_with_the_same_global_batch(tmp
     """float16 + XLA on two workers: one MLflow run (the chief's), identical final weights on both workers,
     the loss of a single process with the same global batch (64), a profile traced by the chief only."""
     job = tmp_path / "job"
-    args = launcher("strategy=multi_worker", "strategy.local_workers=2", "precision=mixed", "xla=true",
-                    "train.profile.steps=4", "train.profile.skip_steps=4", run_dir=job, db=tmp_path / "mlflow.db")
+    args = launcher(
+        "strategy=multi_worker",
+        "strategy.local_workers=2",
+        "precision=mixed",
+        "xla=true",
+        "train.profile.steps=4",
+        "train.profile.skip_steps=4",
+        run_dir=job,
+        db=tmp_path / "mlflow.db",
+    )
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:]
     out = done.stdout
@@ -64,8 +80,19 @@ def test_two_local_workers_train_like_one_process_with_the_same_global_batch(tmp
 
     from launcher.run.runner import execute
 
-    single = execute(compose(*TINY, *QUIET, "precision=mixed", "xla=true", "scaling.batch_size=64",
-                             "tracking.enabled=false", "checkpoint=off"), tmp_path / "single", tmp_path)
+    single = execute(
+        compose(
+            *TINY,
+            *QUIET,
+            "precision=mixed",
+            "xla=true",
+            "scaling.batch_size=64",
+            "tracking.enabled=false",
+            "checkpoint=off",
+        ),
+        tmp_path / "single",
+        tmp_path,
+    )
     assert abs(single.result.final["loss"] - chief["metrics"]["loss"]) < 0.02
 
 
@@ -86,12 +113,21 @@ def test_a_killed_worker_stops_the_job_a_signal_stops_every_worker_and_reruns_re
     naming it. Rerun: both resume; SIGTERM to the launcher: both workers save at the same step and exit 143.
     Rerun: both resume there and finish, in the chief's MLflow run, with identical weights."""
     job, db, log = tmp_path / "job", tmp_path / "mlflow.db", tmp_path / "job.out"
-    args = launcher("strategy=multi_worker", "strategy.local_workers=2", "xla=false", "train.epochs=40",
-                    "checkpoint.interval_steps=8", "dataset=tfrecord", f"dataset.train={digits_shards(tmp_path, 6)}",
-                    run_dir=job, db=db)
+    args = launcher(
+        "strategy=multi_worker",
+        "strategy.local_workers=2",
+        "xla=false",
+        "train.epochs=40",
+        "checkpoint.interval_steps=8",
+        "dataset=tfrecord",
+        f"dataset.train={digits_shards(tmp_path, 6)}",
+        run_dir=job,
+        db=db,
+    )
     proc, out = start_job(args, log, job, 16)
-    pgrep = subprocess.run(["pgrep", "-f", f"strategy.task_index=1 hydra.run.dir={job} "], capture_output=True,
-                           text=True).stdout.split()
+    pgrep = subprocess.run(
+        ["pgrep", "-f", f"strategy.task_index=1 hydra.run.dir={job} "], capture_output=True, text=True
+    ).stdout.split()
     assert len(pgrep) == 1, pgrep
     worker1 = int(pgrep[0])
     os.kill(worker1, signal.SIGKILL)
@@ -101,8 +137,11 @@ def test_a_killed_worker_stops_the_job_a_signal_stops_every_worker_and_reruns_re
     out.close()
     assert proc.returncode == 1
     assert stopped_after < 15, stopped_after  # GRACE_SECONDS (5) for the others, plus process exits
-    assert re.search(rf"Worker 1 \(pid {worker1}\) was killed by SIGKILL; the other 1 running worker\(s\) were "
-                     "stopped", err)
+    assert re.search(
+        rf"Worker 1 \(pid {worker1}\) was killed by SIGKILL; the other 1 running worker\(s\) were "
+        "stopped",
+        err,
+    )
     assert "Re-run the same command to resume" in err
     assert re.search(r"\[worker 0\]\s+data.sharding\s+file\s+6 training files >= 2 workers", log.read_text())
 
@@ -138,9 +177,19 @@ def test_bad_cluster_specs_are_refused_within_a_bounded_time(tmp_path):
     different overrides: every worker stops, naming the keys."""
     db = tmp_path / "mlflow.db"
     start = time.time()
-    bad = subprocess.run(launcher("strategy=multi_worker", "strategy.workers=[127.0.0.1:7000,127.0.0.1:7000,nohost]",
-                                  "strategy.task_index=3", run_dir=tmp_path / "bad", db=db),
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        launcher(
+            "strategy=multi_worker",
+            "strategy.workers=[127.0.0.1:7000,127.0.0.1:7000,nohost]",
+            "strategy.task_index=3",
+            run_dir=tmp_path / "bad",
+            db=db,
+        ),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and time.time() - start < 60
     assert "listed twice" in bad.stderr and "'nohost'" in bad.stderr and "strategy.task_index=3" in bad.stderr
     assert "Traceback" not in bad.stderr
@@ -148,9 +197,13 @@ def test_bad_cluster_specs_are_refused_within_a_bounded_time(tmp_path):
     ports = free_ports(2)
     workers = f"strategy.workers=[127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}]"
     start = time.time()
-    alone = subprocess.run(launcher("strategy=multi_worker", workers, "strategy.connect_timeout=5",
-                                    run_dir=tmp_path / "alone", db=db),
-                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    alone = subprocess.run(
+        launcher("strategy=multi_worker", workers, "strategy.connect_timeout=5", run_dir=tmp_path / "alone", db=db),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert alone.returncode == -signal.SIGKILL and time.time() - start < 60  # killed by its watchdog process
     assert f"worker 1 at 127.0.0.1:{ports[1]} (Connection refused)" in alone.stderr
     assert "strategy.connect_timeout=5 s" in alone.stderr
@@ -158,18 +211,42 @@ def test_bad_cluster_specs_are_refused_within_a_bounded_time(tmp_path):
 
     ports = free_ports(2)
     workers = f"strategy.workers=[127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}]"
-    procs = [subprocess.Popen(launcher("strategy=multi_worker", workers, f"strategy.task_index={i}",
-                                       f"optimizer.learning_rate={0.001 * (i + 1)}", run_dir=tmp_path / f"w{i}", db=db),
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            launcher(
+                "strategy=multi_worker",
+                workers,
+                f"strategy.task_index={i}",
+                f"optimizer.learning_rate={0.001 * (i + 1)}",
+                run_dir=tmp_path / f"w{i}",
+                db=db,
+            ),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     results = [p.communicate(timeout=180) for p in procs]
     for proc, (_, err) in zip(procs, results, strict=True):
         assert proc.returncode == 2, err[-2000:]
         assert "optimizer.learning_rate=0.001: expected the chief's value on every worker; worker 1 has 0.002" in err
     assert not mlflow_runs_exist(db)
 
-    refused = subprocess.run(launcher("strategy=multi_worker", "strategy.local_workers=2",
-                                      "optimizer.learning_rate=-1", run_dir=tmp_path / "local", db=db),
-                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    refused = subprocess.run(
+        launcher(
+            "strategy=multi_worker",
+            "strategy.local_workers=2",
+            "optimizer.learning_rate=-1",
+            run_dir=tmp_path / "local",
+            db=db,
+        ),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert refused.returncode == 2
     assert re.search(r"Worker \d \(pid \d+\) exited with code 2", refused.stderr)
     assert "Its configuration was refused (above)" in refused.stderr

@@ -14,8 +14,18 @@ from launcher.train.numerics import ChunkTelemetry, NumericsGuard, NumericsStop
 
 
 def chunk(**kw) -> ChunkTelemetry:
-    defaults = dict(first_step=1, ran=4, skipped=0, skip_streak=0, floor_streak=0, grad_norm=1.0,
-                    nonfinite_loss_step=None, losses=[1.0] * 4, scales=[], skips=[False] * 4)
+    defaults = dict(
+        first_step=1,
+        ran=4,
+        skipped=0,
+        skip_streak=0,
+        floor_streak=0,
+        grad_norm=1.0,
+        nonfinite_loss_step=None,
+        losses=[1.0] * 4,
+        scales=[],
+        skips=[False] * 4,
+    )
     return ChunkTelemetry(**{**defaults, **kw})
 
 
@@ -25,8 +35,9 @@ def chunk(**kw) -> ChunkTelemetry:
 def test_a_nonfinite_loss_stops_at_its_step_under_stop():
     guard = NumericsGuard(on_nonfinite="stop", collapse_steps=20, precision="mixed")
     with pytest.raises(NumericsStop) as stop:
-        guard.check(chunk(first_step=9, ran=3, nonfinite_loss_step=11, nonfinite_loss_value=math.nan,
-                          scales=[8.0, 8.0, 4.0]))
+        guard.check(
+            chunk(first_step=9, ran=3, nonfinite_loss_step=11, nonfinite_loss_value=math.nan, scales=[8.0, 8.0, 4.0])
+        )
     assert stop.value.kind == "nonfinite_loss" and stop.value.step == 11
     text = str(stop.value)
     assert "NaN at global step 11" in text and "loss scale 4" in text
@@ -60,10 +71,21 @@ def test_collapse_steps_zero_never_stops_on_skips():
 
 @pytest.mark.parametrize("telemetry", ["true", "false"])
 def test_an_exploding_learning_rate_stops_at_the_first_nonfinite_step(tmp_path, capsys, telemetry):
-    outcome = execute(compose(*TINY, "precision=fp32", "xla=false", "tracking.enabled=false",
-                              "checkpoint.enabled=false", "optimizer.name=sgd", "optimizer.momentum=0.0",
-                              "optimizer.learning_rate=1e12", f"train.telemetry={telemetry}"),
-                      tmp_path / "run", tmp_path)
+    outcome = execute(
+        compose(
+            *TINY,
+            "precision=fp32",
+            "xla=false",
+            "tracking.enabled=false",
+            "checkpoint.enabled=false",
+            "optimizer.name=sgd",
+            "optimizer.momentum=0.0",
+            "optimizer.learning_rate=1e12",
+            f"train.telemetry={telemetry}",
+        ),
+        tmp_path / "run",
+        tmp_path,
+    )
     assert outcome.error.startswith("NumericsStop: nonfinite_loss at global step ")
     step = int(outcome.error.rsplit(" ", 1)[1])
     assert step < 10  # stopped at the step, not at the epoch's end (45 steps)
@@ -73,9 +95,19 @@ def test_an_exploding_learning_rate_stops_at_the_first_nonfinite_step(tmp_path, 
 
 def test_skip_under_float32_adds_a_scale_one_optimizer_that_skips(tmp_path, monkeypatch):
     broken_models.use(monkeypatch, "poisoned")
-    outcome = execute(compose(*TINY, "precision=fp32", "xla=false", "tracking.enabled=false",
-                              "checkpoint.enabled=false", "train.on_nonfinite=skip", "train.collapse_steps=8"),
-                      tmp_path / "run", tmp_path)
+    outcome = execute(
+        compose(
+            *TINY,
+            "precision=fp32",
+            "xla=false",
+            "tracking.enabled=false",
+            "checkpoint.enabled=false",
+            "train.on_nonfinite=skip",
+            "train.collapse_steps=8",
+        ),
+        tmp_path / "run",
+        tmp_path,
+    )
     plan = outcome.plan
     assert plan.loss_scale.optimizer == "replica_safe" and plan.loss_scale.value == 1.0
     # Poisoned after 5 updates: steps 6.. are skipped; 8 in a row stop at the end of the chunk reaching 13.
@@ -84,11 +116,23 @@ def test_skip_under_float32_adds_a_scale_one_optimizer_that_skips(tmp_path, monk
 
 
 def test_an_injected_nonfinite_gradient_stream_stops_float16_mirrored_xla_with_the_scale_curve(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     broken_models.use(monkeypatch, "poisoned")
     db = f"sqlite:///{tmp_path}/m.db"
-    outcome = execute(compose(*TINY, "precision=mixed", "strategy=mirrored", "xla=true", f"tracking.uri={db}",
-                              "checkpoint.enabled=false", "train.collapse_steps=20"), tmp_path / "run", tmp_path)
+    outcome = execute(
+        compose(
+            *TINY,
+            "precision=mixed",
+            "strategy=mirrored",
+            "xla=true",
+            f"tracking.uri={db}",
+            "checkpoint.enabled=false",
+            "train.collapse_steps=20",
+        ),
+        tmp_path / "run",
+        tmp_path,
+    )
     assert outcome.plan.step.kind == "replica_xla" and outcome.plan.loss_scale.optimizer == "replica_safe"
     # Updates 1-5 apply, step 6 on skip; the chunk reaching 20 consecutive skips (step 25) stops it.
     stop_step = int(outcome.error.rsplit(" ", 1)[1])
@@ -109,9 +153,19 @@ def test_an_injected_nonfinite_gradient_stream_stops_float16_mirrored_xla_with_t
 
 def test_healthy_runs_log_gradient_norm_and_skipped_steps(tmp_path):
     db = f"sqlite:///{tmp_path}/m.db"
-    outcome = execute(compose(*TINY, "precision=mixed", "xla=false", f"tracking.uri={db}", "checkpoint.enabled=false",
-                              "tracking.step_metrics_every=8", "tracking.system_metrics=false"),
-                      tmp_path / "run", tmp_path)
+    outcome = execute(
+        compose(
+            *TINY,
+            "precision=mixed",
+            "xla=false",
+            f"tracking.uri={db}",
+            "checkpoint.enabled=false",
+            "tracking.step_metrics_every=8",
+            "tracking.system_metrics=false",
+        ),
+        tmp_path / "run",
+        tmp_path,
+    )
     assert outcome.error is None
     final = outcome.result.final
     assert final["grad_norm"] > 0 and final["skipped_steps"] >= 0
@@ -126,8 +180,14 @@ def test_healthy_runs_log_gradient_norm_and_skipped_steps(tmp_path):
 
 def test_a_float16_overflow_stops_and_float32_layers_fix_it(tmp_path, monkeypatch):
     broken_models.use(monkeypatch, "overflow")
-    quiet = [*TINY, "precision=mixed", "xla=false", "tracking.enabled=false", "checkpoint.enabled=false",
-             "train.epochs=1"]
+    quiet = [
+        *TINY,
+        "precision=mixed",
+        "xla=false",
+        "tracking.enabled=false",
+        "checkpoint.enabled=false",
+        "train.epochs=1",
+    ]
     broken = execute(compose(*quiet), tmp_path / "a", tmp_path)
     assert broken.error == "NumericsStop: nonfinite_loss at global step 1"
     fixed = execute(compose(*quiet, "precision.float32_layers=[amplify,attenuate]"), tmp_path / "b", tmp_path)
@@ -141,7 +201,16 @@ def test_an_unknown_float32_layer_is_refused_with_the_model_s_layer_names(tmp_pa
     from launcher.config.errors import ConfigError
 
     with pytest.raises(ConfigError) as refused:
-        execute(compose(*TINY, "precision=mixed", "tracking.enabled=false", "checkpoint.enabled=false",
-                        "precision.float32_layers=[dense_9]"), tmp_path / "run", tmp_path)
+        execute(
+            compose(
+                *TINY,
+                "precision=mixed",
+                "tracking.enabled=false",
+                "checkpoint.enabled=false",
+                "precision.float32_layers=[dense_9]",
+            ),
+            tmp_path / "run",
+            tmp_path,
+        )
     text = str(refused.value)
     assert "precision.float32_layers" in text and "dense_9" in text and "dense_0" in text

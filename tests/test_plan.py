@@ -65,24 +65,48 @@ def test_a_rule_cannot_run_before_the_rules_it_depends_on():
 
 def test_every_value_needs_its_reason_and_a_required_value_cannot_be_left_out():
     with pytest.raises(PlanError, match=r"values without a reason \['kind'\]"):
-        StepPlan(xla=True, update="keras", kind="fused_xla", steps_per_execution=1,
-                 why={"xla": "x", "update": "u", "steps_per_execution": "s"})
+        StepPlan(
+            xla=True,
+            update="keras",
+            kind="fused_xla",
+            steps_per_execution=1,
+            why={"xla": "x", "update": "u", "steps_per_execution": "s"},
+        )
     with pytest.raises(TypeError, match="drop_remainder"):
         BatchPlan.of(global_batch=(32, "a"), per_replica=(32, "b"), accumulation=(1, "c"))
     with pytest.raises(PlanError, match=r"required values left undecided \['drop_remainder'\]"):
-        BatchPlan(global_batch=32, per_replica=32, accumulation=1, drop_remainder=None,
-                  why={"global_batch": "a", "per_replica": "b", "accumulation": "c"})
+        BatchPlan(
+            global_batch=32,
+            per_replica=32,
+            accumulation=1,
+            drop_remainder=None,
+            why={"global_batch": "a", "per_replica": "b", "accumulation": "c"},
+        )
     with pytest.raises(PlanError, match=r"not decided"):
-        BatchPlan.of(global_batch=(32, "a"), per_replica=(32, "b"), accumulation=(1, "c"),
-                     drop_remainder=(False, "d")).reason("micro")
+        BatchPlan.of(
+            global_batch=(32, "a"), per_replica=(32, "b"), accumulation=(1, "c"), drop_remainder=(False, "d")
+        ).reason("micro")
 
 
 def test_plan_yaml_tags_and_render_keep_the_keys_a_person_reads():
     cfg = config("precision=mixed", "strategy=mirrored", "xla=true", "scaling=per_replica", "scaling.batch_size=32")
     plan = schedule(cfg, resolve(cfg, CPU_PLAIN), 640, 100)
     written = yaml.safe_load(plan.to_yaml())
-    for key in ("precision", "precision.policy", "strategy", "replicas", "xla", "step", "loss_scale.optimizer",
-                "batch.global", "batch.per_replica", "lr", "train.steps_per_epoch", "warmup.steps", "task.metrics"):
+    for key in (
+        "precision",
+        "precision.policy",
+        "strategy",
+        "replicas",
+        "xla",
+        "step",
+        "loss_scale.optimizer",
+        "batch.global",
+        "batch.per_replica",
+        "lr",
+        "train.steps_per_epoch",
+        "warmup.steps",
+        "task.metrics",
+    ):
         assert written["decisions"][key]["reason"], key
     assert written["decisions"]["loss_scale.optimizer"]["value"] == "replica_safe"
     assert plan.tags()["plan.step"] == "replica_xla" and plan.tags()["plan.batch.global"] == "64"

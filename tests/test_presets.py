@@ -9,8 +9,9 @@ from fakes import CPU_PLAIN
 from launcher.plan.resolve import resolve
 from launcher.plan.schedule import schedule
 
-PRESETS = [f"{group}={path.stem}" for group in ("experiment", "debug")
-           for path in sorted((CONF_DIR / group).glob("*.yaml"))]
+PRESETS = [
+    f"{group}={path.stem}" for group in ("experiment", "debug") for path in sorted((CONF_DIR / group).glob("*.yaml"))
+]
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -20,8 +21,12 @@ def test_every_preset_composes_and_resolves(preset):
 
 def test_an_experiment_pins_groups_and_values_and_the_command_line_still_wins():
     cfg = config("experiment=digits_cnn_mixed", "train.epochs=2")
-    assert (cfg.model.name, cfg.precision.name.value, cfg.strategy.kind.value, cfg.xla) == ("cnn", "mixed",
-                                                                                          "mirrored", "true")
+    assert (cfg.model.name, cfg.precision.name.value, cfg.strategy.kind.value, cfg.xla) == (
+        "cnn",
+        "mixed",
+        "mirrored",
+        "true",
+    )
     assert cfg.train.epochs == 2 and cfg.checkpoint.monitor == "val_accuracy" and cfg.name == "digits-cnn-mixed"
 
 

@@ -57,7 +57,7 @@ def table_rows(table: str) -> list[OpTime]:
     lines = table.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("op "))
     rows = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         kind, ms, _share, calls = line.rsplit(maxsplit=3)
         rows.append(OpTime(kind, float(ms), int(calls)))
     return rows
@@ -101,8 +101,14 @@ def test_profiled_run_writes_a_trace_and_an_op_table_to_the_run_dir_and_mlflow(c
 
 
 def test_profiled_xla_run_names_the_compiled_instructions(cli, tmp_path):
-    done = cli(*TINY, "precision=fp32", "xla=true", "tracking.enabled=false",
-               "train.profile.steps=4", "train.profile.skip_steps=1")
+    done = cli(
+        *TINY,
+        "precision=fp32",
+        "xla=true",
+        "tracking.enabled=false",
+        "train.profile.steps=4",
+        "train.profile.skip_steps=1",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     table = (tmp_path / "run" / "profile" / "top_ops.txt").read_text()
     assert "traced steps: 4;" in table

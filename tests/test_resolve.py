@@ -115,8 +115,12 @@ def test_fixed_scale_not_power_of_two_warns():
 def test_dynamic_params_must_be_ordered_and_all_reported():
     with pytest.raises(ConfigError) as err:
         plan_for(
-            ONE_V100, "precision=mixed", "loss_scale=dynamic",
-            "loss_scale.initial_scale=8", "loss_scale.min_scale=16", "loss_scale.growth_interval=0",
+            ONE_V100,
+            "precision=mixed",
+            "loss_scale=dynamic",
+            "loss_scale.initial_scale=8",
+            "loss_scale.min_scale=16",
+            "loss_scale.growth_interval=0",
         )
     keys = [v.key for v in err.value.violations]
     assert keys == ["loss_scale.initial_scale", "loss_scale.growth_interval"]
@@ -217,8 +221,13 @@ def test_auto_decides_by_measured_matmul_rates(env, precision, xla, step):
 
 @pytest.mark.parametrize(
     ("env", "precision", "expected"),
-    [(EPYC_AVX512_BF16, "fp32", True), (EPYC_AVX512_BF16, "mixed", True), (XEON_AVX512_BF16, "bf16", True),
-     (CPU_AMX_MEASURED, "fp32", True), (CPU_AMX_MEASURED, "bf16", False)],
+    [
+        (EPYC_AVX512_BF16, "fp32", True),
+        (EPYC_AVX512_BF16, "mixed", True),
+        (XEON_AVX512_BF16, "bf16", True),
+        (CPU_AMX_MEASURED, "fp32", True),
+        (CPU_AMX_MEASURED, "bf16", False),
+    ],
 )
 def test_xla_auto_compares_xla_with_onednn_for_the_compute_dtype(env, precision, expected):
     assert plan_for(env, "xla=auto", f"precision={precision}").step.xla is expected
@@ -362,7 +371,7 @@ def test_sqrt_lr_rule():
         "scaling.batch_size=64",
         "optimizer.learning_rate=0.001",
     )
-    assert plan.learning_rate.peak == pytest.approx(0.001 * 8 ** 0.5)
+    assert plan.learning_rate.peak == pytest.approx(0.001 * 8**0.5)
 
 
 def test_warmup_epochs_become_steps_after_the_data_is_known():
@@ -395,8 +404,12 @@ def test_reduce_lr_on_plateau_with_schedule_is_refused():
 def test_every_violation_is_reported_at_once():
     with pytest.raises(ConfigError) as err:
         plan_for(
-            CPU_PLAIN, "xla=perhaps", "precision=mixed", "loss_scale=none",
-            "optimizer.learning_rate=-1", "train.epochs=0",
+            CPU_PLAIN,
+            "xla=perhaps",
+            "precision=mixed",
+            "loss_scale=none",
+            "optimizer.learning_rate=-1",
+            "train.epochs=0",
         )
     keys = {v.key for v in err.value.violations}
     assert keys == {"xla", "loss_scale", "optimizer.learning_rate", "train.epochs"}
@@ -453,8 +466,9 @@ def _option_with(key: str) -> list[str]:
     if lookup(config(), key) is not ABSENT:
         return []
     extra = {"dataset=npz": ["dataset.path=x.npz"]}
-    return next(([o, *extra.get(o, [])] for o in OPTIONS if lookup(config(o, *extra.get(o, [])), key) is not ABSENT),
-                None)
+    return next(
+        ([o, *extra.get(o, [])] for o in OPTIONS if lookup(config(o, *extra.get(o, [])), key) is not ABSENT), None
+    )
 
 
 def test_every_bound_names_a_key_of_the_default_config_or_of_an_option():
@@ -475,10 +489,19 @@ def test_each_bound_refuses_a_value_outside_it_with_a_fix(bound):
 
 def test_bounds_and_rules_are_reported_together():
     with pytest.raises(ConfigError) as err:
-        plan_for(CPU_PLAIN, "xla=perhaps", "train.max_steps_per_epoch=-1", "optimizer.momentum=1.5",
-                 "checkpoint.interval_steps=-5")
+        plan_for(
+            CPU_PLAIN,
+            "xla=perhaps",
+            "train.max_steps_per_epoch=-1",
+            "optimizer.momentum=1.5",
+            "checkpoint.interval_steps=-5",
+        )
     assert {v.key for v in err.value.violations} == {
-        "xla", "train.max_steps_per_epoch", "optimizer.momentum", "checkpoint.interval_steps"}
+        "xla",
+        "train.max_steps_per_epoch",
+        "optimizer.momentum",
+        "checkpoint.interval_steps",
+    }
 
 
 def test_max_to_keep_is_only_checked_when_checkpointing():

@@ -18,8 +18,16 @@ SMALL = ["model.hidden_units=[16]", "train.epochs=2", "scaling.batch_size=64", "
 
 def sweep(tmp_path: Path, *overrides: str, uri: str | None = None) -> subprocess.CompletedProcess:
     uri = uri or f"sqlite:///{tmp_path}/mlflow.db"
-    args = [sys.executable, "-m", "launcher", "-m", *overrides, *SMALL,
-            f"hydra.sweep.dir={tmp_path}/sweep", f"tracking.uri={uri}"]
+    args = [
+        sys.executable,
+        "-m",
+        "launcher",
+        "-m",
+        *overrides,
+        *SMALL,
+        f"hydra.sweep.dir={tmp_path}/sweep",
+        f"tracking.uri={uri}",
+    ]
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
@@ -48,24 +56,34 @@ def check_sweep(client, parent, kids, names):
         assert [m.step for m in client.get_metric_history(kid.info.run_id, "val_loss")] == [0, 1]
         every, total = (int(kid.data.params[k]) for k in ("tracking.step_metrics_every", "derived.train.total_steps"))
         assert [m.step for m in client.get_metric_history(kid.info.run_id, "step/loss")] == list(
-            range(every, total + 1, every))
+            range(every, total + 1, every)
+        )
     # The runs differ in params only by what the sweep varied and what the resolver derived from it.
     swept = {name.partition("=")[0] for kid in kids for name in kid.info.run_name.split(",")}
-    differing = {k for k in set().union(*(kid.data.params for kid in kids))
-                 if len({kid.data.params.get(k) for kid in kids}) > 1}
+    differing = {
+        k for k in set().union(*(kid.data.params for kid in kids)) if len({kid.data.params.get(k) for kid in kids}) > 1
+    }
     assert differing and all(k.split(".")[0] in swept or k.startswith("derived.") for k in differing), differing
     # The collapsed sweep row: swept values as params, the best child's final metrics, its name.
     for key in swept:
-        values = {name.partition("=")[2] for kid in kids for name in kid.info.run_name.split(",")
-                  if name.startswith(key + "=")}
+        values = {
+            name.partition("=")[2]
+            for kid in kids
+            for name in kid.info.run_name.split(",")
+            if name.startswith(key + "=")
+        }
         assert parent.data.params[f"sweep.{key}"] == ",".join(sorted(values))
     best = {kid.info.run_id: kid for kid in kids}[parent.data.tags["sweep.best_run_id"]]  # ties: any of them
     assert best.data.metrics["val_accuracy"] == max(kid.data.metrics["val_accuracy"] for kid in kids)
     assert parent.data.metrics["val_accuracy"] == pytest.approx(best.data.metrics["val_accuracy"])
     assert parent.data.tags["sweep.best_overrides"] == best.info.run_name
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "summary")}
-    assert artifacts == {"summary/summary.csv", "summary/summary.md", "summary/val_loss_curves.png",
-                         "summary/val_accuracy_by_job.png"}
+    assert artifacts == {
+        "summary/summary.csv",
+        "summary/summary.md",
+        "summary/val_loss_curves.png",
+        "summary/val_accuracy_by_job.png",
+    }
     local = client.download_artifacts(parent.info.run_id, "summary/summary.csv")
     rows = list(csv.DictReader(io.StringIO(Path(local).read_text())))
     by_id = {k.info.run_id: k for k in kids}
@@ -77,8 +95,12 @@ def check_sweep(client, parent, kids, names):
         assert row["status"] == "FINISHED"
 
 
-NAMES = ["precision=fp32,strategy=default", "precision=fp32,strategy=mirrored",
-         "precision=bf16,strategy=default", "precision=bf16,strategy=mirrored"]
+NAMES = [
+    "precision=fp32,strategy=default",
+    "precision=fp32,strategy=mirrored",
+    "precision=bf16,strategy=default",
+    "precision=bf16,strategy=mirrored",
+]
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +110,14 @@ def server_sweep(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("server_sweep")
     server = MlflowServer(folder).start()
-    done = sweep(folder, "precision=fp32,bf16", "strategy=default,mirrored", "tracking.system_metrics_interval=0.2",
-                 "+tracking.tags.team=vision", uri=server.url)
+    done = sweep(
+        folder,
+        "precision=fp32,bf16",
+        "strategy=default,mirrored",
+        "tracking.system_metrics_interval=0.2",
+        "+tracking.tags.team=vision",
+        uri=server.url,
+    )
     yield folder, server.url, done
     server.stop()
 
@@ -163,8 +191,13 @@ def test_failed_job_is_recorded_and_the_sweep_goes_on_and_jobs_are_isolated(tmp_
 
 @pytest.mark.slow
 def test_four_parallel_jobs_into_one_sqlite_store_each_isolated_in_its_own_process(tmp_path):
-    done = sweep(tmp_path, "hydra/launcher=parallel", "hydra.launcher.n_jobs=4",
-                 "precision=mixed,fp32", "strategy=default,mirrored")
+    done = sweep(
+        tmp_path,
+        "hydra/launcher=parallel",
+        "hydra.launcher.n_jobs=4",
+        "precision=mixed,fp32",
+        "strategy=default,mirrored",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "database is locked" not in done.stdout + done.stderr
     client, parent, kids = parent_and_children(f"sqlite:///{tmp_path}/mlflow.db")
@@ -185,8 +218,11 @@ def test_four_parallel_jobs_into_one_sqlite_store_each_isolated_in_its_own_proce
     # Isolation by construction: each job in its own process, none of them the sweep's, which
     # never loaded TensorFlow.
     state = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
-    pids = [json.loads((job / "outcome.json").read_text())["pid"] for job in sorted((tmp_path / "sweep").iterdir())
-            if (job / "outcome.json").exists()]
+    pids = [
+        json.loads((job / "outcome.json").read_text())["pid"]
+        for job in sorted((tmp_path / "sweep").iterdir())
+        if (job / "outcome.json").exists()
+    ]
     assert len(pids) == 4 and len(set(pids)) == 4 and state["sweep_pid"] not in pids
     assert state["tensorflow_loaded"] is False
 
@@ -246,8 +282,9 @@ def test_a_failed_child_is_recorded_even_when_the_store_is_locked_at_every_write
     _record_failed_child(state, "xla=maybe", ["xla=maybe"], log, 2)
 
     assert locked_once == ["get_run", "create_run", "log_batch", "log_artifact", "set_terminated"]
-    children = real.search_runs([real.get_run(parent).info.experiment_id],
-                                filter_string=f"tags.mlflow.parentRunId = '{parent}'")
+    children = real.search_runs(
+        [real.get_run(parent).info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'"
+    )
     assert len(children) == 1
     child = children[0]
     assert child.info.status == "FAILED" and child.data.params == {"xla": "maybe"}

@@ -8,24 +8,41 @@ from launcher.sweep.summary import best_run, minimises, parent_record, swept_val
 
 
 def _run(name, status="FINISHED", params=None, **metrics):
-    return SimpleNamespace(info=SimpleNamespace(run_name=name, run_id=f"id-{name}", status=status),
-                           data=SimpleNamespace(params=params or {}, metrics=metrics,
-                                                tags={"sweep.overrides": name}))
+    return SimpleNamespace(
+        info=SimpleNamespace(run_name=name, run_id=f"id-{name}", status=status),
+        data=SimpleNamespace(params=params or {}, metrics=metrics, tags={"sweep.overrides": name}),
+    )
 
 
 RUNS = [
-    _run("precision=fp32,optimizer.learning_rate=0.01", params={"optimizer.learning_rate": "0.01"},
-         val_accuracy=0.80, val_loss=0.6, loss=0.5),
-    _run("precision=bf16,optimizer.learning_rate=0.1", params={"optimizer.learning_rate": "0.1"},
-         val_accuracy=0.90, val_loss=0.7, loss=0.4),
-    _run("precision=mixed,optimizer.learning_rate=0.1", status="FAILED", params={"optimizer.learning_rate": "0.1"},
-         val_accuracy=0.99),
+    _run(
+        "precision=fp32,optimizer.learning_rate=0.01",
+        params={"optimizer.learning_rate": "0.01"},
+        val_accuracy=0.80,
+        val_loss=0.6,
+        loss=0.5,
+    ),
+    _run(
+        "precision=bf16,optimizer.learning_rate=0.1",
+        params={"optimizer.learning_rate": "0.1"},
+        val_accuracy=0.90,
+        val_loss=0.7,
+        loss=0.4,
+    ),
+    _run(
+        "precision=mixed,optimizer.learning_rate=0.1",
+        status="FAILED",
+        params={"optimizer.learning_rate": "0.1"},
+        val_accuracy=0.99,
+    ),
 ]
 
 
-JOBS = [["precision=fp32", "optimizer.learning_rate=0.01", "train.epochs=2"],
-        ["precision=bf16", "optimizer.learning_rate=0.1", "train.epochs=2"],
-        ["precision=mixed", "optimizer.learning_rate=0.1", "train.epochs=2"]]
+JOBS = [
+    ["precision=fp32", "optimizer.learning_rate=0.01", "train.epochs=2"],
+    ["precision=bf16", "optimizer.learning_rate=0.1", "train.epochs=2"],
+    ["precision=mixed", "optimizer.learning_rate=0.1", "train.epochs=2"],
+]
 
 
 def test_the_parent_gets_the_swept_values_and_the_best_finished_childs_metrics():
@@ -50,4 +67,6 @@ def test_a_sweep_without_a_finished_child_has_no_best():
 def test_swept_values_keep_list_values_whole_and_leave_unswept_keys_out():
     jobs = [["model.hidden_units=[256,128]", "+seed=1"], ["model.hidden_units=[64]", "+seed=2"]]
     assert swept_values(jobs, ["model.hidden_units", "seed", "precision"]) == {
-        "sweep.model.hidden_units": "[256,128],[64]", "sweep.seed": "1,2"}
+        "sweep.model.hidden_units": "[256,128],[64]",
+        "sweep.seed": "1,2",
+    }

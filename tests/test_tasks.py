@@ -16,15 +16,17 @@ def problems(*overrides):
     return {(v.key, str(v.value)): v for v in found}
 
 
-@pytest.mark.parametrize("task, loss, metrics, objective", [
-    ("classification", "crossentropy", ["accuracy"], "val_accuracy"),
-    ("multilabel", "binary_crossentropy", ["auc", "precision", "recall"], "val_auc"),
-    ("regression", "mse", ["mae", "rmse"], "val_loss"),
-])
+@pytest.mark.parametrize(
+    "task, loss, metrics, objective",
+    [
+        ("classification", "crossentropy", ["accuracy"], "val_accuracy"),
+        ("multilabel", "binary_crossentropy", ["auc", "precision", "recall"], "val_auc"),
+        ("regression", "mse", ["mae", "rmse"], "val_loss"),
+    ],
+)
 def test_each_task_decides_its_loss_metrics_and_objective(task, loss, metrics, objective):
     plan = resolve(config(f"task={task}"), CPU_PLAIN)
-    assert (plan.task.name, plan.task.loss, plan.task.metrics, plan.task.objective) == (task, loss, metrics,
-                                                                                        objective)
+    assert (plan.task.name, plan.task.loss, plan.task.metrics, plan.task.objective) == (task, loss, metrics, objective)
 
 
 def test_sequence_decides_a_masked_loss_and_perplexity():
@@ -50,8 +52,12 @@ def test_sequence_needs_a_model_that_predicts_every_position():
 
 
 def test_a_monitor_the_task_does_not_log_is_refused_naming_the_ones_it_does():
-    found = problems("task=regression", "checkpoint.monitor=val_accuracy", "train.early_stopping.enabled=true",
-                     "train.early_stopping.monitor=accuracy")
+    found = problems(
+        "task=regression",
+        "checkpoint.monitor=val_accuracy",
+        "train.early_stopping.enabled=true",
+        "train.early_stopping.monitor=accuracy",
+    )
     assert "val_mae" in found[("checkpoint.monitor", "val_accuracy")].expected
     assert ("train.early_stopping.monitor", "accuracy") in found
     assert not problems("task=regression", "checkpoint.monitor=val_rmse", "checkpoint.mode=min")
@@ -59,8 +65,10 @@ def test_a_monitor_the_task_does_not_log_is_refused_naming_the_ones_it_does():
 
 def test_objective_auto_falls_back_to_val_loss_when_the_headline_metric_is_not_logged():
     assert resolve(config("task.metrics=[top5_accuracy]"), CPU_PLAIN).task.objective == "val_loss"
-    assert resolve(config("objective=val_top5_accuracy", "task.metrics=[top5_accuracy]"),
-                   CPU_PLAIN).task.objective == "val_top5_accuracy"
+    assert (
+        resolve(config("objective=val_top5_accuracy", "task.metrics=[top5_accuracy]"), CPU_PLAIN).task.objective
+        == "val_top5_accuracy"
+    )
 
 
 def test_a_user_loss_is_computed_in_float32_and_the_plan_says_so():
@@ -132,10 +140,23 @@ def evaluated(tmp_path, strategy, weights=None):
     from launcher.run.runner import Launch
     from launcher.train.engine import Engine
 
-    overrides = [*TINY, "tracking.enabled=false", "checkpoint.enabled=false", "precision=fp32", "xla=false",
-                 "task=multilabel", "dataset=synthetic", "dataset.kind=tabular", "dataset.shape=[12]",
-                 "dataset.num_examples=203", "dataset.num_classes=3", "task.metrics=[auc,precision,recall]",
-                 "scaling.batch_rule=global", "scaling.batch_size=16", f"strategy={strategy}"]
+    overrides = [
+        *TINY,
+        "tracking.enabled=false",
+        "checkpoint.enabled=false",
+        "precision=fp32",
+        "xla=false",
+        "task=multilabel",
+        "dataset=synthetic",
+        "dataset.kind=tabular",
+        "dataset.shape=[12]",
+        "dataset.num_examples=203",
+        "dataset.num_classes=3",
+        "task.metrics=[auc,precision,recall]",
+        "scaling.batch_rule=global",
+        "scaling.batch_size=16",
+        f"strategy={strategy}",
+    ]
     launch = Launch(config(*overrides), tmp_path / strategy, tmp_path, {})
     launch.prepare()
     launch.build()
@@ -174,11 +195,26 @@ def test_user_tf_data_loss_class_and_callback_in_one_run(tmp_path):
     from launcher.run.runner import execute
 
     user_parts.SEEN.clear()
-    outcome = execute(compose(
-        "model=custom", "model.builder=user_parts:linear", "dataset=custom", "dataset.loader=user_parts:tf_data",
-        "task=regression", "task.loss=user_parts:DoubledSquaredError", "task.metrics=[mse]",
-        "train.callbacks=[user_parts:RecordingCallback]", "train.epochs=2", "scaling.batch_size=64", "xla=false",
-        "precision=fp32", "tracking.enabled=false", "checkpoint.enabled=false"), tmp_path / "run", tmp_path)
+    outcome = execute(
+        compose(
+            "model=custom",
+            "model.builder=user_parts:linear",
+            "dataset=custom",
+            "dataset.loader=user_parts:tf_data",
+            "task=regression",
+            "task.loss=user_parts:DoubledSquaredError",
+            "task.metrics=[mse]",
+            "train.callbacks=[user_parts:RecordingCallback]",
+            "train.epochs=2",
+            "scaling.batch_size=64",
+            "xla=false",
+            "precision=fp32",
+            "tracking.enabled=false",
+            "checkpoint.enabled=false",
+        ),
+        tmp_path / "run",
+        tmp_path,
+    )
     assert outcome.error is None
     final = outcome.result.final
     assert final["val_loss"] == pytest.approx(2 * final["val_mse"], rel=1e-5)

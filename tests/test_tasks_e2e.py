@@ -4,21 +4,47 @@ from __future__ import annotations
 
 import pytest
 
-HARD = ["precision=mixed", "strategy=mirrored", "xla=true", "checkpoint.export_model=false", "tracking.log_model=false",
-        "tracking.system_metrics=false", "train.measure_utilization=false", "checkpoint.enabled=false"]
+HARD = [
+    "precision=mixed",
+    "strategy=mirrored",
+    "xla=true",
+    "checkpoint.export_model=false",
+    "tracking.log_model=false",
+    "tracking.system_metrics=false",
+    "train.measure_utilization=false",
+    "checkpoint.enabled=false",
+]
 TABULAR = ["dataset=synthetic", "dataset.kind=tabular", "dataset.shape=[16]", "dataset.num_examples=1536"]
 
 CASES = {
     # task: (overrides, metrics that must be logged, metrics that must not, {metric: upper or (lower,) bound})
-    "regression": (["task=regression", *TABULAR, "train.epochs=4"], ["val_mae", "val_rmse"],
-                   ["val_accuracy", "accuracy"], {"val_loss": 0.15, "val_rmse": 0.4}),
-    "multilabel": (["task=multilabel", *TABULAR, "dataset.num_classes=5", "train.epochs=5"],
-                   ["val_auc", "val_precision", "val_recall", "auc"], ["val_accuracy"],
-                   {"val_loss": 0.45, "val_auc": (0.85,)}),
-    "sequence": (["task=sequence", "model=transformer", "dataset=synthetic", "dataset.kind=tokens",
-                  "dataset.shape=[16]", "dataset.vocab_size=32", "dataset.num_examples=1280", "train.epochs=3"],
-                 ["val_accuracy", "val_perplexity", "perplexity"], [], {"val_loss": 2.0, "val_perplexity": 8.0,
-                                                                        "val_accuracy": (0.5,)}),
+    "regression": (
+        ["task=regression", *TABULAR, "train.epochs=4"],
+        ["val_mae", "val_rmse"],
+        ["val_accuracy", "accuracy"],
+        {"val_loss": 0.15, "val_rmse": 0.4},
+    ),
+    "multilabel": (
+        ["task=multilabel", *TABULAR, "dataset.num_classes=5", "train.epochs=5"],
+        ["val_auc", "val_precision", "val_recall", "auc"],
+        ["val_accuracy"],
+        {"val_loss": 0.45, "val_auc": (0.85,)},
+    ),
+    "sequence": (
+        [
+            "task=sequence",
+            "model=transformer",
+            "dataset=synthetic",
+            "dataset.kind=tokens",
+            "dataset.shape=[16]",
+            "dataset.vocab_size=32",
+            "dataset.num_examples=1280",
+            "train.epochs=3",
+        ],
+        ["val_accuracy", "val_perplexity", "perplexity"],
+        [],
+        {"val_loss": 2.0, "val_perplexity": 8.0, "val_accuracy": (0.5,)},
+    ),
 }
 
 
@@ -35,7 +61,10 @@ def test_task_trains_under_float16_mirrored_xla_to_its_threshold(cli, tmp_path, 
     (run,) = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
     assert run.info.status == "FINISHED"
     assert (run.data.tags["plan.task"], run.data.tags["plan.step"], run.data.tags["plan.replicas"]) == (
-        task, "replica_xla", "2")
+        task,
+        "replica_xla",
+        "2",
+    )
     metrics = run.data.metrics
     for name in logged:
         assert name in metrics, (name, sorted(metrics))

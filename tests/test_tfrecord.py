@@ -31,7 +31,8 @@ def test_an_image_folder_becomes_shards_decoded_and_resized_in_tf_data(tmp_path,
         (tmp_path / "images" / label).mkdir(parents=True)
         for i in range(8):
             Image.fromarray(rng.integers(0, 255, size=(10, 12, 3), dtype=np.uint8)).save(
-                tmp_path / "images" / label / f"{i}.png")
+                tmp_path / "images" / label / f"{i}.png"
+            )
     assert main([str(tmp_path / "images"), str(tmp_path / "out"), "--shards", "3", "--image-size", "8", "8"]) == 0
     assert "python -m launcher dataset=tfrecord" in capsys.readouterr().out
     source = DATASETS.get("tfrecord").load(config("dataset=tfrecord", f"dataset.train={tmp_path}/out/train-*").dataset)

@@ -28,8 +28,11 @@ EXAMPLE = ROOT / "examples" / "my_project"
 
 def test_an_import_path_names_the_object_or_the_problem():
     assert import_component("model.builder", "json:dumps", "a function") is __import__("json").dumps
-    cases = {"json": "module.path:attribute", "no_such_module_xyz:build": "no module named 'no_such_module_xyz'",
-             "json:no_such": "has no attribute 'no_such'"}
+    cases = {
+        "json": "module.path:attribute",
+        "no_such_module_xyz:build": "no module named 'no_such_module_xyz'",
+        "json:no_such": "has no attribute 'no_such'",
+    }
     for path, said in cases.items():
         with pytest.raises(ConfigError) as err:
             import_component("model.builder", path, "a function")
@@ -49,8 +52,14 @@ def test_a_signature_that_cannot_take_the_arguments_is_refused_before_the_call()
 
 
 def run_cli(args: list[str], cwd: Path, env: dict | None = None, timeout: int = 400):
-    return subprocess.run([sys.executable, "-m", "launcher", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "launcher", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def readme_command() -> list[str]:
@@ -94,10 +103,12 @@ def test_example_project_trains_from_its_readme_then_evaluates_and_predicts(proj
     # Exported, logged and loadable where my_project imports (its custom layer registers itself).
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "model")}
     assert {"model/model.keras", "model/best.keras"} <= artifacts
-    load = ("import keras, numpy as np, my_project.models as m, my_project.data as d;"
-            "x, y = d.load()['val'];"
-            "p = keras.saving.load_model('outputs/runs/baseline/model.keras').predict(x, verbose=0);"
-            "print('ACC', float((p.argmax(-1) == y).mean()))")
+    load = (
+        "import keras, numpy as np, my_project.models as m, my_project.data as d;"
+        "x, y = d.load()['val'];"
+        "p = keras.saving.load_model('outputs/runs/baseline/model.keras').predict(x, verbose=0);"
+        "print('ACC', float((p.argmax(-1) == y).mean()))"
+    )
     loaded = subprocess.run([sys.executable, "-c", load], cwd=project, capture_output=True, text=True, timeout=200)
     assert loaded.returncode == 0, loaded.stderr[-2000:]
     accuracy = float(re.search(r"ACC ([0-9.]+)", loaded.stdout).group(1))
@@ -107,28 +118,40 @@ def test_example_project_trains_from_its_readme_then_evaluates_and_predicts(proj
     # run's mirrored + XLA config) gives the best val_balanced_accuracy of the history.
     done = run_cli(["--config-dir", "conf", "mode=eval", "eval.run=baseline", "eval.model=best"], project)
     assert done.returncode == 0, done.stderr[-3000:]
-    (evaluation,) = [r for r in client.search_runs([experiment.experiment_id])
-                     if r.data.tags.get("launcher.mode") == "eval"]
+    (evaluation,) = [
+        r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("launcher.mode") == "eval"
+    ]
     assert evaluation.data.tags["mlflow.parentRunId"] == run.info.run_id
     assert evaluation.data.tags["plan.step"] == "replica_xla"
     best = max(m.value for m in history)
     assert evaluation.data.metrics["val_balanced_accuracy"] == pytest.approx(best, abs=1e-4)
     assert client.get_run(run.info.run_id).data.tags["eval.latest_run_id"] == evaluation.info.run_id
 
-    done = run_cli(["--config-dir", "conf", "mode=predict", "eval.run=baseline", "eval.output=predictions.npz",
-                    "name=predict-baseline"], project)
+    done = run_cli(
+        [
+            "--config-dir",
+            "conf",
+            "mode=predict",
+            "eval.run=baseline",
+            "eval.output=predictions.npz",
+            "name=predict-baseline",
+        ],
+        project,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     saved = np.load(project / "outputs" / "runs" / "predict-baseline" / "predictions.npz")
     assert saved["predictions"].shape == (143, 2)
     assert np.mean(saved["classes"] == saved["labels"]) == pytest.approx(run.data.metrics["val_accuracy"], abs=0.015)
-    (prediction,) = [r for r in client.search_runs([experiment.experiment_id])
-                     if r.data.tags.get("launcher.mode") == "predict"]
+    (prediction,) = [
+        r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("launcher.mode") == "predict"
+    ]
     assert {a.path for a in client.list_artifacts(prediction.info.run_id, "predictions")} == {
-        "predictions/predictions.npz"}
+        "predictions/predictions.npz"
+    }
     assert run_dir.is_dir()
 
 
-BROKEN = '''
+BROKEN = """
 import numpy as np
 import keras
 
@@ -145,20 +168,35 @@ def float_labels(**params):
 def big_labels(**params):
     x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
     return x, np.arange(64) % 5
-'''
+"""
 REFUSALS = {
     # case: (overrides, the key named, words of the message)
-    "missing module": (["model.builder=no_such_package.models:build"], "model.builder",
-                       "no module named 'no_such_package'"),
-    "missing attribute": (["model.builder=my_project.models:no_such_builder"], "model.builder",
-                          "has no attribute 'no_such_builder'"),
-    "not a model": (["model.builder=my_project.broken:not_a_model"], "model.builder",
-                    "returns a keras.Model (it returned dict)"),
+    "missing module": (
+        ["model.builder=no_such_package.models:build"],
+        "model.builder",
+        "no module named 'no_such_package'",
+    ),
+    "missing attribute": (
+        ["model.builder=my_project.models:no_such_builder"],
+        "model.builder",
+        "has no attribute 'no_such_builder'",
+    ),
+    "not a model": (
+        ["model.builder=my_project.broken:not_a_model"],
+        "model.builder",
+        "returns a keras.Model (it returned dict)",
+    ),
     "float labels": (["dataset.loader=my_project.broken:float_labels"], "task.name", "integer class ids"),
-    "labels beyond the classes": (["dataset.loader=my_project.broken:big_labels", "dataset.num_classes=3"],
-                                  "dataset.num_classes", "more classes than the largest label (4"),
-    "unknown metric": (["task.metrics=[accuracy,my_project.metrics:BalancedAccuracy,no_such_metric]"],
-                       "task.metrics", "a metric Keras knows"),
+    "labels beyond the classes": (
+        ["dataset.loader=my_project.broken:big_labels", "dataset.num_classes=3"],
+        "dataset.num_classes",
+        "more classes than the largest label (4",
+    ),
+    "unknown metric": (
+        ["task.metrics=[accuracy,my_project.metrics:BalancedAccuracy,no_such_metric]"],
+        "task.metrics",
+        "a metric Keras knows",
+    ),
 }
 
 
@@ -175,9 +213,20 @@ def test_bad_plugin_inputs_are_refused_with_exit_2_and_no_traceback(project):
     for case, (overrides, _, _) in REFUSALS.items():
         name = slug(case)
         procs[case] = subprocess.Popen(
-            [sys.executable, "-m", "launcher", *base, *overrides, f"name={name}",
-             f"tracking.uri=sqlite:///{project}/outputs/{name}.db"],
-            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "launcher",
+                *base,
+                *overrides,
+                f"name={name}",
+                f"tracking.uri=sqlite:///{project}/outputs/{name}.db",
+            ],
+            cwd=project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     for case, proc in procs.items():
         out, err = proc.communicate(timeout=400)
         _, key, said = REFUSALS[case]
@@ -204,7 +253,7 @@ acme_data = acme_plugin.data:load
 [launcher.configs]
 acme = acme_plugin.conf
 """
-PLUGIN_MODELS = '''
+PLUGIN_MODELS = """
 import keras
 
 
@@ -212,15 +261,15 @@ def build(spec, units=4):
     inputs = keras.Input(spec.input_shape)
     x = keras.layers.Dense(units, activation="relu", name=f"hidden{units}")(inputs)
     return keras.Model(inputs, keras.layers.Dense(spec.outputs)(x))
-'''
-PLUGIN_DATA = '''
+"""
+PLUGIN_DATA = """
 import numpy as np
 
 
 def load(n=300):
     x = np.random.default_rng(0).normal(size=(n, 6)).astype("float32")
     return x, (x[:, 0] + x[:, 1] > 0).astype("int64")
-'''
+"""
 PLUGIN_MODEL_YAML = """defaults:
   - /schema/model/custom@_here_
 
@@ -252,8 +301,18 @@ def test_an_installed_plugin_adds_model_and_dataset_choices_with_its_yaml_defaul
     env = {"PYTHONPATH": str(tmp_path / "site")}
     listed = run_cli(["--help"], tmp_path, env)
     assert "acme_net" in listed.stdout and "acme_data" in listed.stdout
-    done = run_cli(["model=acme_net", "dataset=acme_data", "train.epochs=1", "tracking.enabled=false",
-                    "checkpoint.enabled=false", "name=plugin"], tmp_path, env)
+    done = run_cli(
+        [
+            "model=acme_net",
+            "dataset=acme_data",
+            "train.epochs=1",
+            "tracking.enabled=false",
+            "checkpoint.enabled=false",
+            "name=plugin",
+        ],
+        tmp_path,
+        env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     config = (tmp_path / "outputs" / "runs" / "plugin" / "config.yaml").read_text()
     assert "builder: acme_plugin.models:build" in config and "units: 8" in config  # the plugin's YAML

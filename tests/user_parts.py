@@ -16,8 +16,10 @@ def tf_data(n: int = 256, features: int = 6):
     x = rng.normal(size=(n, features)).astype("float32")
     y = (x @ rng.normal(size=(features,))).astype("float32")
     cut = n * 3 // 4
-    return {"train": tf.data.Dataset.from_tensor_slices((x[:cut], y[:cut])),
-            "val": tf.data.Dataset.from_tensor_slices((x[cut:], y[cut:]))}
+    return {
+        "train": tf.data.Dataset.from_tensor_slices((x[:cut], y[:cut])),
+        "val": tf.data.Dataset.from_tensor_slices((x[cut:], y[cut:])),
+    }
 
 
 class DoubledSquaredError(keras.losses.Loss):

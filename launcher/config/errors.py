@@ -16,10 +16,7 @@ class Violation:
     fix: str
 
     def render(self) -> str:
-        return (
-            f"  - {self.key}={self.value!r}: expected {self.expected}.\n"
-            f"    fix: {self.fix}"
-        )
+        return f"  - {self.key}={self.value!r}: expected {self.expected}.\n    fix: {self.fix}"
 
 
 class ConfigError(Exception):

@@ -21,8 +21,10 @@ def group_listing(conf_dir: Path) -> str:
     from launcher.config.imports import plugins
 
     for group in [*groups, *(conf_dir / g for g in HYDRA_GROUPS)]:
-        options = sorted({p.stem for p in group.glob("*.yaml")}
-                         | (set(plugins(group.name)) if group.name in ("model", "dataset") else set()))
+        options = sorted(
+            {p.stem for p in group.glob("*.yaml")}
+            | (set(plugins(group.name)) if group.name in ("model", "dataset") else set())
+        )
         if options:
             lines.append(f"  {group.relative_to(conf_dir).as_posix()}: {', '.join(options)}")
     return "\n".join(lines)

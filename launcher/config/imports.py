@@ -38,8 +38,12 @@ def configured_path(kind: str, field: str, cfg) -> tuple[str, str]:
     if cfg.name in installed:
         return f"{kind}.name", installed[cfg.name]
     example = {"model": "my_package.models:build", "dataset": "my_package.data:load"}[kind]
-    raise ConfigError.single(f"{kind}.{field}", "", f"your {kind} {field} as module.path:function ({kind}=custom "
-                             "needs one)", f"{kind}.{field}={example}")
+    raise ConfigError.single(
+        f"{kind}.{field}",
+        "",
+        f"your {kind} {field} as module.path:function ({kind}=custom needs one)",
+        f"{kind}.{field}={example}",
+    )
 
 
 def import_component(key: str, path: str, wanted: str):
@@ -47,16 +51,23 @@ def import_component(key: str, path: str, wanted: str):
     path = str(path).strip()
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
-        raise ConfigError.single(key, path, f"an import path module.path:attribute naming {wanted}",
-                                 f"{key}=my_package.my_module:my_function")
+        raise ConfigError.single(
+            key,
+            path,
+            f"an import path module.path:attribute naming {wanted}",
+            f"{key}=my_package.my_module:my_function",
+        )
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         if err.name and (module_name == err.name or module_name.startswith(err.name + ".")):
-            raise ConfigError.single(key, path, f"an importable module (no module named {err.name!r} on the Python "
-                                     "path, which starts with the launch directory)",
-                                     "run from the folder that holds your package, pip install -e it, or add its "
-                                     "folder to PYTHONPATH") from None
+            raise ConfigError.single(
+                key,
+                path,
+                f"an importable module (no module named {err.name!r} on the Python "
+                "path, which starts with the launch directory)",
+                "run from the folder that holds your package, pip install -e it, or add its folder to PYTHONPATH",
+            ) from None
         raise _broken(key, path, err) from None
     except Exception as err:  # the user's module itself fails on import: show why, not our traceback
         raise _broken(key, path, err) from None
@@ -64,9 +75,12 @@ def import_component(key: str, path: str, wanted: str):
     for part in attribute.split("."):
         if not hasattr(found, part):
             public = sorted(n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n, None)))
-            raise ConfigError.single(key, path, f"{wanted}; module {module_name} has no attribute {attribute!r} "
-                                     f"(its callables: {public[:12]})",
-                                     f"{key}={module_name}:{public[0] if public else '<name>'}")
+            raise ConfigError.single(
+                key,
+                path,
+                f"{wanted}; module {module_name} has no attribute {attribute!r} (its callables: {public[:12]})",
+                f"{key}={module_name}:{public[0] if public else '<name>'}",
+            )
         found = getattr(found, part)
     return found
 
@@ -74,13 +88,18 @@ def import_component(key: str, path: str, wanted: str):
 def check_call(key: str, path: str, function, args: tuple, kwargs: dict, shown: str) -> None:
     """Refuse a callable whose signature cannot take these arguments (before calling it)."""
     if not callable(function):
-        raise ConfigError.single(key, path, f"a callable {shown} (got {type(function).__name__})",
-                                 f"point {key} at a function")
+        raise ConfigError.single(
+            key, path, f"a callable {shown} (got {type(function).__name__})", f"point {key} at a function"
+        )
     try:
         inspect.signature(function).bind(*args, **kwargs)
     except TypeError as err:
-        raise ConfigError.single(key, path, f"a callable {shown}; yours is {_name(function)}{_signature(function)} "
-                                 f"({err})", f"define it as {shown}, or fix the params passed to it") from None
+        raise ConfigError.single(
+            key,
+            path,
+            f"a callable {shown}; yours is {_name(function)}{_signature(function)} ({err})",
+            f"define it as {shown}, or fix the params passed to it",
+        ) from None
     except ValueError:
         return  # no signature to read (a builtin): let the call decide
 
@@ -97,5 +116,10 @@ def _name(function) -> str:
 
 
 def _broken(key: str, path: str, err: Exception) -> ConfigError:
-    return ConfigError.single(key, path, f"a module that imports cleanly (importing it raised {type(err).__name__}: "
-                              f"{str(err).splitlines()[0][:300] if str(err) else ''})", "fix the error in your module")
+    return ConfigError.single(
+        key,
+        path,
+        f"a module that imports cleanly (importing it raised {type(err).__name__}: "
+        f"{str(err).splitlines()[0][:300] if str(err) else ''})",
+        "fix the error in your module",
+    )

@@ -14,7 +14,6 @@ from typing import Any
 # holds the range checks the resolver runs.
 
 
-
 @dataclass
 class MlpConfig:
     name: str = "mlp"

@@ -573,8 +573,12 @@ def to_config(node) -> Config:
         return OmegaConf.to_object(node)
     except MissingMandatoryValue as err:
         key = err.full_key or "?"
-        raise ConfigError.single(key, "???", "a value: this key has no default for the chosen option",
-                                 f"set it on the command line, e.g. {key}=<value>") from None
+        raise ConfigError.single(
+            key,
+            "???",
+            "a value: this key has no default for the chosen option",
+            f"set it on the command line, e.g. {key}=<value>",
+        ) from None
     except OmegaConfBaseException as err:
         key = err.full_key or "?"
         reason = str(err.msg).splitlines()[0]

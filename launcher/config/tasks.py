@@ -23,22 +23,37 @@ class TaskSpec:
 
 TASKS: dict[str, TaskSpec] = {
     "classification": TaskSpec(
-        losses=("crossentropy",), default_metrics=("accuracy",),
+        losses=("crossentropy",),
+        default_metrics=("accuracy",),
         metrics=("accuracy", "top5_accuracy", "crossentropy"),
-        head="Dense(num_classes) logits, softmax in the loss", labels="integer class ids in 0..num_classes-1",
-        objective="val_accuracy"),
+        head="Dense(num_classes) logits, softmax in the loss",
+        labels="integer class ids in 0..num_classes-1",
+        objective="val_accuracy",
+    ),
     "multilabel": TaskSpec(
-        losses=("binary_crossentropy",), default_metrics=("auc", "precision", "recall"),
+        losses=("binary_crossentropy",),
+        default_metrics=("auc", "precision", "recall"),
         metrics=("auc", "precision", "recall", "accuracy", "binary_crossentropy"),
-        head="Dense(num_labels) logits, a sigmoid per label in the loss", labels="0/1 per label, shape (num_labels,)",
-        objective="val_auc"),
+        head="Dense(num_labels) logits, a sigmoid per label in the loss",
+        labels="0/1 per label, shape (num_labels,)",
+        objective="val_auc",
+    ),
     "regression": TaskSpec(
-        losses=("mse", "mae", "huber"), default_metrics=("mae", "rmse"), metrics=("mae", "mse", "rmse"),
-        head="Dense(targets), linear", labels="real-valued targets, shape () or (targets,)", objective="val_loss"),
+        losses=("mse", "mae", "huber"),
+        default_metrics=("mae", "rmse"),
+        metrics=("mae", "mse", "rmse"),
+        head="Dense(targets), linear",
+        labels="real-valued targets, shape () or (targets,)",
+        objective="val_loss",
+    ),
     "sequence": TaskSpec(
-        losses=("crossentropy",), default_metrics=("accuracy", "perplexity"), metrics=("accuracy", "perplexity"),
-        head="Dense(vocab_size) logits per token (causal attention)", labels="the next token id per position",
-        objective="val_accuracy"),
+        losses=("crossentropy",),
+        default_metrics=("accuracy", "perplexity"),
+        metrics=("accuracy", "perplexity"),
+        head="Dense(vocab_size) logits per token (causal attention)",
+        labels="the next token id per position",
+        objective="val_accuracy",
+    ),
 }
 # Built-in metric names valid for no task at all would be a typo; names Keras knows beyond these are accepted
 # for a task when keras.metrics knows them (checked at build, where Keras is imported).
@@ -80,8 +95,14 @@ def known_epoch_metrics(task: str, metrics: list[str]) -> list[str] | None:
 
 
 # Epoch metrics every run logs besides the task's (monitorable too, if rarely wanted).
-RUN_METRICS = ("learning_rate", "loss_scale", "grad_norm", "skipped_steps", "examples_per_sec",
-               "model_flops_utilization")
+RUN_METRICS = (
+    "learning_rate",
+    "loss_scale",
+    "grad_norm",
+    "skipped_steps",
+    "examples_per_sec",
+    "model_flops_utilization",
+)
 
 
 def monitor_problems(cfg, task: str, known: list[str]) -> list[Violation]:
@@ -97,6 +118,12 @@ def monitor_problems(cfg, task: str, known: list[str]) -> list[Violation]:
         if name and name not in known:
             shown = [n for n in known if n.startswith("val_")]
             fix = f"{key}={'val_loss' if key != 'objective' else shown[-1]}"
-            problems.append(Violation(key, name, f"an epoch metric of task={task}: one of {shown} (or the training "
-                                      "values without val_)", fix))
+            problems.append(
+                Violation(
+                    key,
+                    name,
+                    f"an epoch metric of task={task}: one of {shown} (or the training values without val_)",
+                    fix,
+                )
+            )
     return problems

@@ -31,8 +31,10 @@ def judge(trial, baseline, tolerance: float) -> None:
         reference = baseline.final_loss
         if final > reference * (1 + tolerance):
             trial.status = "diverged"
-            trial.detail = (f"final loss {final:.4g} vs the float32 one-device baseline's {reference:.4g} "
-                            f"(tolerance {tolerance:.0%})")
+            trial.detail = (
+                f"final loss {final:.4g} vs the float32 one-device baseline's {reference:.4g} "
+                f"(tolerance {tolerance:.0%})"
+            )
 
 
 @dataclass
@@ -66,28 +68,46 @@ def candidate_fixes(addition: str, facts: Facts, overflow_layers: list[str], cul
     if addition == "precision":
         layers = overflow_layers or culprit_layers
         if layers:
-            fixes.append(Fix(f"keep {', '.join(layers)} in float32 (float32's range where float16 overflows)",
-                             {"precision.float32_layers": layers}))
+            fixes.append(
+                Fix(
+                    f"keep {', '.join(layers)} in float32 (float32's range where float16 overflows)",
+                    {"precision.float32_layers": layers},
+                )
+            )
         if facts.precision == "mixed":
-            fixes.append(Fix("bfloat16 has float32's exponent range and needs no loss scaling",
-                             {"precision.name": "bf16"}))
+            fixes.append(
+                Fix("bfloat16 has float32's exponent range and needs no loss scaling", {"precision.name": "bf16"})
+            )
         fixes.append(Fix("train in float32", {"precision.name": "fp32"}))
     elif addition == "strategy":
         if facts.plan_lr > facts.learning_rate * 1.0001 and facts.lr_rule != "none":
-            fixes.append(Fix(f"the {facts.lr_rule} rule raised the learning rate to {facts.plan_lr:g} for "
-                             f"{facts.replicas} replicas; keep {facts.learning_rate:g}", {"scaling.lr_rule": "none"}))
-        fixes.append(Fix(f"divide the learning rate by the {facts.replicas} replicas",
-                         {"optimizer.learning_rate": facts.learning_rate / max(1, facts.replicas)}))
+            fixes.append(
+                Fix(
+                    f"the {facts.lr_rule} rule raised the learning rate to {facts.plan_lr:g} for "
+                    f"{facts.replicas} replicas; keep {facts.learning_rate:g}",
+                    {"scaling.lr_rule": "none"},
+                )
+            )
+        fixes.append(
+            Fix(
+                f"divide the learning rate by the {facts.replicas} replicas",
+                {"optimizer.learning_rate": facts.learning_rate / max(1, facts.replicas)},
+            )
+        )
         if facts.batch_rule == "per_replica":
-            fixes.append(Fix("keep the one-device global batch (split it over the replicas)",
-                             {"scaling.batch_rule": "global"}))
+            fixes.append(
+                Fix("keep the one-device global batch (split it over the replicas)", {"scaling.batch_rule": "global"})
+            )
     elif addition == "xla":
-        fixes.append(Fix("XLA changes the numerics or fails to compile this step: train without it",
-                         {"xla": "false"}))
+        fixes.append(Fix("XLA changes the numerics or fails to compile this step: train without it", {"xla": "false"}))
     elif addition == "baseline":
         for factor in (10, 100):
-            fixes.append(Fix(f"even float32 on one device diverges: a {factor}x lower learning rate",
-                             {"optimizer.learning_rate": facts.learning_rate / factor}))
+            fixes.append(
+                Fix(
+                    f"even float32 on one device diverges: a {factor}x lower learning rate",
+                    {"optimizer.learning_rate": facts.learning_rate / factor},
+                )
+            )
         if not facts.clipnorm:
             fixes.append(Fix("clip each gradient's norm at 1", {"optimizer.clipnorm": 1.0}))
     return fixes
@@ -98,6 +118,10 @@ def refusal_fixes(violations: list) -> list[Fix]:
     fixes = []
     for violation in violations:
         if "dataset.drop_nonfinite=true" in violation.fix:
-            fixes.append(Fix(f"drop the examples with NaN or inf inputs at load ({violation.expected})",
-                             {"dataset.drop_nonfinite": True}))
+            fixes.append(
+                Fix(
+                    f"drop the examples with NaN or inf inputs at load ({violation.expected})",
+                    {"dataset.drop_nonfinite": True},
+                )
+            )
     return fixes

@@ -86,11 +86,16 @@ def examine(config, env, overrides: str) -> Examination:
     if failing.stop_step is not None:
         exam.culprit, culprit_layers = _localise(config, failing, steps, env)
     overflow = _overflow_layers(exam.risks)
-    facts = Facts(precision=plan.precision.name, learning_rate=config.optimizer.learning_rate,
-                  plan_lr=plan.learning_rate.peak,
-                  lr_rule=config.scaling.lr_rule.value, replicas=plan.strategy.replicas,
-                  batch_rule=config.scaling.batch_rule.value, xla=bool(plan.step.xla),
-                  clipnorm=config.optimizer.clipnorm)
+    facts = Facts(
+        precision=plan.precision.name,
+        learning_rate=config.optimizer.learning_rate,
+        plan_lr=plan.learning_rate.peak,
+        lr_rule=config.scaling.lr_rule.value,
+        replicas=plan.strategy.replicas,
+        batch_rule=config.scaling.batch_rule.value,
+        xla=bool(plan.step.xla),
+        clipnorm=config.optimizer.clipnorm,
+    )
     _verify(exam, config, candidate_fixes(exam.addition, facts, overflow, culprit_layers), baseline, steps, env)
     exam.seconds = time.perf_counter() - started
     return exam
@@ -98,7 +103,7 @@ def examine(config, env, overrides: str) -> Examination:
 
 def _verify(exam: Examination, config, fixes: list[Fix], baseline, steps: int, env) -> None:
     """Run candidate fixes on the whole config; the first that trains is the recommendation."""
-    for fix in fixes[:config.doctor.max_fixes]:
+    for fix in fixes[: config.doctor.max_fixes]:
         trial, _ = run_trial(config, f"fix: {render_overrides(fix.overrides)}", fix.overrides, steps, env)
         judge(trial, baseline, config.doctor.tolerance)
         exam.fixes.append((fix, trial))
@@ -112,14 +117,25 @@ def _bisect(config, plan, steps: int, env) -> tuple[list[Trial], dict]:
     # The user's float32 layers belong to the precision step (the baseline has no float16 to keep them from).
     unset = {"precision.float32_layers": []} if config.precision.float32_layers else {}
     stages: list[tuple[str, dict[str, Any]]] = [
-        ("float32, one device (baseline)", {"precision.name": "fp32", **unset, "strategy.kind": "default",
-                                            "xla": "false"})]
+        (
+            "float32, one device (baseline)",
+            {"precision.name": "fp32", **unset, "strategy.kind": "default", "xla": "false"},
+        )
+    ]
     if plan.precision.mixed:
-        stages.append((f"+ precision={plan.precision.name}", {"precision.name": plan.precision.name,
-                                                            "strategy.kind": "default", "xla": "false"}))
+        stages.append(
+            (
+                f"+ precision={plan.precision.name}",
+                {"precision.name": plan.precision.name, "strategy.kind": "default", "xla": "false"},
+            )
+        )
     if plan.strategy.kind != "default":
-        stages.append((f"+ strategy={plan.strategy.kind} ({plan.strategy.replicas} replicas)",
-                       {"precision.name": plan.precision.name, "xla": "false"}))
+        stages.append(
+            (
+                f"+ strategy={plan.strategy.kind} ({plan.strategy.replicas} replicas)",
+                {"precision.name": plan.precision.name, "xla": "false"},
+            )
+        )
     if plan.step.xla:
         stages.append(("+ xla", {"precision.name": plan.precision.name, "xla": "true"}))
     trials, trained = [], {}
@@ -169,8 +185,14 @@ def environment_checks(plan, env) -> list[tuple[str, str, str]]:
     """What people check first when MirroredStrategy misbehaves: devices, batch split, remainder."""
     replicas = plan.strategy.replicas
     devices = plan.strategy.devices
-    checks = [("devices", f"{replicas} replica(s) on {', '.join(map(str, devices)) or 'the default device'}; "
-               f"visible: {env.describe_devices()}", "ok" if len(devices) >= replicas or replicas == 1 else "mismatch")]
+    checks = [
+        (
+            "devices",
+            f"{replicas} replica(s) on {', '.join(map(str, devices)) or 'the default device'}; "
+            f"visible: {env.describe_devices()}",
+            "ok" if len(devices) >= replicas or replicas == 1 else "mismatch",
+        )
+    ]
     per_replica, global_batch = plan.batch.per_replica, plan.batch.global_batch
     verdict = "ok" if per_replica * replicas == global_batch else "mismatch"
     small = " (small per-replica batches make batch statistics noisy)" if per_replica < 8 else ""

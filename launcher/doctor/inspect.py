@@ -73,8 +73,12 @@ def first_nonfinite(model, loss_fn, x, y, scale: float, step: int) -> Culprit:
         scaled = loss * scale
     for layer, out in zip(layers, outputs, strict=True):
         if not _finite(out):
-            return Culprit(step, "forward", layer.name,
-                           f"its {out.dtype.name} output is non-finite ({_describe(out)}); its input was finite")
+            return Culprit(
+                step,
+                "forward",
+                layer.name,
+                f"its {out.dtype.name} output is non-finite ({_describe(out)}); its input was finite",
+            )
     if not _finite(loss):
         return Culprit(step, "forward", "loss", f"the loss is {float(loss)} on finite outputs")
     output_grads = tape.gradient(scaled, outputs[:-1])
@@ -85,9 +89,12 @@ def first_nonfinite(model, loss_fn, x, y, scale: float, step: int) -> Culprit:
         bad_weights = [g for g in weight_grads if not _finite(g)]
         if bad_weights or (input_grad is not None and not _finite(input_grad)):
             what = "weight gradients" if bad_weights else "input gradient"
-            return Culprit(step, "backward", layer.name,
-                           f"its backward pass made its {what} non-finite (loss scale {scale:g}) from a finite "
-                           "output gradient")
+            return Culprit(
+                step,
+                "backward",
+                layer.name,
+                f"its backward pass made its {what} non-finite (loss scale {scale:g}) from a finite output gradient",
+            )
     del tape
     return Culprit(step, "unknown", None, "the replayed step is finite everywhere (the failure did not reproduce)")
 
@@ -146,22 +153,49 @@ def scan(model, ranges: dict[str, float]) -> list[Risk]:
         peak = ranges.get(layer.name)
         if peak is not None and peak >= FLOAT16_MAX:
             keep = [layer.name, *consumers(model, layer.name)]
-            risks.append(Risk(layer.name, "overflow", f"activations reach {peak:.3g} (float16 max {FLOAT16_MAX:g})",
-                              f"precision.float32_layers=[{','.join(keep)}] (it and the layers reading it)", True,
-                              keep))
+            risks.append(
+                Risk(
+                    layer.name,
+                    "overflow",
+                    f"activations reach {peak:.3g} (float16 max {FLOAT16_MAX:g})",
+                    f"precision.float32_layers=[{','.join(keep)}] (it and the layers reading it)",
+                    True,
+                    keep,
+                )
+            )
         elif peak is not None and peak >= FLOAT16_MAX / HEADROOM:
-            risks.append(Risk(layer.name, "near_overflow",
-                              f"activations reach {peak:.3g}: within {HEADROOM:g}x of float16's max",
-                              f"precision.float32_layers=[{layer.name}] if training grows them", False))
+            risks.append(
+                Risk(
+                    layer.name,
+                    "near_overflow",
+                    f"activations reach {peak:.3g}: within {HEADROOM:g}x of float16's max",
+                    f"precision.float32_layers=[{layer.name}] if training grows them",
+                    False,
+                )
+            )
         activation = getattr(getattr(layer, "activation", None), "__name__", "")
         if isinstance(layer, keras.layers.Softmax):
             activation = "softmax"
         if activation in RISKY_ACTIVATIONS and not near_output:
-            risks.append(Risk(layer.name, "risky_op", f"{activation} inside the model (exp overflows float16 "
-                              "above ~11)", f"precision.float32_layers=[{layer.name}]", False))
+            risks.append(
+                Risk(
+                    layer.name,
+                    "risky_op",
+                    f"{activation} inside the model (exp overflows float16 above ~11)",
+                    f"precision.float32_layers=[{layer.name}]",
+                    False,
+                )
+            )
         if isinstance(layer, keras.layers.Lambda):
-            risks.append(Risk(layer.name, "opaque", "a Lambda layer: its ops (division, log, sums) cannot be "
-                              "checked", f"precision.float32_layers=[{layer.name}] if the doctor localises it", False))
+            risks.append(
+                Risk(
+                    layer.name,
+                    "opaque",
+                    "a Lambda layer: its ops (division, log, sums) cannot be checked",
+                    f"precision.float32_layers=[{layer.name}] if the doctor localises it",
+                    False,
+                )
+            )
     return sorted(risks, key=lambda r: not r.severe)
 
 
@@ -181,6 +215,11 @@ def output_risk(build_model, policy: str) -> Risk | None:
     if dtype == "float32":
         return None
     last = _layers(model)[-1].name
-    return Risk(last, "output", f"the builder's output ({last}) is {dtype}: the loss would compute in {dtype}",
-                "none needed: the launcher adds a float32 `logits_float32` layer, so the loss computes in float32",
-                False, [last])
+    return Risk(
+        last,
+        "output",
+        f"the builder's output ({last}) is {dtype}: the loss would compute in {dtype}",
+        "none needed: the launcher adds a float32 `logits_float32` layer, so the loss computes in float32",
+        False,
+        [last],
+    )

@@ -20,8 +20,12 @@ TRIALS_FILE = "doctor_trials.json"
 
 def run(cfg_node, run_dir: Path, launch_dir: Path, overrides: str = "") -> int:
     """One examination in `run_dir`, in the shell every mode runs in (lock, logs, exit codes); the exit code."""
-    return run_in_shell(lambda: _examine(cfg_node, run_dir, launch_dir, overrides), run_dir, "doctor",
-                        bool(cfg_node.get("tf_logs", False)))
+    return run_in_shell(
+        lambda: _examine(cfg_node, run_dir, launch_dir, overrides),
+        run_dir,
+        "doctor",
+        bool(cfg_node.get("tf_logs", False)),
+    )
 
 
 def _examine(cfg_node, run_dir: Path, launch_dir: Path, overrides: str) -> OutcomeRecord:
@@ -34,24 +38,31 @@ def _examine(cfg_node, run_dir: Path, launch_dir: Path, overrides: str) -> Outco
     config = to_config(cfg_node)
     if config.strategy.kind == StrategyKind.multi_worker:
         raise ConfigError.single(
-            "strategy", "multi_worker", "a single-process strategy: the doctor runs its trials in one process",
-            "examine the same replicas on one machine: strategy=mirrored strategy.devices=<workers x devices>")
-    print(f"Doctor: examining `{overrides or 'the default config'}` with {config.doctor.steps}-step trials...",
-          flush=True)
+            "strategy",
+            "multi_worker",
+            "a single-process strategy: the doctor runs its trials in one process",
+            "examine the same replicas on one machine: strategy=mirrored strategy.devices=<workers x devices>",
+        )
+    print(
+        f"Doctor: examining `{overrides or 'the default config'}` with {config.doctor.steps}-step trials...", flush=True
+    )
     exam = examine(config, probe(measure=wants_measurements(config)), overrides)
     run_dir.mkdir(parents=True, exist_ok=True)
     plot = plot_loss_scale(exam, run_dir / PLOT_FILE)
     report = run_dir / REPORT_FILE
     report.write_text(markdown(exam, plot))
-    trials = [{k: v for k, v in asdict(t).items() if k != "plan"} | {"final_loss": t.final_loss}
-              for t in exam.trials + [trial for _, trial in exam.fixes]]
+    trials = [
+        {k: v for k, v in asdict(t).items() if k != "plan"} | {"final_loss": t.final_loss}
+        for t in exam.trials + [trial for _, trial in exam.fixes]
+    ]
     (run_dir / TRIALS_FILE).write_text(json.dumps(trials, indent=1, default=str))
     print("\n" + console(exam), flush=True)
     print(f"\nReport: {report}", flush=True)
     if config.tracking.enabled:
         _log_to_mlflow(config, exam, run_dir, launch_dir, [report, run_dir / TRIALS_FILE, plot])
-    return OutcomeRecord(status=FINISHED, exit_code=EXIT_FINISHED if exam.healthy else EXIT_PROBLEM_FOUND,
-                         mode="doctor")
+    return OutcomeRecord(
+        status=FINISHED, exit_code=EXIT_FINISHED if exam.healthy else EXIT_PROBLEM_FOUND, mode="doctor"
+    )
 
 
 def _log_to_mlflow(config, exam, run_dir: Path, launch_dir: Path, files: list) -> None:
@@ -68,10 +79,21 @@ def _log_to_mlflow(config, exam, run_dir: Path, launch_dir: Path, files: list) -
         print(f"MLflow not reachable ({err.violations[0].expected}); the report stays in {run_dir}", file=sys.stderr)
         return
     name = f"doctor {config.name or config.model.name}"
-    tracker = Tracker(resolve_uri(tr.uri, launch_dir), tr.experiment, name, launch_dir / "outputs" / "mlartifacts",
-                      run_dir=run_dir, outage_wait=tr.outage_wait)
-    tags = {"launcher.mode": "doctor", "doctor.verdict": verdict(exam), "doctor.overrides": exam.overrides,
-            "doctor.addition": exam.addition or "none", "tracking.uri": redact(tr.uri)}
+    tracker = Tracker(
+        resolve_uri(tr.uri, launch_dir),
+        tr.experiment,
+        name,
+        launch_dir / "outputs" / "mlartifacts",
+        run_dir=run_dir,
+        outage_wait=tr.outage_wait,
+    )
+    tags = {
+        "launcher.mode": "doctor",
+        "doctor.verdict": verdict(exam),
+        "doctor.overrides": exam.overrides,
+        "doctor.addition": exam.addition or "none",
+        "tracking.uri": redact(tr.uri),
+    }
     if exam.culprit is not None:
         tags["doctor.layer"] = str(exam.culprit.layer)
         tags["doctor.step"] = str(exam.culprit.step)

@@ -41,23 +41,39 @@ def _trial_row(trial) -> str:
     step = f" at step {trial.stop_step}" if trial.stop_step else ""
     skipped = sum(trial.skips)
     note = trial.detail.splitlines()[0][:160] if trial.detail else ""
-    return (f"| {trial.name} | `{trial.overrides_text}` | **{trial.status}**{step} | {len(trial.losses)} | "
-            f"{_loss(trial.final_loss)} | {skipped} | {note} |")
+    return (
+        f"| {trial.name} | `{trial.overrides_text}` | **{trial.status}**{step} | {len(trial.losses)} | "
+        f"{_loss(trial.final_loss)} | {skipped} | {note} |"
+    )
 
 
 def markdown(exam, plot: Path | None) -> str:
-    lines = [f"# Doctor: `python -m launcher mode=doctor {exam.overrides}`".rstrip(), "",
-             f"**Verdict:** {verdict(exam)}.", "", f"Examined in {exam.seconds:.0f} s.", "",
-             "## Environment", "", "| check | found | verdict |", "|---|---|---|"]
+    lines = [
+        f"# Doctor: `python -m launcher mode=doctor {exam.overrides}`".rstrip(),
+        "",
+        f"**Verdict:** {verdict(exam)}.",
+        "",
+        f"Examined in {exam.seconds:.0f} s.",
+        "",
+        "## Environment",
+        "",
+        "| check | found | verdict |",
+        "|---|---|---|",
+    ]
     lines += [f"| {check} | {found} | {v} |" for check, found, v in exam.checks if check != "config and data"]
     refused = [found_v for check, _, found_v in exam.checks if check == "config and data"]
     if refused:
         lines += ["", "## Refused before training", "", "```", refused[0], "```"]
     if exam.trials:
-        lines += ["", "## Bisection", "",
-                  "Each trial adds one feature of the config to the one before it.", "",
-                  "| trial | overrides | status | steps | final loss | skipped | note |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Bisection",
+            "",
+            "Each trial adds one feature of the config to the one before it.",
+            "",
+            "| trial | overrides | status | steps | final loss | skipped | note |",
+            "|---|---|---|---|---|---|---|",
+        ]
         lines += [_trial_row(t) for t in exam.trials]
     if exam.culprit is not None:
         c = exam.culprit
@@ -66,20 +82,26 @@ def markdown(exam, plot: Path | None) -> str:
     lines += ["", "## Float16 scan", ""]
     if exam.risks:
         lines += ["| layer | risk | found | fix |", "|---|---|---|---|"]
-        lines += [f"| {r.layer} | {r.kind}{' (severe)' if r.severe else ''} | {r.detail} | `{r.fix}` |"
-                  for r in exam.risks]
+        lines += [
+            f"| {r.layer} | {r.kind}{' (severe)' if r.severe else ''} | {r.detail} | `{r.fix}` |" for r in exam.risks
+        ]
     else:
         lines.append("No layer exceeds float16's range on a training batch; no risky op found.")
     if exam.fixes:
         lines += ["", "## Fixes tried", "", "| overrides | why | status | final loss |", "|---|---|---|---|"]
-        lines += [f"| `{_overrides(fix)}` | {fix.why} | **{trial.status}** | {_loss(trial.final_loss)} |"
-                  for fix, trial in exam.fixes]
+        lines += [
+            f"| `{_overrides(fix)}` | {fix.why} | **{trial.status}** | {_loss(trial.final_loss)} |"
+            for fix, trial in exam.fixes
+        ]
     lines += ["", "## Recommendation", ""]
     if exam.healthy:
         lines.append("Nothing to change.")
     elif exam.recommendation is not None:
-        lines += [f"Verified by a trial: `{command(exam.overrides, exam.recommendation.overrides)}`", "",
-                  exam.recommendation.why + "."]
+        lines += [
+            f"Verified by a trial: `{command(exam.overrides, exam.recommendation.overrides)}`",
+            "",
+            exam.recommendation.why + ".",
+        ]
     else:
         lines.append("No candidate fix trained; the sections above say where it breaks.")
     if plot is not None:
@@ -93,8 +115,10 @@ def console(exam) -> str:
         step = f" at step {trial.stop_step}" if trial.stop_step else ""
         rows.append(f"  {trial.name:<40} {trial.status + step:<24} final loss {_loss(trial.final_loss)}")
     if exam.culprit is not None:
-        rows.append(f"  first non-finite: step {exam.culprit.step}, {exam.culprit.direction}, "
-                    f"layer {exam.culprit.layer}: {exam.culprit.detail}")
+        rows.append(
+            f"  first non-finite: step {exam.culprit.step}, {exam.culprit.direction}, "
+            f"layer {exam.culprit.layer}: {exam.culprit.detail}"
+        )
     for risk in exam.risks:
         if risk.severe:
             rows.append(f"  float16 risk: {risk.layer}: {risk.detail} -> {risk.fix}")

@@ -18,9 +18,15 @@ from launcher.contract import Hook, HookList, Position
 
 # What every trial changes: short, quiet, nothing written.
 TRIAL_SETTINGS = {
-    "train.epochs": 1, "checkpoint.enabled": False, "checkpoint.export_model": False, "tracking.enabled": False,
-    "train.measure_utilization": False, "train.profile.steps": 0, "train.early_stopping.enabled": False,
-    "train.reduce_lr_on_plateau.enabled": False, "explain": False,
+    "train.epochs": 1,
+    "checkpoint.enabled": False,
+    "checkpoint.export_model": False,
+    "tracking.enabled": False,
+    "train.measure_utilization": False,
+    "train.profile.steps": 0,
+    "train.early_stopping.enabled": False,
+    "train.reduce_lr_on_plateau.enabled": False,
+    "explain": False,
 }
 
 
@@ -44,12 +50,12 @@ class Trial:
     @property
     def final_loss(self) -> float:
         """Mean loss over the last quarter of the steps (one step is noise)."""
-        tail = self.losses[-max(1, len(self.losses) // 4):]
+        tail = self.losses[-max(1, len(self.losses) // 4) :]
         return sum(tail) / len(tail) if tail else math.nan
 
     @property
     def first_loss(self) -> float:
-        head = self.losses[:max(1, len(self.losses) // 8)]
+        head = self.losses[: max(1, len(self.losses) // 8)]
         return sum(head) / len(head) if head else math.nan
 
     @property
@@ -59,6 +65,7 @@ class Trial:
 
 def render_overrides(overrides: dict[str, Any]) -> str:
     """`key=value ...` as a person types them on the command line."""
+
     def value(v):
         if isinstance(v, Enum):
             return v.value
@@ -121,8 +128,9 @@ class Trained:
     position: Position
 
 
-def run_trial(config, name: str, overrides: dict[str, Any], steps: int, env,
-              stop_after: int | None = None) -> tuple[Trial, Trained | None]:
+def run_trial(
+    config, name: str, overrides: dict[str, Any], steps: int, env, stop_after: int | None = None
+) -> tuple[Trial, Trained | None]:
     """Train `config` + `overrides` for `steps` steps (or up to `stop_after`) and record what happened.
 
     Returns the trial and, when it trained, the engine and the position it stopped at (for a replay).
@@ -137,8 +145,9 @@ def run_trial(config, name: str, overrides: dict[str, Any], steps: int, env,
     trial = Trial(name, dict(overrides))
     cfg = with_overrides(config, {**TRIAL_SETTINGS, "train.max_steps_per_epoch": steps, **overrides})
     holder: dict = {}
-    plan, source, problems = review(cfg, env, lambda p: holder.update(
-        strategy=runtime.configure(p, cfg.seed, cfg.deterministic)))
+    plan, source, problems = review(
+        cfg, env, lambda p: holder.update(strategy=runtime.configure(p, cfg.seed, cfg.deterministic))
+    )
     trial.plan = plan
     if problems:
         trial.status, trial.detail = "refused", str(ConfigError(problems))
@@ -146,8 +155,15 @@ def run_trial(config, name: str, overrides: dict[str, Any], steps: int, env,
     position = Position()
     try:
         built = build(cfg, plan, source, holder["strategy"])
-        engine = Engine(built, plan, source, seed=cfg.seed, shuffle_buffer=cfg.dataset.shuffle_buffer, verbose=0,
-                        guard=numerics_guard(cfg, plan))
+        engine = Engine(
+            built,
+            plan,
+            source,
+            seed=cfg.seed,
+            shuffle_buffer=cfg.dataset.shuffle_buffer,
+            verbose=0,
+            guard=numerics_guard(cfg, plan),
+        )
         # Enough epochs for `steps` steps on a small dataset; the recorder stops at `steps` (or `stop_after`).
         epochs = math.ceil(steps / max(1, plan.schedule.steps_per_epoch))
         last = min(steps, stop_after) if stop_after is not None else steps

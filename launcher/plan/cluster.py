@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 from launcher.config.errors import Violation
 
-EXAMPLE_TF_CONFIG = ('{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
-                     '"task": {"type": "worker", "index": 0}}')
+EXAMPLE_TF_CONFIG = '{"cluster": {"worker": ["host1:12345", "host2:12345"]}, "task": {"type": "worker", "index": 0}}'
 
 
 @dataclass(frozen=True)
@@ -51,13 +50,16 @@ def find_cluster(strategy, tf_config: dict | None, slurm: dict[str, str]) -> tup
         return _from_tf_config(tf_config)
     if "SLURM_PROCID" in slurm and "SLURM_NTASKS" in slurm:
         return _from_slurm(slurm, int(strategy.port))
-    return None, [Violation(
-        "strategy", "multi_worker",
-        "a cluster: strategy.workers=[host:port,...] with strategy.task_index, a TF_CONFIG environment variable, "
-        "a Slurm job step (srun), or strategy.local_workers=N to start N workers on this machine (found none)",
-        "python -m launcher strategy=multi_worker strategy.local_workers=2, or "
-        f"export TF_CONFIG='{EXAMPLE_TF_CONFIG}' on every worker",
-    )]
+    return None, [
+        Violation(
+            "strategy",
+            "multi_worker",
+            "a cluster: strategy.workers=[host:port,...] with strategy.task_index, a TF_CONFIG environment variable, "
+            "a Slurm job step (srun), or strategy.local_workers=N to start N workers on this machine (found none)",
+            "python -m launcher strategy=multi_worker strategy.local_workers=2, or "
+            f"export TF_CONFIG='{EXAMPLE_TF_CONFIG}' on every worker",
+        )
+    ]
 
 
 def _from_config(strategy) -> tuple[Cluster | None, list[Violation]]:
@@ -65,10 +67,14 @@ def _from_config(strategy) -> tuple[Cluster | None, list[Violation]]:
     problems = address_problems("strategy.workers", workers)
     index = int(strategy.task_index)
     if not 0 <= index < len(workers):
-        problems.append(Violation(
-            "strategy.task_index", index, f"this worker's position in strategy.workers, 0..{len(workers) - 1}",
-            f"strategy.task_index=0 on {workers[0]}, 1 on the next worker, and so on",
-        ))
+        problems.append(
+            Violation(
+                "strategy.task_index",
+                index,
+                f"this worker's position in strategy.workers, 0..{len(workers) - 1}",
+                f"strategy.task_index=0 on {workers[0]}, 1 on the next worker, and so on",
+            )
+        )
     return (None if problems else Cluster(workers, index, "strategy.workers")), problems
 
 
@@ -89,10 +95,14 @@ def _from_tf_config(tf_config: dict) -> tuple[Cluster | None, list[Violation]]:
     if kind not in members:
         problems.append(Violation("TF_CONFIG.task.type", kind, "worker or chief (evaluators are not supported)", fix))
     elif not isinstance(raw_index, int) or not 0 <= raw_index < len(members[kind]):
-        problems.append(Violation(
-            "TF_CONFIG.task.index", raw_index, f"an integer in 0..{len(members[kind]) - 1} (the cluster has "
-            f"{len(members[kind])} {kind} task(s))", fix,
-        ))
+        problems.append(
+            Violation(
+                "TF_CONFIG.task.index",
+                raw_index,
+                f"an integer in 0..{len(members[kind]) - 1} (the cluster has {len(members[kind])} {kind} task(s))",
+                fix,
+            )
+        )
     if problems:
         return None, problems
     index = raw_index if kind == "chief" else raw_index + len(chiefs)
@@ -111,11 +121,17 @@ def _from_slurm(slurm: dict[str, str], port: int) -> tuple[Cluster | None, list[
     if len(counts) == 1 and len(hosts) > 1:
         counts = counts * len(hosts)
     if len(counts) != len(hosts) or sum(counts) != ntasks:
-        return None, [Violation("SLURM_TASKS_PER_NODE", per_node,
-                                f"task counts for the {len(hosts)} node(s) {hosts} adding up to SLURM_NTASKS={ntasks}",
-                                fix)]
-    workers = tuple(f"{host}:{port + local}" for host, count in zip(hosts, counts, strict=True)
-                    for local in range(count))
+        return None, [
+            Violation(
+                "SLURM_TASKS_PER_NODE",
+                per_node,
+                f"task counts for the {len(hosts)} node(s) {hosts} adding up to SLURM_NTASKS={ntasks}",
+                fix,
+            )
+        ]
+    workers = tuple(
+        f"{host}:{port + local}" for host, count in zip(hosts, counts, strict=True) for local in range(count)
+    )
     if not 0 <= rank < len(workers):
         return None, [Violation("SLURM_PROCID", rank, f"0..{len(workers) - 1}", fix)]
     return Cluster(workers, rank, "Slurm"), []
@@ -130,13 +146,25 @@ def address_problems(key: str, addresses: tuple[str, ...]) -> list[Violation]:
     for address in addresses:
         match = ADDRESS.match(address)
         if not match or not 1 <= int(match["port"]) <= 65535:
-            problems.append(Violation(key, address, "host:port with a port in 1..65535, e.g. 10.0.0.2:12345",
-                                      f"write it as host:port, e.g. {key}=[10.0.0.1:12345,10.0.0.2:12345]"))
+            problems.append(
+                Violation(
+                    key,
+                    address,
+                    "host:port with a port in 1..65535, e.g. 10.0.0.2:12345",
+                    f"write it as host:port, e.g. {key}=[10.0.0.1:12345,10.0.0.2:12345]",
+                )
+            )
     seen: set[str] = set()
     for address in addresses:
         if address in seen:
-            problems.append(Violation(key, address, "every worker at its own host:port (listed twice)",
-                                      "give each worker on the same host a different port"))
+            problems.append(
+                Violation(
+                    key,
+                    address,
+                    "every worker at its own host:port (listed twice)",
+                    "give each worker on the same host a different port",
+                )
+            )
         seen.add(address)
     return problems
 

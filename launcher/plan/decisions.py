@@ -62,19 +62,26 @@ class Section:
         decided = {f.name for f in self._decision_fields() if getattr(self, f.name) is not None}
         missing = sorted(decided - set(self.why))
         extra = sorted(set(self.why) - decided)
-        unset = sorted(f.name for f in self._decision_fields()
-                       if getattr(self, f.name) is None and f.default is dataclasses.MISSING)
+        unset = sorted(
+            f.name
+            for f in self._decision_fields()
+            if getattr(self, f.name) is None and f.default is dataclasses.MISSING
+        )
         if missing or extra or unset:
-            raise PlanError(f"{type(self).__name__}: values without a reason {missing}, reasons without a value "
-                            f"{extra}, required values left undecided {unset}")
+            raise PlanError(
+                f"{type(self).__name__}: values without a reason {missing}, reasons without a value "
+                f"{extra}, required values left undecided {unset}"
+            )
         object.__setattr__(self, "why", Reasons(self.why))
 
     @classmethod
     def of(cls: type[S], **decided: tuple[Any, str] | None) -> S:
         """`of(policy=("mixed_float16", "why"), ...)`; None leaves an optional field undecided."""
         pairs = {name: pair for name, pair in decided.items() if pair is not None}
-        return cls(**{name: value for name, (value, _) in pairs.items()},
-                   why={name: reason for name, (_, reason) in pairs.items()})
+        return cls(
+            **{name: value for name, (value, _) in pairs.items()},
+            why={name: reason for name, (_, reason) in pairs.items()},
+        )
 
     @classmethod
     def _decision_fields(cls) -> list[dataclasses.Field]:
@@ -316,8 +323,9 @@ class Plan:
 
     def to_dict(self) -> dict:
         return {
-            "decisions": {key: {"value": _plain(value), "reason": reason}
-                          for key, (value, reason) in self.decisions().items()},
+            "decisions": {
+                key: {"value": _plain(value), "reason": reason} for key, (value, reason) in self.decisions().items()
+            },
             "warnings": list(self.warnings),
         }
 

@@ -72,10 +72,7 @@ class Environment:
 
     def describe_devices(self) -> str:
         if self.gpus:
-            names = ", ".join(
-                f"{g.name} (cc {g.compute_capability[0]}.{g.compute_capability[1]})"
-                for g in self.gpus
-            )
+            names = ", ".join(f"{g.name} (cc {g.compute_capability[0]}.{g.compute_capability[1]})" for g in self.gpus)
             return f"{len(self.gpus)} GPU(s): {names}"
         cpu = "AMX" if self.has_amx else ("AVX-512 BF16, no AMX" if self.has_avx512_bf16 else "no AVX-512 BF16")
         return f"no GPU; 1 CPU with {self.cpu_count} cores ({cpu})"

@@ -78,8 +78,13 @@ def measured_rates() -> dict[str, float]:
 
 def _measure_in_child() -> dict[str, float]:
     try:
-        done = subprocess.run([sys.executable, "-m", "launcher.plan.hardware"], capture_output=True, text=True,
-                              timeout=MEASURE_TIMEOUT_SEC, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        done = subprocess.run(
+            [sys.executable, "-m", "launcher.plan.hardware"],
+            capture_output=True,
+            text=True,
+            timeout=MEASURE_TIMEOUT_SEC,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        )
         return {k: float(v) for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
     except (subprocess.SubprocessError, OSError, ValueError, IndexError, AttributeError):
         return {}
@@ -125,8 +130,11 @@ def measure_matmul(dtype: str, size: int = 2048, seconds: float = 1.0, jit_compi
 
 
 def measure_all(seconds: float = 0.75) -> dict[str, float]:
-    return {f"{dtype}_{backend}": round(rate / 1e9, 1)
-            for dtype in DTYPES for backend, rate in matmul_rates(dtype, seconds=seconds).items()}
+    return {
+        f"{dtype}_{backend}": round(rate / 1e9, 1)
+        for dtype in DTYPES
+        for backend, rate in matmul_rates(dtype, seconds=seconds).items()
+    }
 
 
 if __name__ == "__main__":

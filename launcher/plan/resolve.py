@@ -47,9 +47,19 @@ def resolve_all(cfg: Config, env: Environment) -> tuple[Plan, list[Violation]]:
     task = decide_task(cfg, found, precision)
     profile = decide_profile(cfg, cluster)
     found.violations.extend(out_of_bounds(cfg))
-    plan = Plan(precision=precision, strategy=strategy, cluster=cluster, step=step, loss_scale=loss_scale,
-                batch=batch, learning_rate=learning_rate, numerics=numerics, task=task, profile=profile,
-                warnings=tuple(found.warnings))
+    plan = Plan(
+        precision=precision,
+        strategy=strategy,
+        cluster=cluster,
+        step=step,
+        loss_scale=loss_scale,
+        batch=batch,
+        learning_rate=learning_rate,
+        numerics=numerics,
+        task=task,
+        profile=profile,
+        warnings=tuple(found.warnings),
+    )
     return plan, found.violations
 
 

@@ -26,8 +26,7 @@ class ResumeDecision:
 
 def layout_of(plan) -> dict:
     """What a checkpoint records about how it was trained."""
-    return {"strategy": plan.strategy.kind, "replicas": plan.strategy.replicas,
-            "global_batch": plan.batch.global_batch}
+    return {"strategy": plan.strategy.kind, "replicas": plan.strategy.replicas, "global_batch": plan.batch.global_batch}
 
 
 def decide_resume(position: Position, previous: dict | None, layout: dict) -> ResumeDecision:
@@ -42,8 +41,9 @@ def decide_resume(position: Position, previous: dict | None, layout: dict) -> Re
         return ResumeDecision(position, where, reason)
     examples = position.step_in_epoch * previous["global_batch"]
     moved = replace(position, step_in_epoch=examples // layout["global_batch"])
-    reason += (f"; the data position ({examples} examples into the epoch) is rounded down to "
-               f"{moved.step_in_epoch} whole batches of {layout['global_batch']}")
-    warning = ("Resumed with a different global batch: the run is not step-for-step identical to an "
-               "uninterrupted one.")
+    reason += (
+        f"; the data position ({examples} examples into the epoch) is rounded down to "
+        f"{moved.step_in_epoch} whole batches of {layout['global_batch']}"
+    )
+    warning = "Resumed with a different global batch: the run is not step-for-step identical to an uninterrupted one."
     return ResumeDecision(moved, where, reason, warning)

@@ -50,9 +50,11 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int) -> Plan:
         warmup = (round(sc.warmup_epochs * steps), f"{sc.warmup_epochs:g} epoch(s) x {steps} steps")
     else:
         warmup = (sc.warmup_steps, "requested" if sc.warmup_steps else "no warmup")
-    return plan.with_record(SchedulePlan.of(
-        steps_per_epoch=(steps, reason),
-        validation_steps=(val_steps, val_reason),
-        total_steps=(steps * cfg.train.epochs, f"{cfg.train.epochs} epoch(s)"),
-        warmup_steps=warmup,
-    ))
+    return plan.with_record(
+        SchedulePlan.of(
+            steps_per_epoch=(steps, reason),
+            validation_steps=(val_steps, val_reason),
+            total_steps=(steps * cfg.train.epochs, f"{cfg.train.epochs} epoch(s)"),
+            warmup_steps=warmup,
+        )
+    )

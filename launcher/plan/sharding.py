@@ -16,8 +16,11 @@ def decide_sharding(plan: Plan, shards: tuple[int, ...], num_train: int) -> tupl
     """The Plan with the data decisions added, and the training examples one epoch covers."""
     resume = None
     if shards:
-        resume = ("exact (skips)", f"streamed from {len(shards)} file(s) in a fixed order with a seeded shuffle: a "
-                  "resumed epoch re-reads its first batches and skips them (exact, at the cost of reading them)")
+        resume = (
+            "exact (skips)",
+            f"streamed from {len(shards)} file(s) in a fixed order with a seeded shuffle: a "
+            "resumed epoch re-reads its first batches and skips them (exact, at the cost of reading them)",
+        )
     if plan.cluster is None:
         return (plan.with_record(DataPlan.of(resume=resume)) if resume else plan), num_train
     workers, global_batch = len(plan.cluster.workers), plan.batch.global_batch
@@ -28,6 +31,9 @@ def decide_sharding(plan: Plan, shards: tuple[int, ...], num_train: int) -> tupl
     shares = [sum(shards[i::workers]) for i in range(workers)]
     steps = min(share // global_batch for share in shares) * workers
     covered = steps * global_batch
-    sharding = ("file", f"{len(shards)} training files >= {workers} workers: worker i reads files i, i+{workers}, "
-                f"... (shares {shares} examples); an epoch is {steps} steps, {covered} of {num_train} examples")
+    sharding = (
+        "file",
+        f"{len(shards)} training files >= {workers} workers: worker i reads files i, i+{workers}, "
+        f"... (shares {shares} examples); an epoch is {steps} steps, {covered} of {num_train} examples",
+    )
     return plan.with_record(DataPlan.of(resume=resume, sharding=sharding)), covered

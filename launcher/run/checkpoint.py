@@ -53,7 +53,8 @@ def check_writable(directory: Path) -> None:
         with suppress(OSError):
             probe.unlink(missing_ok=True)
         raise ConfigError.single(
-            "hydra.run.dir", str(directory),
+            "hydra.run.dir",
+            str(directory),
             f"a writable checkpoint directory ({err.strerror or err})",
             "make it writable or free space on it, give the launch another name= / hydra.run.dir=, "
             "or checkpoint=off to train without checkpoints",
@@ -206,8 +207,10 @@ class Checkpointer:
         for path in candidates:
             sidecar = self._read_sidecar(path)
             if sidecar is None:
-                self._warn(f"checkpoint {path} has no sidecar {Path(path).name}.json (interrupted while "
-                           "being written); falling back to the previous one")
+                self._warn(
+                    f"checkpoint {path} has no sidecar {Path(path).name}.json (interrupted while "
+                    "being written); falling back to the previous one"
+                )
                 continue
             try:
                 self._restore_into_model(path, resume)
@@ -222,14 +225,17 @@ class Checkpointer:
     def _restore_explicit(self, resume: str) -> tuple[Position, dict]:
         if not Path(f"{resume}.index").exists():
             raise ConfigError.single(
-                "checkpoint.resume", resume,
+                "checkpoint.resume",
+                resume,
                 "auto, never, or an existing checkpoint prefix such as <run dir>/checkpoints/ckpt-30",
                 "checkpoint.resume=auto",
             )
         sidecar = self._read_sidecar(resume)
         if sidecar is None:
             raise ConfigError.single(
-                "checkpoint.resume", resume, f"a complete checkpoint (its sidecar {resume}.json is missing)",
+                "checkpoint.resume",
+                resume,
+                f"a complete checkpoint (its sidecar {resume}.json is missing)",
                 "checkpoint.resume=auto to pick the newest complete one",
             )
         try:
@@ -245,7 +251,8 @@ class Checkpointer:
             self.checkpoint.restore(path).assert_existing_objects_matched()
         except (AssertionError, ValueError) as err:
             raise ConfigError.single(
-                "checkpoint.resume", resume,
+                "checkpoint.resume",
+                resume,
                 f"a checkpoint written by the same model config (restoring {path} failed: "
                 f"{str(err).splitlines()[0][:200]})",
                 FIX_FRESH,
@@ -263,15 +270,23 @@ class Checkpointer:
             return
         if saved.get("name") != self.model_config.get("name"):
             raise ConfigError.single(
-                "model", self.model_config.get("name"),
-                f"{saved.get('name')!r}, the model of the checkpoint being resumed ({path})", FIX_FRESH,
+                "model",
+                self.model_config.get("name"),
+                f"{saved.get('name')!r}, the model of the checkpoint being resumed ({path})",
+                FIX_FRESH,
             )
-        raise ConfigError([
-            Violation(f"model.{key}", self.model_config.get(key),
-                      f"{saved.get(key)!r} as in the checkpoint being resumed ({path})", FIX_FRESH)
-            for key in sorted(set(saved) | set(self.model_config))
-            if saved.get(key) != self.model_config.get(key)
-        ])
+        raise ConfigError(
+            [
+                Violation(
+                    f"model.{key}",
+                    self.model_config.get(key),
+                    f"{saved.get(key)!r} as in the checkpoint being resumed ({path})",
+                    FIX_FRESH,
+                )
+                for key in sorted(set(saved) | set(self.model_config))
+                if saved.get(key) != self.model_config.get(key)
+            ]
+        )
 
     @staticmethod
     def _warn(message: str) -> None:

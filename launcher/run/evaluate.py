@@ -43,11 +43,18 @@ def find_training_run(wanted: str, launch_dir: Path, tracking_uri: str) -> Path:
     """eval.run as a run dir, a run name (outputs/runs/<name>), an MLflow run id, or "" (the newest finished)."""
     runs = launch_dir / "outputs" / "runs"
     if not wanted:
-        finished = [p.parent for p in runs.glob("**/" + OUTCOME_FILE)
-                    if _finished_training(p.parent) and (p.parent / OVERRIDES_FILE).is_file()]
+        finished = [
+            p.parent
+            for p in runs.glob("**/" + OUTCOME_FILE)
+            if _finished_training(p.parent) and (p.parent / OVERRIDES_FILE).is_file()
+        ]
         if not finished:
-            raise ConfigError.single("eval.run", "", f"a finished training run (none under {runs})",
-                                     "train one first (python -m launcher name=exp1), then eval.run=exp1")
+            raise ConfigError.single(
+                "eval.run",
+                "",
+                f"a finished training run (none under {runs})",
+                "train one first (python -m launcher name=exp1), then eval.run=exp1",
+            )
         return max(finished, key=lambda p: (p / OUTCOME_FILE).stat().st_mtime)
     for candidate in (Path(wanted).expanduser(), launch_dir / wanted, runs / wanted):
         if (candidate / OVERRIDES_FILE).is_file():
@@ -57,8 +64,12 @@ def find_training_run(wanted: str, launch_dir: Path, tracking_uri: str) -> Path:
         if found is not None:
             return found
     names = sorted(str(p.parent.parent.relative_to(runs)) for p in runs.glob("**/" + str(OVERRIDES_FILE)))[-8:]
-    raise ConfigError.single("eval.run", wanted, f"a training run: a run dir, a name under {runs} or an MLflow run id "
-                             f"(recent: {names})", f"eval.run={names[-1] if names else '<name>'}")
+    raise ConfigError.single(
+        "eval.run",
+        wanted,
+        f"a training run: a run dir, a name under {runs} or an MLflow run id (recent: {names})",
+        f"eval.run={names[-1] if names else '<name>'}",
+    )
 
 
 def _finished_training(run_dir: Path) -> bool:
@@ -90,8 +101,11 @@ def compose_like(train_dir: Path, overrides: list[str]):
     if "strategy=multi_worker" in trained and not any(o.split("=", 1)[0].startswith("strategy") for o in overrides):
         # Evaluation and prediction run in one process: the workers' cluster is not there to join.
         trained = [o for o in trained if not o.split("=", 1)[0].lstrip("+~").startswith("strategy")]
-        print("  strategy  default  the run trained with strategy=multi_worker; evaluation runs in this one process "
-              "(strategy=mirrored to use its devices)", flush=True)
+        print(
+            "  strategy  default  the run trained with strategy=multi_worker; evaluation runs in this one process "
+            "(strategy=mirrored to use its devices)",
+            flush=True,
+        )
     for override in [*trained, *overrides]:
         key = override.split("=", 1)[0].lstrip("+~")
         if key.startswith("hydra."):
@@ -117,15 +131,21 @@ class Evaluation:
 
         config, holder = self.config, {}
         self.env = probe(measure=False)
-        self.plan, self.source, problems = review(config, self.env, lambda plan: holder.update(
-            strategy=runtime.configure(plan, config.seed, config.deterministic)))
+        self.plan, self.source, problems = review(
+            config,
+            self.env,
+            lambda plan: holder.update(strategy=runtime.configure(plan, config.seed, config.deterministic)),
+        )
         self.model_path = self._model_path(problems)
         raise_if_any(problems)
         self.strategy = holder["strategy"]
         self.run_dir.mkdir(parents=True, exist_ok=True)
         split = config.eval.split.value
-        print(f"{self.mode}: {self.model_path} on the {split} split of {config.dataset.name} "
-              f"({self.source.num_val if split == 'val' else self.source.num_train} examples)", flush=True)
+        print(
+            f"{self.mode}: {self.model_path} on the {split} split of {config.dataset.name} "
+            f"({self.source.num_val if split == 'val' else self.source.num_train} examples)",
+            flush=True,
+        )
         if self.mode == "eval":
             metrics, files = self._evaluate(split), []
         else:
@@ -144,11 +164,18 @@ class Evaluation:
         checkpoint = Path(f"{path}.index").is_file()
         if path.is_file() or checkpoint:
             return path
-        why = {"final": "the run exported none (checkpoint.export_model=false?)",
-               "best": "the run kept none (it needs checkpoint.monitor)"}.get(wanted, "no such file or ckpt-N prefix")
-        problems.append(_violation("eval.model", wanted, f"final, best, a .keras file or a ckpt-N checkpoint prefix "
-                                   f"({why}: {path})", "eval.model=final, or a path from "
-                                   f"{self.train_dir / 'checkpoints'}"))
+        why = {
+            "final": "the run exported none (checkpoint.export_model=false?)",
+            "best": "the run kept none (it needs checkpoint.monitor)",
+        }.get(wanted, "no such file or ckpt-N prefix")
+        problems.append(
+            _violation(
+                "eval.model",
+                wanted,
+                f"final, best, a .keras file or a ckpt-N checkpoint prefix ({why}: {path})",
+                f"eval.model=final, or a path from {self.train_dir / 'checkpoints'}",
+            )
+        )
         return None
 
     def _load(self, in_scope: bool):
@@ -221,15 +248,35 @@ class Evaluation:
         uri = resolve_uri(tr.uri, self.launch_dir)
         parent = self.training.run_id if self.training else None
         name = f"{self.mode}-{self.train_dir.name}-{self.config.eval.model}-{split}"
-        tracker = Tracker(uri, tr.experiment, name, self.launch_dir / "outputs" / "mlartifacts",
-                          parent_run_id=parent, run_dir=self.run_dir)
+        tracker = Tracker(
+            uri,
+            tr.experiment,
+            name,
+            self.launch_dir / "outputs" / "mlartifacts",
+            parent_run_id=parent,
+            run_dir=self.run_dir,
+        )
         try:
-            tracker.log_params({"mode": self.mode, "eval.run": str(self.train_dir), "eval.model": str(self.model_path),
-                                "eval.split": split, "task.name": self.plan.task.name,
-                                "dataset.name": self.config.dataset.name})
-            tracker.set_tags({"launcher.mode": self.mode, "eval.training_run_id": parent or "",
-                              "plan.strategy": self.plan.strategy.kind, "plan.precision": self.plan.precision.name,
-                              "plan.step": self.plan.step.kind, "run_dir": str(self.run_dir)})
+            tracker.log_params(
+                {
+                    "mode": self.mode,
+                    "eval.run": str(self.train_dir),
+                    "eval.model": str(self.model_path),
+                    "eval.split": split,
+                    "task.name": self.plan.task.name,
+                    "dataset.name": self.config.dataset.name,
+                }
+            )
+            tracker.set_tags(
+                {
+                    "launcher.mode": self.mode,
+                    "eval.training_run_id": parent or "",
+                    "plan.strategy": self.plan.strategy.kind,
+                    "plan.precision": self.plan.precision.name,
+                    "plan.step": self.plan.step.kind,
+                    "run_dir": str(self.run_dir),
+                }
+            )
             tracker.log_metrics(metrics, step=0)
             for path in files:
                 tracker.log_artifact(path, "predictions")
@@ -255,8 +302,9 @@ def _write_csv(path: Path, columns: dict) -> None:
     import numpy as np
 
     flat = {name: np.asarray(values).reshape(len(values), -1) for name, values in columns.items() if name != "outputs"}
-    header = [f"{name}_{j}" if values.shape[1] > 1 else name for name, values in flat.items()
-              for j in range(values.shape[1])]
+    header = [
+        f"{name}_{j}" if values.shape[1] > 1 else name for name, values in flat.items() for j in range(values.shape[1])
+    ]
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(header)

@@ -36,8 +36,9 @@ def parse(spec: str) -> tuple[str, str, int]:
     action, _, where = spec.partition("@")
     point, _, step = where.partition(":")
     if point not in POINTS or not step.isdigit() or action not in ("KILL", "TERM", "INT", "RAISE", "PAUSE"):
-        raise ValueError(f"{ENV}={spec!r}: expected ACTION@POINT:STEP, ACTION in KILL/TERM/INT/RAISE/PAUSE, "
-                         f"POINT in {POINTS}")
+        raise ValueError(
+            f"{ENV}={spec!r}: expected ACTION@POINT:STEP, ACTION in KILL/TERM/INT/RAISE/PAUSE, POINT in {POINTS}"
+        )
     return action, point, int(step)
 
 

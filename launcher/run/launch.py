@@ -23,8 +23,9 @@ def run(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None =
     launch on the same dir is refused and writes nothing there.
     """
     run_dir = worker_run_dir(cfg, run_dir)
-    return run_in_shell(lambda: train(cfg, run_dir, launch_dir, choices or {}), run_dir, "train",
-                        bool(cfg.get("tf_logs", False)))
+    return run_in_shell(
+        lambda: train(cfg, run_dir, launch_dir, choices or {}), run_dir, "train", bool(cfg.get("tf_logs", False))
+    )
 
 
 def train(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict) -> OutcomeRecord:
@@ -41,8 +42,15 @@ def train(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict) -> Ou
         status, code = FAILED, EXIT_FAILED
     else:
         status, code = FINISHED, EXIT_FINISHED
-    return OutcomeRecord(status=status, exit_code=code, run_id=outcome.run_id, error=outcome.error, metrics=final,
-                         history=history, weights_sha256=outcome.weights_sha256)
+    return OutcomeRecord(
+        status=status,
+        exit_code=code,
+        run_id=outcome.run_id,
+        error=outcome.error,
+        metrics=final,
+        history=history,
+        weights_sha256=outcome.weights_sha256,
+    )
 
 
 def worker_run_dir(cfg: DictConfig, run_dir: Path) -> Path:

@@ -53,9 +53,20 @@ def worker_commands(overrides: list[str], count: int, run_dir: Path) -> list[lis
     kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in OWN_KEYS]
     addresses = ",".join(f"127.0.0.1:{port}" for port in free_ports(count))
     # Only the chief writes Hydra's .hydra/ folder into the shared run dir.
-    return [[sys.executable, "-m", "launcher", *kept, "strategy.local_workers=0", f"strategy.workers=[{addresses}]",
-             f"strategy.task_index={index}", f"hydra.run.dir={run_dir}", *(["hydra.output_subdir=null"] * (index > 0))]
-            for index in range(count)]
+    return [
+        [
+            sys.executable,
+            "-m",
+            "launcher",
+            *kept,
+            "strategy.local_workers=0",
+            f"strategy.workers=[{addresses}]",
+            f"strategy.task_index={index}",
+            f"hydra.run.dir={run_dir}",
+            *(["hydra.output_subdir=null"] * (index > 0)),
+        ]
+        for index in range(count)
+    ]
 
 
 class Worker:
@@ -69,8 +80,16 @@ class Worker:
         env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
         env["PYTHONUNBUFFERED"] = "1"
         # Its own session: a terminal's Ctrl-C reaches this launcher, which forwards it exactly once.
-        self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True, start_new_session=True, preexec_fn=_die_with_parent)
+        self.process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
         self.thread = threading.Thread(target=self._stream, name=f"worker{index}-output", daemon=True)
 
     def _stream(self) -> None:
@@ -95,8 +114,7 @@ def run_local_workers(overrides: list[str], count: int, run_dir: Path, launch_di
     """Start, stream and watch the workers; the job's exit code (the failing worker's, 0 when all finish)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     commands = worker_commands(overrides, count, run_dir)
-    print(f"Starting {count} local workers (multi-worker job in {run_dir}; logs in {run_dir / 'workers'})",
-          flush=True)
+    print(f"Starting {count} local workers (multi-worker job in {run_dir}; logs in {run_dir / 'workers'})", flush=True)
     workers = [Worker(i, cmd, run_dir / "workers" / f"worker{i}.log", launch_dir) for i, cmd in enumerate(commands)]
     for worker in workers:  # after every fork: preexec_fn and threads do not mix
         worker.thread.start()
@@ -124,8 +142,12 @@ class _Job:
             self._kill_all()
             return
         self.signalled = signum
-        print(f"\nSignal {signal.Signals(signum).name}: passed to every worker; they save at the next step "
-              "boundary and stop.", file=sys.stderr, flush=True)
+        print(
+            f"\nSignal {signal.Signals(signum).name}: passed to every worker; they save at the next step "
+            "boundary and stop.",
+            file=sys.stderr,
+            flush=True,
+        )
         for worker in self.workers:
             worker.signal(signum)
 
@@ -152,11 +174,17 @@ class _Job:
         self._kill_all()
         last = "\n".join(f"    {line}" for line in failed.tail if line.strip())
         code = failed.process.returncode
-        after = ("Its configuration was refused (above): fix it and run the command again." if code == 2 else
-                 "Re-run the same command to resume every worker from the chief's last checkpoint.")
-        print(f"\nWorker {failed.index} (pid {failed.process.pid}) {failed.describe_exit()}; the other "
-              f"{len(others)} running worker(s) were stopped.\nIts last lines:\n{last}\n{after}",
-              file=sys.stderr, flush=True)
+        after = (
+            "Its configuration was refused (above): fix it and run the command again."
+            if code == 2
+            else "Re-run the same command to resume every worker from the chief's last checkpoint."
+        )
+        print(
+            f"\nWorker {failed.index} (pid {failed.process.pid}) {failed.describe_exit()}; the other "
+            f"{len(others)} running worker(s) were stopped.\nIts last lines:\n{last}\n{after}",
+            file=sys.stderr,
+            flush=True,
+        )
         return code if code and code > 0 else 1
 
     def _kill_all(self) -> None:

@@ -45,8 +45,12 @@ class RunDirLock:
             raise RunDirBusy([_busy(self.path.parent, owner)]) from None
         previous = _read_owner(handle)
         if previous and previous.get("pid") != os.getpid():
-            print(f"NOTICE: the launch that last held {self.path.parent} (pid {previous.get('pid')} on "
-                  f"{previous.get('host')}) ended without releasing it; taking over.", file=sys.stderr, flush=True)
+            print(
+                f"NOTICE: the launch that last held {self.path.parent} (pid {previous.get('pid')} on "
+                f"{previous.get('host')}) ended without releasing it; taking over.",
+                file=sys.stderr,
+                flush=True,
+            )
         handle.seek(0)
         handle.truncate()
         handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}))
@@ -83,8 +87,9 @@ def _busy(run_dir: Path, owner: dict) -> Violation:
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if since else "unknown time"
     who = f"pid {owner.get('pid', '?')} on host {owner.get('host', '?')}, started {started}"
     return Violation(
-        key="hydra.run.dir", value=str(run_dir),
+        key="hydra.run.dir",
+        value=str(run_dir),
         expected=f"a run dir no other launch is using (this one is held by {who})",
         fix="wait for that launch to finish (re-running then resumes it), stop it, or give this launch "
-            "another name= / hydra.run.dir=",
+        "another name= / hydra.run.dir=",
     )

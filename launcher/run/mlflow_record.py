@@ -24,8 +24,9 @@ def dataset_inputs(source, dataset_cfg) -> list[dict]:
         features, targets = split
         with warnings.catch_warnings():  # a local path resolves to one source type twice; MLflow warns
             warnings.simplefilter("ignore", UserWarning)
-            dataset = mlflow.data.from_numpy(features, targets=targets, source=str(path) if path else None,
-                                             name=f"{dataset_cfg.name}-{context}")
+            dataset = mlflow.data.from_numpy(
+                features, targets=targets, source=str(path) if path else None, name=f"{dataset_cfg.name}-{context}"
+            )
         found.append({**dataset.to_dict(), "context": context})
     return found
 
@@ -47,7 +48,10 @@ def save_mlflow_model(model, example, directory: Path) -> Path:
         shutil.rmtree(directory)
     directory.mkdir(parents=True)  # MLflow writes the input example before it creates the folder
     mlflow.keras.save_model(
-        model, str(directory), signature=infer_signature(example, output), input_example=example,
+        model,
+        str(directory),
+        signature=infer_signature(example, output),
+        input_example=example,
         pip_requirements=[f"tensorflow=={tf.__version__}", f"keras=={keras.__version__}"],
     )
     return directory

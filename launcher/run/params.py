@@ -7,9 +7,18 @@ from typing import Any
 
 # Plan decisions logged as `derived.<key>` params: the numbers a run is compared by.
 DERIVED = (
-    "replicas", "batch.global", "batch.per_replica", "lr", "warmup.steps",
-    "train.steps_per_epoch", "train.total_steps", "precision.policy", "xla", "step",
-    "optimizer.update", "loss_scale.optimizer",
+    "replicas",
+    "batch.global",
+    "batch.per_replica",
+    "lr",
+    "warmup.steps",
+    "train.steps_per_epoch",
+    "train.total_steps",
+    "precision.policy",
+    "xla",
+    "step",
+    "optimizer.update",
+    "loss_scale.optimizer",
 )
 NAME_GROUPS = ("model", "dataset", "precision", "strategy")
 
@@ -42,8 +51,14 @@ def run_params(settings: dict, plan) -> dict[str, Any]:
 
 def run_tags(plan, env, run_dir: Path, tracking_cfg, name: str) -> dict[str, str]:
     tags = plan.tags()
-    tags.update({"tf_version": env.tf_version, "keras_version": env.keras_version,
-                 "devices": env.describe_devices(), "run_dir": str(run_dir)})
+    tags.update(
+        {
+            "tf_version": env.tf_version,
+            "keras_version": env.keras_version,
+            "devices": env.describe_devices(),
+            "run_dir": str(run_dir),
+        }
+    )
     tags.update({str(k): str(v) for k, v in (tracking_cfg.tags or {}).items()})
     if tracking_cfg.sweep_id:
         tags.update({"sweep_id": tracking_cfg.sweep_id, "sweep.role": "child", "sweep.overrides": name})

@@ -80,8 +80,11 @@ def summarize(threads: dict[str, list[Event]], steps: int, top: int = 15) -> lis
             combined[kind][0] += ps
             combined[kind][1] += calls
     per_step = max(steps, 1)
-    rows = [OpTime(kind, ps / 1e9 / per_step, calls) for kind, (ps, calls) in combined.items()
-            if ps > 0 and kind not in WAITING]
+    rows = [
+        OpTime(kind, ps / 1e9 / per_step, calls)
+        for kind, (ps, calls) in combined.items()
+        if ps > 0 and kind not in WAITING
+    ]
     return sorted(rows, key=lambda r: -r.self_ms)[:top] if top else sorted(rows, key=lambda r: -r.self_ms)
 
 
@@ -89,8 +92,12 @@ def format_table(rows: list[OpTime], steps: int, header: str = "") -> str:
     busy = sum(r.self_ms for r in rows)
     matmul = sum(r.self_ms for r in rows if r.is_matmul)
     lines = [header] if header else []
-    lines.append(f"traced steps: {steps}; worker-thread time per step in the ops below: {busy:.1f} ms, "
-                 f"of which matmul/conv {matmul:.1f} ms ({matmul / busy:.0%})" if busy else "no op events traced")
+    lines.append(
+        f"traced steps: {steps}; worker-thread time per step in the ops below: {busy:.1f} ms, "
+        f"of which matmul/conv {matmul:.1f} ms ({matmul / busy:.0%})"
+        if busy
+        else "no op events traced"
+    )
     lines.append(f"{'op':<40}{'ms/step':>10}{'share':>8}{'calls':>8}")
     for r in rows:
         lines.append(f"{r.kind[:39]:<40}{r.self_ms:>10.2f}{r.self_ms / busy:>8.0%}{r.calls:>8}")

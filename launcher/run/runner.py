@@ -46,8 +46,12 @@ def execute(cfg_node, run_dir: Path, launch_dir: Path, choices: dict | None = No
 
     config = to_config(cfg_node)
     if config.mode == Mode.doctor:  # the CLI sends a single doctor run elsewhere; a sweep job ends here
-        raise ConfigError.single("mode", "doctor", "mode=train for sweep jobs (the doctor examines one config)",
-                                 "drop -m: python -m launcher mode=doctor <the overrides of one job>")
+        raise ConfigError.single(
+            "mode",
+            "doctor",
+            "mode=train for sweep jobs (the doctor examines one config)",
+            "drop -m: python -m launcher mode=doctor <the overrides of one job>",
+        )
     return Launch(config, run_dir, launch_dir, choices or {}).execute()
 
 
@@ -136,9 +140,11 @@ class Launch:
             problems.extend(unreachable)
             return
         self.tracking_uri = tr.fallback_uri
-        self.plan = self.plan.with_warning(f"tracking server {redact(tr.uri)} unreachable at start "
-                                           f"({unreachable[0].expected}); tracking.on_unreachable=local: logging to "
-                                           f"{tr.fallback_uri}")
+        self.plan = self.plan.with_warning(
+            f"tracking server {redact(tr.uri)} unreachable at start "
+            f"({unreachable[0].expected}); tracking.on_unreachable=local: logging to "
+            f"{tr.fallback_uri}"
+        )
 
     def build(self) -> None:
         """Model, optimizer (+ loss-scale optimizer) and metrics, inside the strategy scope."""
@@ -174,8 +180,7 @@ class Launch:
         if not restored:
             return
         saved_position, self.sidecar = restored
-        decision = decide_resume(saved_position, self.checkpointer.previous_state().get("layout"),
-                                 layout_of(self.plan))
+        decision = decide_resume(saved_position, self.checkpointer.previous_state().get("layout"), layout_of(self.plan))
         self.position = decision.position
         record = ResumePlan.of(position=(decision.value, decision.reason))
         self.plan = self.plan.with_record(record)
@@ -212,10 +217,16 @@ class Launch:
             self.tracker = NullTracker()
         else:
             name = run_name(self.config, self.choices)
-            self.tracker = Tracker(resolve_uri(self.tracking_uri, self.launch_dir), tr.experiment, name,
-                                   self.launch_dir / "outputs" / "mlartifacts", self.sidecar.get("mlflow_run_id"),
-                                   parent_run_id=tr.parent_run_id or None, run_dir=self.run_dir,
-                                   outage_wait=tr.outage_wait)
+            self.tracker = Tracker(
+                resolve_uri(self.tracking_uri, self.launch_dir),
+                tr.experiment,
+                name,
+                self.launch_dir / "outputs" / "mlartifacts",
+                self.sidecar.get("mlflow_run_id"),
+                parent_run_id=tr.parent_run_id or None,
+                run_dir=self.run_dir,
+                outage_wait=tr.outage_wait,
+            )
             self.tracker.deliver_spool()  # what an outage kept from an earlier launch in this run dir
             if self.tracking_uri != tr.uri:
                 self.tracker.set_tags({"tracking.intended_uri": redact(tr.uri)})
@@ -251,12 +262,21 @@ class Launch:
             if self.position is not None:
                 hooks.load_state(self.sidecar)
                 healed = self.metrics_hook.healed
-                print(f"Resuming at {self.position}" + (f"; re-logged {healed} epoch(s) of metrics" if healed else ""),
-                      flush=True)
+                print(
+                    f"Resuming at {self.position}" + (f"; re-logged {healed} epoch(s) of metrics" if healed else ""),
+                    flush=True,
+                )
             try:
-                engine = Engine(self.built, self.plan, self.source, seed=config.seed,
-                                shuffle_buffer=config.dataset.shuffle_buffer, callbacks=self.built.callbacks,
-                                guard=numerics_guard(config, self.plan), telemetry=config.train.telemetry)
+                engine = Engine(
+                    self.built,
+                    self.plan,
+                    self.source,
+                    seed=config.seed,
+                    shuffle_buffer=config.dataset.shuffle_buffer,
+                    callbacks=self.built.callbacks,
+                    guard=numerics_guard(config, self.plan),
+                    telemetry=config.train.telemetry,
+                )
                 outcome.result = engine.fit(config.train.epochs, start=self.position, hooks=hooks)
                 self.finish(outcome.result)
                 outcome.weights_sha256 = self.weights_sha256
@@ -269,11 +289,20 @@ class Launch:
                 status = "KILLED"
                 raise
             except NumericsStop as stop:  # the diagnosis says it all: no traceback
-                print(f"\n{stop}\nThe MLflow run is marked FAILED; the last checkpoint is untouched.",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"\n{stop}\nThe MLflow run is marked FAILED; the last checkpoint is untouched.",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 outcome.error = f"NumericsStop: {stop.kind} at global step {stop.step}"
-                self.tracker.set_tags({"error": outcome.error, "numerics.stop": stop.kind,
-                                       "numerics.stop_step": str(stop.step), "numerics.diagnosis": str(stop)[:4900]})
+                self.tracker.set_tags(
+                    {
+                        "error": outcome.error,
+                        "numerics.stop": stop.kind,
+                        "numerics.stop_step": str(stop.step),
+                        "numerics.diagnosis": str(stop)[:4900],
+                    }
+                )
             except CheckpointWriteError as err:  # the message says it all: no traceback
                 print(f"\n{err}\nThe MLflow run is marked FAILED.", file=sys.stderr, flush=True)
                 outcome.error = f"CheckpointWriteError: {err}"
@@ -312,8 +341,10 @@ class Launch:
         identical = len(set(digests)) == 1
         self.tracker.set_tags({"multi_worker.weights_identical": str(identical).lower()})
         if not identical:
-            raise RuntimeError("workers ended with different weights: " + ", ".join(
-                f"worker {rank} sha256 {d[:12]}" for rank, d in enumerate(digests)))
+            raise RuntimeError(
+                "workers ended with different weights: "
+                + ", ".join(f"worker {rank} sha256 {d[:12]}" for rank, d in enumerate(digests))
+            )
         print(f"  final weights identical on {len(digests)} workers (sha256 {self.weights_sha256[:12]})", flush=True)
 
     def _log_mlflow_model(self) -> None:
@@ -359,9 +390,15 @@ class Launch:
 
             guard.agree = self.agreement.any_stop
             stop_agreement = StopAgreementHook(guard)
-        hooks = [stop_agreement, FaultHook() if faults_enabled() else None, self._utilization_hook(),
-                 self._profiler_hook(),
-                 history, self.best_hook, early_stopping]
+        hooks = [
+            stop_agreement,
+            FaultHook() if faults_enabled() else None,
+            self._utilization_hook(),
+            self._profiler_hook(),
+            history,
+            self.best_hook,
+            early_stopping,
+        ]
         if self.checkpointer:
             hooks.append(CheckpointHook(self.checkpointer, SavePolicy.from_config(cfg), guard, steps, stateful))
         hooks += [self._step_metrics_hook(), self.metrics_hook, PreemptionHook(guard, steps)]
@@ -456,9 +493,12 @@ def numerics_guard(config, plan):
     from launcher.train.numerics import NumericsGuard
 
     dynamic = plan.loss_scale.mode == "dynamic"
-    return NumericsGuard(on_nonfinite=config.train.on_nonfinite.value, collapse_steps=config.train.collapse_steps,
-                         precision=plan.precision.name,
-                         min_scale=config.loss_scale.min_scale if dynamic else None)
+    return NumericsGuard(
+        on_nonfinite=config.train.on_nonfinite.value,
+        collapse_steps=config.train.collapse_steps,
+        precision=plan.precision.name,
+        min_scale=config.loss_scale.min_scale if dynamic else None,
+    )
 
 
 def _utilization_inputs(config, plan, model, tracker, env) -> tuple[float, float]:
@@ -473,8 +513,12 @@ def _utilization_inputs(config, plan, model, tracker, env) -> tuple[float, float
     dtype = plan.precision.compute_dtype
     peak = matmul_peak(dtype, env.matmul_gflops)  # the probe's rates: no second cache read
     if not tracker.resumed:  # measurements, not settings: tags, so runs differ in params only by their config
-        tracker.set_tags({"measured.train_flops_per_example": int(flops),
-                          f"measured.matmul_peak_{dtype}_gflops": round(peak / 1e9, 1)})
+        tracker.set_tags(
+            {
+                "measured.train_flops_per_example": int(flops),
+                f"measured.matmul_peak_{dtype}_gflops": round(peak / 1e9, 1),
+            }
+        )
     return flops, peak
 
 
@@ -482,9 +526,12 @@ def _worker_difference(key: str, values: list):
     from launcher.config.errors import Violation
 
     others = ", ".join(f"worker {rank} has {value!r}" for rank, value in enumerate(values) if rank)
-    fix = ("checkpoint.directory must be a path every worker reads (a shared filesystem): they resume from the "
-           "chief's checkpoints" if key == "plan.resume"
-           else "start every worker with the same overrides (only strategy.task_index differs)")
+    fix = (
+        "checkpoint.directory must be a path every worker reads (a shared filesystem): they resume from the "
+        "chief's checkpoints"
+        if key == "plan.resume"
+        else "start every worker with the same overrides (only strategy.task_index differs)"
+    )
     return Violation(key.removeprefix("config."), values[0], f"the chief's value on every worker; {others}", fix)
 
 

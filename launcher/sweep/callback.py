@@ -35,8 +35,9 @@ def _reseed_sampler(config: DictConfig, offset: int) -> None:
 
     with read_write(config), open_dict(config):
         sampler.seed = int(sampler.seed) + offset
-    print(f"  search sampler seed {sampler.seed} (its first run's + {offset}): new trials, not the same again",
-          flush=True)
+    print(
+        f"  search sampler seed {sampler.seed} (its first run's + {offset}): new trials, not the same again", flush=True
+    )
 
 
 class SweepCallback(Callback):
@@ -50,8 +51,7 @@ class SweepCallback(Callback):
         if previous and previous.get("sweep_id"):
             self._continue(config, sweep_dir, previous)
             return
-        state = {"sweep_id": uuid.uuid4().hex[:12], "parent_run_id": None, "uri": None,
-                 "swept_keys": _swept(config)}
+        state = {"sweep_id": uuid.uuid4().hex[:12], "parent_run_id": None, "uri": None, "swept_keys": _swept(config)}
         if config.tracking.enabled:
             from launcher.tracking.tracker import Tracker
             from launcher.tracking.uri import check_reachable, resolve_uri
@@ -62,8 +62,14 @@ class SweepCallback(Callback):
             parent = Tracker(
                 uri, config.tracking.experiment, f"sweep-{state['sweep_id']}", Path.cwd() / "outputs" / "mlartifacts"
             )
-            parent.set_tags({"sweep_id": state["sweep_id"], "sweep.overrides": " ".join(overrides),
-                             "sweep.dir": str(sweep_dir), "sweep.role": "parent"})
+            parent.set_tags(
+                {
+                    "sweep_id": state["sweep_id"],
+                    "sweep.overrides": " ".join(overrides),
+                    "sweep.dir": str(sweep_dir),
+                    "sweep.role": "parent",
+                }
+            )
             parent.flush()
             state.update(parent_run_id=parent.run_id, uri=uri, experiment=config.tracking.experiment)
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
@@ -71,8 +77,11 @@ class SweepCallback(Callback):
     def _continue(self, config: DictConfig, sweep_dir: Path, state: dict) -> None:
         """The same sweep dir again (a named sweep re-run): same sweep id and parent run; jobs that
         finished are skipped and killed ones resume (`sweep.job`)."""
-        print(f"Continuing sweep {state['sweep_id']} in {sweep_dir}: finished jobs are skipped, "
-              "interrupted ones resume from their checkpoints.", flush=True)
+        print(
+            f"Continuing sweep {state['sweep_id']} in {sweep_dir}: finished jobs are skipped, "
+            "interrupted ones resume from their checkpoints.",
+            flush=True,
+        )
         state["swept_keys"] = sorted(set(state.get("swept_keys") or []) | set(_swept(config)))
         state["runs"] = state.get("runs", 1) + 1
         _reseed_sampler(config, state["runs"] - 1)
@@ -97,5 +106,11 @@ class SweepCallback(Callback):
             return
         from launcher.sweep.summary import summarise
 
-        summarise(state["uri"], state["parent_run_id"], sweep_dir, state.get("swept_keys") or [], objective(config),
-                  config.hydra.sweeper.get("direction"))
+        summarise(
+            state["uri"],
+            state["parent_run_id"],
+            sweep_dir,
+            state.get("swept_keys") or [],
+            objective(config),
+            config.hydra.sweeper.get("direction"),
+        )

@@ -52,8 +52,11 @@ def run_job(cfg: DictConfig, hydra_cfg) -> float:
     earlier = OutcomeRecord.read(job_dir)
     if earlier is not None and earlier.status == FINISHED:
         value = earlier.objective(objective(cfg))
-        print(f"[sweep job {hydra_cfg.job.num}] {name}: finished in an earlier run of this sweep ({job_dir}), "
-              f"skipped; {objective(cfg)}={value:.4g}", flush=True)
+        print(
+            f"[sweep job {hydra_cfg.job.num}] {name}: finished in an earlier run of this sweep ({job_dir}), "
+            f"skipped; {objective(cfg)}={value:.4g}",
+            flush=True,
+        )
         return value
     resuming = (job_dir / JOB_FILE).exists()  # an earlier run of this sweep started it (killed or failed)
     write_json_atomic(job_dir / JOB_FILE, {"overrides": sorted(overrides)})
@@ -66,8 +69,9 @@ def run_job(cfg: DictConfig, hydra_cfg) -> float:
     print(f"[sweep job {hydra_cfg.job.num}] {name}" + (f" (again, in {job_dir})" if resuming else ""), flush=True)
     log_path = job_dir / "job.log"
     with open(log_path, "a" if resuming else "w") as log:
-        done = subprocess.run(args, cwd=hydra_cfg.runtime.cwd, stdout=log, stderr=subprocess.STDOUT,
-                              env=dict(os.environ))
+        done = subprocess.run(
+            args, cwd=hydra_cfg.runtime.cwd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ)
+        )
     outcome = OutcomeRecord.read(job_dir)
     if done.returncode != 0 and state.get("parent_run_id") and not (outcome and outcome.run_id):
         _record_failed_child(state, name, overrides, log_path, done.returncode)
@@ -115,13 +119,25 @@ def _record_failed_child(state: dict, name: str, overrides: list[str], log_path:
     parent = with_retry(client.get_run, state["parent_run_id"])
     text = log_path.read_text()[-4000:]
     reason = _error_reason(text)
-    run = with_retry(client.create_run, parent.info.experiment_id, run_name=name, tags={
-        "mlflow.parentRunId": state["parent_run_id"], "sweep_id": state["sweep_id"],
-        "sweep.overrides": ",".join(overrides), "error": reason[:4900], "exit_code": str(code),
-    })
+    run = with_retry(
+        client.create_run,
+        parent.info.experiment_id,
+        run_name=name,
+        tags={
+            "mlflow.parentRunId": state["parent_run_id"],
+            "sweep_id": state["sweep_id"],
+            "sweep.overrides": ",".join(overrides),
+            "error": reason[:4900],
+            "exit_code": str(code),
+        },
+    )
     run_id = run.info.run_id
-    with_retry(client.log_batch, run_id, params=[Param(o.split("=", 1)[0], o.split("=", 1)[-1]) for o in overrides],
-               tags=[RunTag("sweep.role", "child")])
+    with_retry(
+        client.log_batch,
+        run_id,
+        params=[Param(o.split("=", 1)[0], o.split("=", 1)[-1]) for o in overrides],
+        tags=[RunTag("sweep.role", "child")],
+    )
     with_retry(client.log_artifact, run_id, str(log_path))
     with_retry(client.set_terminated, run_id, status="FAILED")
 
@@ -138,5 +154,5 @@ def _error_reason(text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     for i, line in enumerate(lines):
         if line.startswith(("Invalid configuration", "Error", "In 'config'")):
-            return "\n".join(lines[i:i + 12])
+            return "\n".join(lines[i : i + 12])
     return "\n".join(lines[-12:])

@@ -9,14 +9,21 @@ from pathlib import Path
 from launcher.contract import SUMMARY_METRICS
 from launcher.files import JOB_FILE, read_json
 
-PARAMS = ("derived.precision.policy", "strategy.kind", "derived.replicas", "derived.xla",
-          "derived.batch.global", "derived.lr")
+PARAMS = (
+    "derived.precision.policy",
+    "strategy.kind",
+    "derived.replicas",
+    "derived.xla",
+    "derived.batch.global",
+    "derived.lr",
+)
 
 
 def children(client, parent_run_id: str):
     parent = client.get_run(parent_run_id)
     runs = client.search_runs(
-        [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
+        [parent.info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
         order_by=["attributes.start_time ASC"],
     )
     return parent, runs
@@ -118,8 +125,7 @@ def swept_values(job_overrides: list[list[str]], swept: list[str]) -> dict[str, 
     return {f"sweep.{key}": ",".join(sorted(found)) for key, found in values.items() if found}
 
 
-def parent_record(runs, job_overrides: list[list[str]], swept: list[str], objective: str,
-                  direction: str | None = None):
+def parent_record(runs, job_overrides: list[list[str]], swept: list[str], objective: str, direction: str | None = None):
     """What the collapsed sweep row shows: the swept keys with their values as params; the best
     child's final metrics as metrics, its name and run id as tags."""
     params = swept_values(job_overrides, swept)
@@ -128,13 +134,22 @@ def parent_record(runs, job_overrides: list[list[str]], swept: list[str], object
         return params, {}, {"sweep.objective": objective}
     metrics = {k: v for k, v in best.data.metrics.items() if k in SUMMARY_METRICS or k == objective}
     metrics[f"best.{objective}"] = best.data.metrics[objective]
-    tags = {"sweep.objective": objective, "sweep.best_run_id": best.info.run_id,
-            "sweep.best_overrides": best.data.tags.get("sweep.overrides", best.info.run_name)}
+    tags = {
+        "sweep.objective": objective,
+        "sweep.best_run_id": best.info.run_id,
+        "sweep.best_overrides": best.data.tags.get("sweep.overrides", best.info.run_name),
+    }
     return params, metrics, tags
 
 
-def summarise(uri: str, parent_run_id: str, sweep_dir: Path, swept: list[str] = (), objective: str = "val_accuracy",
-              direction: str | None = None) -> list[dict]:
+def summarise(
+    uri: str,
+    parent_run_id: str,
+    sweep_dir: Path,
+    swept: list[str] = (),
+    objective: str = "val_accuracy",
+    direction: str | None = None,
+) -> list[dict]:
     """Write the table and plots into the sweep dir, log them on the parent with the sweep's record
     (`parent_record`), end the parent run."""
     from mlflow.entities import Metric, Param, RunTag
@@ -150,9 +165,13 @@ def summarise(uri: str, parent_run_id: str, sweep_dir: Path, swept: list[str] = 
     params, metrics, tags = parent_record(runs, job_overrides, list(swept), objective, direction)
     params = {k: v for k, v in params.items() if k not in parent.data.params}  # a continued sweep logged them
     now = int(time.time() * 1000)
-    with_retry(client.log_batch, parent_run_id, params=[Param(k, v[:PARAM_LIMIT]) for k, v in params.items()],
-               metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
-               tags=[RunTag(k, str(v)) for k, v in tags.items()])
+    with_retry(
+        client.log_batch,
+        parent_run_id,
+        params=[Param(k, v[:PARAM_LIMIT]) for k, v in params.items()],
+        metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+        tags=[RunTag(k, str(v)) for k, v in tags.items()],
+    )
     out = sweep_dir / "summary"
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "summary.csv")

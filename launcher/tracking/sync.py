@@ -26,8 +26,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     uri = args.uri or _configured_uri(args.run_dir)
     if uri is None or HIDDEN in uri:
-        print(f"error: give the tracking URI with --uri (the run's config.yaml has {uri!r}, credentials hidden)",
-              file=sys.stderr)
+        print(
+            f"error: give the tracking URI with --uri (the run's config.yaml has {uri!r}, credentials hidden)",
+            file=sys.stderr,
+        )
         return 2
     from mlflow.tracking import MlflowClient
 
@@ -36,8 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:
         if not is_outage(err):
             raise
-        print(f"error: {redact(uri)} is still unreachable ({redact(str(err))[:200]}); nothing lost, "
-              f"{spool} keeps what is not delivered. Try again later.", file=sys.stderr)
+        print(
+            f"error: {redact(uri)} is still unreachable ({redact(str(err))[:200]}); nothing lost, "
+            f"{spool} keeps what is not delivered. Try again later.",
+            file=sys.stderr,
+        )
         return 1
     print(f"Delivered {count} MLflow write(s) from {spool} to {redact(uri)}.")
     return 0

@@ -32,9 +32,18 @@ METRIC_GAP = 1.0  # seconds metric points may wait in the queue to be sent toget
 RETRY_SECONDS = 5.0  # during an outage, how often a write tries the server again
 PENDING_FILE = "tracking_pending.jsonl"
 # What an unreachable server looks like through MLflow's client (it wraps requests' errors in text).
-OUTAGE_SIGNS = ("Connection refused", "Max retries exceeded", "Failed to establish", "timed out",
-                "Connection aborted", "RemoteDisconnected", "Bad Gateway", "Service Unavailable",
-                "Gateway Timeout", "Name or service not known")
+OUTAGE_SIGNS = (
+    "Connection refused",
+    "Max retries exceeded",
+    "Failed to establish",
+    "timed out",
+    "Connection aborted",
+    "RemoteDisconnected",
+    "Bad Gateway",
+    "Service Unavailable",
+    "Gateway Timeout",
+    "Name or service not known",
+)
 
 
 def with_retry(call, *args, attempts: int = 8, **kwargs):
@@ -79,9 +88,17 @@ def _quiet_client_retries() -> None:
 class Tracker:
     """One MLflow run's writes, queued in order for a delivery thread; created or resumed here."""
 
-    def __init__(self, uri: str, experiment: str, run_name: str, artifact_root: Path,
-                 resume_run_id: str | None = None, parent_run_id: str | None = None,
-                 run_dir: Path | None = None, outage_wait: float = 0.0):
+    def __init__(
+        self,
+        uri: str,
+        experiment: str,
+        run_name: str,
+        artifact_root: Path,
+        resume_run_id: str | None = None,
+        parent_run_id: str | None = None,
+        run_dir: Path | None = None,
+        outage_wait: float = 0.0,
+    ):
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         # MLflow prints the server URL as given, credentials included; the launcher prints it redacted.
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
@@ -125,12 +142,12 @@ class Tracker:
     def log_params(self, params: dict[str, Any]) -> None:
         items = [[k, str(v)[:PARAM_LIMIT]] for k, v in sorted(params.items())]
         for start in range(0, len(items), BATCH_LIMIT):  # MLflow takes at most 100 per log_batch
-            self._write("params", {"items": items[start:start + BATCH_LIMIT]})
+            self._write("params", {"items": items[start : start + BATCH_LIMIT]})
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         items = [[k, str(v)[:TAG_LIMIT]] for k, v in sorted(tags.items())]
         for start in range(0, len(items), BATCH_LIMIT):
-            self._write("tags", {"items": items[start:start + BATCH_LIMIT]})
+            self._write("tags", {"items": items[start : start + BATCH_LIMIT]})
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         now = int(time.time() * 1000)
@@ -164,8 +181,9 @@ class Tracker:
         import logging
 
         logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
-        self._system = SystemMetricsMonitor(self.run_id, sampling_interval=interval, resume_logging=self.resumed,
-                                            tracking_uri=self.uri)
+        self._system = SystemMetricsMonitor(
+            self.run_id, sampling_interval=interval, resume_logging=self.resumed, tracking_uri=self.uri
+        )
         self._system.start()
 
     def _stop_system_metrics(self) -> None:
@@ -205,8 +223,7 @@ class Tracker:
         if self.pending:
             self._spool()
         if self._refused is not None:
-            print(f"WARNING: MLflow refused a write of run {self.run_id}: {self._refused}", file=sys.stderr,
-                  flush=True)
+            print(f"WARNING: MLflow refused a write of run {self.run_id}: {self._refused}", file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------ delivery
 
@@ -276,9 +293,12 @@ class Tracker:
         if not self._outage:
             from launcher.tracking.uri import redact
 
-            print(f"WARNING: tracking server {redact(self.uri)} unreachable ({redact(str(err))[:160]}); "
-                  f"training goes on, MLflow writes are kept and delivered when it answers.",
-                  file=sys.stderr, flush=True)
+            print(
+                f"WARNING: tracking server {redact(self.uri)} unreachable ({redact(str(err))[:160]}); "
+                f"training goes on, MLflow writes are kept and delivered when it answers.",
+                file=sys.stderr,
+                flush=True,
+            )
             self._outage = True
         self._next_try = time.monotonic() + RETRY_SECONDS
 
@@ -291,16 +311,24 @@ class Tracker:
 
         points = sum(len(p["items"]) for k, p in self.pending if k == "metrics")
         if self.pending_path is None:
-            print(f"WARNING: {len(self.pending)} MLflow write(s) ({points} metric points) could not be delivered "
-                  f"to {redact(self.uri)} and are lost (no run dir to keep them in).", file=sys.stderr, flush=True)
+            print(
+                f"WARNING: {len(self.pending)} MLflow write(s) ({points} metric points) could not be delivered "
+                f"to {redact(self.uri)} and are lost (no run dir to keep them in).",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         with open(self.pending_path, "a") as handle:
             for kind, payload in self.pending:
                 handle.write(json.dumps({"run_id": self.run_id, "kind": kind, "payload": payload}) + "\n")
-        print(f"WARNING: the tracking server {redact(self.uri)} did not come back within tracking.outage_wait="
-              f"{self.outage_wait:g}s: {len(self.pending)} write(s) ({points} metric points) kept in "
-              f"{self.pending_path}.\n  Deliver them when it is up: python -m launcher.tracking.sync "
-              f"{self.pending_path.parent}  (a resume in this run dir delivers them too)", file=sys.stderr, flush=True)
+        print(
+            f"WARNING: the tracking server {redact(self.uri)} did not come back within tracking.outage_wait="
+            f"{self.outage_wait:g}s: {len(self.pending)} write(s) ({points} metric points) kept in "
+            f"{self.pending_path}.\n  Deliver them when it is up: python -m launcher.tracking.sync "
+            f"{self.pending_path.parent}  (a resume in this run dir delivers them too)",
+            file=sys.stderr,
+            flush=True,
+        )
         self.pending = []
 
     def deliver_spool(self) -> int:
@@ -355,10 +383,17 @@ def apply(client, run_id: str, kind: str, payload: dict) -> None:
     elif kind == "inputs":
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
-        with_retry(client.log_inputs, run_id, datasets=[
-            DatasetInput(Dataset(**{k: v for k, v in d.items() if k != "context"}),
-                         tags=[InputTag("mlflow.data.context", d["context"])])
-            for d in payload["datasets"]])
+        with_retry(
+            client.log_inputs,
+            run_id,
+            datasets=[
+                DatasetInput(
+                    Dataset(**{k: v for k, v in d.items() if k != "context"}),
+                    tags=[InputTag("mlflow.data.context", d["context"])],
+                )
+                for d in payload["datasets"]
+            ],
+        )
     elif kind == "register":
         _register(client, run_id, payload["name"], payload["artifact_path"])
     elif kind == "terminate":

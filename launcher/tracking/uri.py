@@ -45,7 +45,7 @@ def _hide_value(pair: str) -> str:
 def resolve_uri(uri: str, base: Path) -> str:
     """Make a relative sqlite/file URI absolute against the launch directory."""
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        path = (base / uri[len("sqlite:///"):]).resolve()
+        path = (base / uri[len("sqlite:///") :]).resolve()
         path.parent.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{path}"
     if "://" not in uri:
@@ -61,7 +61,9 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
         urllib.request.urlopen(_health_request(uri), timeout=timeout).read()
     except OSError as err:
         raise ConfigError.single(
-            "tracking.uri", redact(uri), f"a reachable MLflow tracking server ({redact(str(err))})",
+            "tracking.uri",
+            redact(uri),
+            f"a reachable MLflow tracking server ({redact(str(err))})",
             "start it (mlflow server --host 127.0.0.1 --port 5000), or tracking=mlflow for the local "
             "SQLite store, or tracking=off",
         ) from None

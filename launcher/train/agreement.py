@@ -41,22 +41,31 @@ class Agreement:
     def _gather(self, array: np.ndarray) -> np.ndarray:
         import tensorflow as tf
 
-        values = self.strategy.experimental_distribute_values_from_function(
-            lambda _ctx: tf.constant(array[np.newaxis])
-        )
+        values = self.strategy.experimental_distribute_values_from_function(lambda _ctx: tf.constant(array[np.newaxis]))
         return self.strategy.gather(values, axis=0).numpy()
 
 
 # Keys that differ between workers by design.
-PER_WORKER_KEYS = frozenset({"plan.process.is_chief", "plan.strategy.task_index", "config.strategy.task_index",
-                             "config.checkpoint.directory"})
+PER_WORKER_KEYS = frozenset(
+    {"plan.process.is_chief", "plan.strategy.task_index", "config.strategy.task_index", "config.checkpoint.directory"}
+)
 
 
 def comparable(plan_decisions: dict, settings: dict) -> dict:
     """What must be equal on every worker: the Plan's values and the training config, flattened."""
     flat = {f"plan.{key}": value for key, value in plan_decisions.items()}
-    for group in ("seed", "model", "dataset", "precision", "strategy", "loss_scale", "scaling", "optimizer",
-                  "train", "checkpoint"):
+    for group in (
+        "seed",
+        "model",
+        "dataset",
+        "precision",
+        "strategy",
+        "loss_scale",
+        "scaling",
+        "optimizer",
+        "train",
+        "checkpoint",
+    ):
         _flatten(f"config.{group}", settings.get(group), flat)
     return {key: value for key, value in flat.items() if key not in PER_WORKER_KEYS}
 
@@ -64,8 +73,11 @@ def comparable(plan_decisions: dict, settings: dict) -> dict:
 def differences(payloads: list[dict]) -> dict[str, list]:
     """key -> every worker's value, for the keys where some worker differs from the chief."""
     keys = sorted(set().union(*payloads))
-    return {key: [p.get(key, "<missing>") for p in payloads] for key in keys
-            if any(p.get(key, "<missing>") != payloads[0].get(key, "<missing>") for p in payloads[1:])}
+    return {
+        key: [p.get(key, "<missing>") for p in payloads]
+        for key in keys
+        if any(p.get(key, "<missing>") != payloads[0].get(key, "<missing>") for p in payloads[1:])
+    }
 
 
 def weights_digest(weights) -> str:

@@ -58,14 +58,23 @@ def float32_output(model, mixed: bool) -> tuple[Any, OutputPlan | None]:
     before the loss and the metrics."""
     outputs = getattr(model, "outputs", None)
     if not outputs:
-        cast = OutputPlan.of(dtype=("float32 (cast)", "a subclassed model: its outputs are cast to float32 before "
-                                    "the loss and the metrics"))
+        cast = OutputPlan.of(
+            dtype=(
+                "float32 (cast)",
+                "a subclassed model: its outputs are cast to float32 before the loss and the metrics",
+            )
+        )
         return model, cast if mixed else None
     if outputs[0].dtype == "float32":
         return model, None
     out = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(outputs[0])
-    wrapped = OutputPlan.of(dtype=("float32 (wrapped)", f"the model's output is {outputs[0].dtype}: a float32 layer "
-                                   "was added after it, so the loss and softmax have float32 range"))
+    wrapped = OutputPlan.of(
+        dtype=(
+            "float32 (wrapped)",
+            f"the model's output is {outputs[0].dtype}: a float32 layer "
+            "was added after it, so the loss and softmax have float32 range",
+        )
+    )
     return keras.Model(model.inputs, out, name=model.name), wrapped
 
 
@@ -74,10 +83,14 @@ def check_in_scope(model, strategy, key: str, value) -> None:
     each train a copy nobody synchronises: a model built at import time or cached by the builder."""
     outside = [v.path for v in model.variables if not strategy.extended.variable_created_in_scope(v.value)]
     if outside:
-        raise ConfigError.single(key, value, f"a model whose variables are created inside the strategy scope "
-                                 f"({len(outside)} of {len(model.variables)} were created outside it, e.g. "
-                                 f"{outside[:2]}: built at import time, cached, or loaded before the builder ran?)",
-                                 "create the model (and its layers) inside the builder function, on every call")
+        raise ConfigError.single(
+            key,
+            value,
+            f"a model whose variables are created inside the strategy scope "
+            f"({len(outside)} of {len(model.variables)} were created outside it, e.g. "
+            f"{outside[:2]}: built at import time, cached, or loaded before the builder ran?)",
+            "create the model (and its layers) inside the builder function, on every call",
+        )
 
 
 def keep_in_float32(model, names) -> None:
@@ -93,7 +106,9 @@ def keep_in_float32(model, names) -> None:
     if unknown:
         shown = sorted(layers)
         raise ConfigError.single(
-            "precision.float32_layers", unknown, f"names of layers in the built model: {shown}",
+            "precision.float32_layers",
+            unknown,
+            f"names of layers in the built model: {shown}",
             f"precision.float32_layers=[{shown[0]}] (python -m launcher mode=doctor finds the ones that overflow)",
         )
     for name in names:
@@ -106,8 +121,9 @@ def build(cfg, plan, source, strategy) -> Built:
     with strategy.scope():
         model, output = float32_output(MODELS.get(cfg.model.name).build(cfg.model, source), plan.precision.mixed)
         custom = not model_kind(cfg.model.name).builtin
-        check_in_scope(model, strategy, "model.builder" if custom else "model",
-                       cfg.model.builder if custom else cfg.model.name)
+        check_in_scope(
+            model, strategy, "model.builder" if custom else "model", cfg.model.builder if custom else cfg.model.name
+        )
         task = make_task(cfg.task)
         callbacks = make_callbacks(cfg.train)
         if plan.precision.float32_layers:
@@ -116,6 +132,12 @@ def build(cfg, plan, source, strategy) -> Built:
         inner = make_optimizer(cfg.optimizer, learning_rate(plan, cfg.optimizer), fused)
         optimizer = loss_scale.wrap(inner, plan, cfg.loss_scale)
         optimizer.build(model.trainable_variables)
-    return Built(strategy=strategy, model=model, optimizer=optimizer,
-                 rebuild=lambda: build(cfg, plan, source, strategy), task=task, callbacks=callbacks,
-                 output=output)
+    return Built(
+        strategy=strategy,
+        model=model,
+        optimizer=optimizer,
+        rebuild=lambda: build(cfg, plan, source, strategy),
+        task=task,
+        callbacks=callbacks,
+        output=output,
+    )

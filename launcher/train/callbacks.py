@@ -31,14 +31,26 @@ def user_callback(path: str):
     if isinstance(found, keras.callbacks.Callback):
         return found
     if not callable(found):
-        raise ConfigError.single("train.callbacks", path, f"a Callback class or function (got {type(found).__name__})",
-                                 "point it at a keras.callbacks.Callback subclass")
+        raise ConfigError.single(
+            "train.callbacks",
+            path,
+            f"a Callback class or function (got {type(found).__name__})",
+            "point it at a keras.callbacks.Callback subclass",
+        )
     try:
         callback = found()
     except Exception as err:
-        raise ConfigError.single("train.callbacks", path, f"a callback made with no arguments ({type(err).__name__}: "
-                                 f"{err})", "give its arguments defaults") from None
+        raise ConfigError.single(
+            "train.callbacks",
+            path,
+            f"a callback made with no arguments ({type(err).__name__}: {err})",
+            "give its arguments defaults",
+        ) from None
     if not isinstance(callback, keras.callbacks.Callback):
-        raise ConfigError.single("train.callbacks", path, f"a keras.callbacks.Callback (got {type(callback).__name__})",
-                                 "subclass keras.callbacks.Callback")
+        raise ConfigError.single(
+            "train.callbacks",
+            path,
+            f"a keras.callbacks.Callback (got {type(callback).__name__})",
+            "subclass keras.callbacks.Callback",
+        )
     return callback

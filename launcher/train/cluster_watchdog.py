@@ -53,8 +53,9 @@ def unreachable_message(workers: list[str], index: int, timeout: float, states) 
 def joining(workers: list[str], index: int, timeout: float):
     """Run the body (creating the strategy); the process is killed, naming its missing peers, if the body
     has not returned within `timeout` seconds."""
-    watchdog = subprocess.Popen([sys.executable, __file__, json.dumps([workers, index, timeout, os.getpid()])],
-                                stdin=subprocess.PIPE)
+    watchdog = subprocess.Popen(
+        [sys.executable, __file__, json.dumps([workers, index, timeout, os.getpid()])], stdin=subprocess.PIPE
+    )
     try:
         yield
     finally:

@@ -55,8 +55,16 @@ class DataSource:
         features, _ = next(iter(self._dataset(split).batch(count)))
         return features.numpy()
 
-    def pipeline(self, split: str, batch: int, drop_remainder: bool, shuffle_seed: int | None,
-                 shuffle_buffer: int = 10_000, skip: int = 0, skip_examples: int = 0):
+    def pipeline(
+        self,
+        split: str,
+        batch: int,
+        drop_remainder: bool,
+        shuffle_seed: int | None,
+        shuffle_buffer: int = 10_000,
+        skip: int = 0,
+        skip_examples: int = 0,
+    ):
         """Batches of `batch`; a resumed epoch skips `skip` batches, or `skip_examples` examples of this worker's
         own stream (file-sharded multi-worker data, where a step takes a worker's share of a global batch)."""
         import tensorflow as tf
@@ -73,8 +81,15 @@ class DataSource:
         return ds.prefetch(tf.data.AUTOTUNE if self.prefetch < 0 else self.prefetch)
 
 
-def split_arrays(x: np.ndarray, y: np.ndarray, validation_split: float, seed: int, limit: int = 0,
-                 kind: str = "image", num_classes: int | None = None) -> DataSource:
+def split_arrays(
+    x: np.ndarray,
+    y: np.ndarray,
+    validation_split: float,
+    seed: int,
+    limit: int = 0,
+    kind: str = "image",
+    num_classes: int | None = None,
+) -> DataSource:
     """Seeded shuffle, then hold out the last `validation_split` fraction.
 
     Integer class ids become a flat int32 vector; other labels (multi-label rows, real targets, token

@@ -24,79 +24,141 @@ IMAGE_MAGIC = {
 SHOWN = 3  # offending files or examples named in a message
 
 
-def array_problems(x: np.ndarray, y: np.ndarray, path: Path, x_key: str, y_key: str,
-                   num_classes: int = 0) -> list[Violation]:
+def array_problems(
+    x: np.ndarray, y: np.ndarray, path: Path, x_key: str, y_key: str, num_classes: int = 0
+) -> list[Violation]:
     """Shapes, label type and range, finiteness and size of an (x, y) pair read from `path`."""
     found: list[Violation] = []
     where = f"in {path}"
     if x.ndim < 2:
-        found.append(Violation(
-            "dataset.x_key", x_key, f"an array of examples, shape (N, features...) {where} (got shape {x.shape})",
-            "save x with one row per example, e.g. x.reshape(len(x), -1)"))
+        found.append(
+            Violation(
+                "dataset.x_key",
+                x_key,
+                f"an array of examples, shape (N, features...) {where} (got shape {x.shape})",
+                "save x with one row per example, e.g. x.reshape(len(x), -1)",
+            )
+        )
     if len(x) != len(y):
-        found.append(Violation(
-            "dataset.path", str(path), f"x and y of equal length (got {len(x)} and {len(y)})",
-            "re-save the file with one label per example"))
+        found.append(
+            Violation(
+                "dataset.path",
+                str(path),
+                f"x and y of equal length (got {len(x)} and {len(y)})",
+                "re-save the file with one label per example",
+            )
+        )
     if len(x) < 2:
-        found.append(Violation(
-            "dataset.path", str(path), f"at least 2 examples (one to train on, one to validate; got {len(x)})",
-            "point dataset.path at a file with data in it"))
+        found.append(
+            Violation(
+                "dataset.path",
+                str(path),
+                f"at least 2 examples (one to train on, one to validate; got {len(x)})",
+                "point dataset.path at a file with data in it",
+            )
+        )
     found += _label_problems(y, where, y_key, num_classes)
     if x.dtype.kind in "OUSV":
-        found.append(Violation(
-            "dataset.x_key", x_key, f"numeric inputs {where} (got dtype {x.dtype})",
-            "encode the inputs as numbers (floats for features and pixels, integer ids for tokens)"))
+        found.append(
+            Violation(
+                "dataset.x_key",
+                x_key,
+                f"numeric inputs {where} (got dtype {x.dtype})",
+                "encode the inputs as numbers (floats for features and pixels, integer ids for tokens)",
+            )
+        )
     elif x.dtype.kind == "i" and x.ndim == 2 and len(x) and x.min() < 0:
-        found.append(Violation(
-            "dataset.x_key", x_key, f"token ids >= 0 {where} (integer 2-D inputs are token ids; smallest is {x.min()})",
-            "re-map the ids to 0..vocab-1, or save float features with x.astype('float32')"))
+        found.append(
+            Violation(
+                "dataset.x_key",
+                x_key,
+                f"token ids >= 0 {where} (integer 2-D inputs are token ids; smallest is {x.min()})",
+                "re-map the ids to 0..vocab-1, or save float features with x.astype('float32')",
+            )
+        )
     elif x.dtype.kind == "f":
         bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1) if len(x) else np.zeros(0, bool)
         if bad.any():
             rows = np.flatnonzero(bad)
-            found.append(Violation(
-                "dataset.x_key", x_key,
-                f"finite inputs {where} (found NaN or inf in {len(rows)} example(s), e.g. index "
-                f"{', '.join(map(str, rows[:SHOWN]))})",
-                "dataset.drop_nonfinite=true (drop them at load), or drop or impute them before saving, e.g. "
-                "x = np.nan_to_num(x) or keep = np.isfinite(x).all(axis=1)"))
+            found.append(
+                Violation(
+                    "dataset.x_key",
+                    x_key,
+                    f"finite inputs {where} (found NaN or inf in {len(rows)} example(s), e.g. index "
+                    f"{', '.join(map(str, rows[:SHOWN]))})",
+                    "dataset.drop_nonfinite=true (drop them at load), or drop or impute them before saving, e.g. "
+                    "x = np.nan_to_num(x) or keep = np.isfinite(x).all(axis=1)",
+                )
+            )
     return found
 
 
 def _label_problems(y: np.ndarray, where: str, y_key: str, num_classes: int) -> list[Violation]:
     if y.dtype.kind in "OUSV":
         sample = ", ".join(repr(str(v)) for v in np.unique(y.astype(str))[:SHOWN])
-        return [Violation(
-            "dataset.y_key", y_key, f"integer class ids 0..K-1 {where} (got {y.dtype} labels such as {sample})",
-            "map them to ids before saving: names, y = np.unique(y, return_inverse=True)")]
+        return [
+            Violation(
+                "dataset.y_key",
+                y_key,
+                f"integer class ids 0..K-1 {where} (got {y.dtype} labels such as {sample})",
+                "map them to ids before saving: names, y = np.unique(y, return_inverse=True)",
+            )
+        ]
     if y.ndim == 2 and y.shape[1] > 1:
-        return [Violation(
-            "dataset.y_key", y_key, f"one integer class id per example {where} (got shape {y.shape}: one-hot?)",
-            "save y.argmax(axis=1) instead of one-hot rows")]
+        return [
+            Violation(
+                "dataset.y_key",
+                y_key,
+                f"one integer class id per example {where} (got shape {y.shape}: one-hot?)",
+                "save y.argmax(axis=1) instead of one-hot rows",
+            )
+        ]
     flat = y.reshape(-1)
     if y.dtype.kind == "f":
         if not np.isfinite(flat).all():
-            return [Violation("dataset.y_key", y_key, f"finite integer class ids {where} (found NaN or inf)",
-                              "drop the examples without a label before saving")]
+            return [
+                Violation(
+                    "dataset.y_key",
+                    y_key,
+                    f"finite integer class ids {where} (found NaN or inf)",
+                    "drop the examples without a label before saving",
+                )
+            ]
         if not np.equal(np.round(flat), flat).all():
             sample = ", ".join(f"{v:g}" for v in flat[np.round(flat) != flat][:SHOWN])
-            return [Violation(
-                "dataset.y_key", y_key, f"integer class ids {where} (got fractional values such as {sample}: "
-                "regression targets?)",
-                "the launcher trains classifiers: bin the targets into classes, e.g. np.digitize(y, bins)")]
+            return [
+                Violation(
+                    "dataset.y_key",
+                    y_key,
+                    f"integer class ids {where} (got fractional values such as {sample}: regression targets?)",
+                    "the launcher trains classifiers: bin the targets into classes, e.g. np.digitize(y, bins)",
+                )
+            ]
     elif y.dtype.kind not in "iub":
-        return [Violation("dataset.y_key", y_key, f"integer class ids {where} (got dtype {y.dtype})",
-                          "save y as integers")]
+        return [
+            Violation("dataset.y_key", y_key, f"integer class ids {where} (got dtype {y.dtype})", "save y as integers")
+        ]
     if not len(flat):
         return []
     low, high = int(flat.min()), int(flat.max())
     if low < 0:
-        return [Violation("dataset.y_key", y_key, f"class ids >= 0 {where} (smallest is {low})",
-                          "shift or re-map the labels: names, y = np.unique(y, return_inverse=True)")]
+        return [
+            Violation(
+                "dataset.y_key",
+                y_key,
+                f"class ids >= 0 {where} (smallest is {low})",
+                "shift or re-map the labels: names, y = np.unique(y, return_inverse=True)",
+            )
+        ]
     if num_classes and high >= num_classes:
-        return [Violation("dataset.num_classes", num_classes,
-                          f"more classes than the largest label {where} ({high}; ids run 0..num_classes-1)",
-                          f"dataset.num_classes={high + 1}, or 0 to count them from the labels")]
+        return [
+            Violation(
+                "dataset.num_classes",
+                num_classes,
+                f"more classes than the largest label {where} ({high}; ids run 0..num_classes-1)",
+                f"dataset.num_classes={high + 1}, or 0 to count them from the labels",
+            )
+        ]
     return []
 
 
@@ -105,10 +167,15 @@ def split_problems(num_train: int, num_val: int, validation_split: float, origin
     if num_train >= 1 and num_val >= 1:
         return []
     empty = "training" if num_train < 1 else "validation"
-    return [Violation("dataset.validation_split", validation_split,
-                      f"a split that leaves examples for both training and validation ({origin} gives "
-                      f"{num_train} training and {num_val} validation examples: the {empty} split is empty)",
-                      "dataset.validation_split=0.2, or more data")]
+    return [
+        Violation(
+            "dataset.validation_split",
+            validation_split,
+            f"a split that leaves examples for both training and validation ({origin} gives "
+            f"{num_train} training and {num_val} validation examples: the {empty} split is empty)",
+            "dataset.validation_split=0.2, or more data",
+        )
+    ]
 
 
 def image_folder_problems(root: Path, classes: list[str]) -> list[Violation]:
@@ -116,16 +183,25 @@ def image_folder_problems(root: Path, classes: list[str]) -> list[Violation]:
     found: list[Violation] = []
     empty = [c for c in classes if not any(_images(root / c))]
     if empty:
-        found.append(Violation(
-            "dataset.path", str(root), f"at least one image in every class folder (empty: {', '.join(empty[:SHOWN])})",
-            f"add images to {root / empty[0]}, or remove the folder"))
+        found.append(
+            Violation(
+                "dataset.path",
+                str(root),
+                f"at least one image in every class folder (empty: {', '.join(empty[:SHOWN])})",
+                f"add images to {root / empty[0]}, or remove the folder",
+            )
+        )
     broken = [p for c in classes for p in _images(root / c) if not _looks_like_image(p)]
     if broken:
-        found.append(Violation(
-            "dataset.path", str(root),
-            f"readable images ({len(broken)} file(s) are empty or not the format their extension says, e.g. "
-            f"{', '.join(str(p) for p in broken[:SHOWN])})",
-            "delete or re-export those files"))
+        found.append(
+            Violation(
+                "dataset.path",
+                str(root),
+                f"readable images ({len(broken)} file(s) are empty or not the format their extension says, e.g. "
+                f"{', '.join(str(p) for p in broken[:SHOWN])})",
+                "delete or re-export those files",
+            )
+        )
     return found
 
 

@@ -40,8 +40,19 @@ STATS, TRAIN_STATS = 2, 4
 
 
 class Engine:
-    def __init__(self, built, plan, source, *, seed: int = 0, shuffle_buffer: int = 10_000,
-                 callbacks=(), verbose: int = 1, guard: NumericsGuard | None = None, telemetry: bool = True):
+    def __init__(
+        self,
+        built,
+        plan,
+        source,
+        *,
+        seed: int = 0,
+        shuffle_buffer: int = 10_000,
+        callbacks=(),
+        verbose: int = 1,
+        guard: NumericsGuard | None = None,
+        telemetry: bool = True,
+    ):
         self.strategy = built.strategy
         self.model = built.model
         self.optimizer = built.optimizer
@@ -64,8 +75,13 @@ class Engine:
         # Callbacks such as ReduceLROnPlateau reach the optimizer through the model.
         self.model.optimizer = self.optimizer
         self.callbacks = keras.callbacks.CallbackList(
-            list(callbacks), add_history=True, add_progbar=False, model=self.model,
-            epochs=None, steps=plan.schedule.steps_per_epoch, verbose=0,
+            list(callbacks),
+            add_history=True,
+            add_progbar=False,
+            model=self.model,
+            epochs=None,
+            steps=plan.schedule.steps_per_epoch,
+            verbose=0,
         )
 
     # ------------------------------------------------------------- steps
@@ -206,10 +222,20 @@ class Engine:
                     break
                 if collapse and (skip_streak >= collapse or floor_streak >= collapse):
                     break  # the guard stops the run at this exact step
-            return {"totals": totals, "ran": ran, "skipped": skipped, "skip_streak": skip_streak,
-                    "floor_streak": floor_streak, "bad_at": bad_at, "bad_loss": bad_loss,
-                    "losses": losses.stack(), "scales": scales.stack(), "skips": skips.stack(),
-                    "grads_finite": grads_ok.stack(), "metrics": {m.name: m.result() for m in metrics}}
+            return {
+                "totals": totals,
+                "ran": ran,
+                "skipped": skipped,
+                "skip_streak": skip_streak,
+                "floor_streak": floor_streak,
+                "bad_at": bad_at,
+                "bad_loss": bad_loss,
+                "losses": losses.stack(),
+                "scales": scales.stack(),
+                "skips": skips.stack(),
+                "grads_finite": grads_ok.stack(),
+                "metrics": {m.name: m.result() for m in metrics},
+            }
 
         return train_chunk
 
@@ -224,8 +250,9 @@ class Engine:
         if train and skip and self.plan.file_sharded:
             # Each worker reads its own files and a step takes its share of the global batch from them.
             share = self.global_batch // len(self.plan.cluster.workers)
-            return self.source.pipeline(split, self.global_batch, drop, seed, self.shuffle_buffer,
-                                        skip_examples=skip * share)
+            return self.source.pipeline(
+                split, self.global_batch, drop, seed, self.shuffle_buffer, skip_examples=skip * share
+            )
         return self.source.pipeline(split, self.global_batch, drop, seed, self.shuffle_buffer, skip=skip)
 
     def batch_at(self, position: Position):
@@ -306,8 +333,12 @@ class Engine:
             position.step_in_epoch += telemetry.ran
             position.global_step += telemetry.ran
             # The chunk's mean loss; the task's metrics so far this epoch.
-            logs = {**_summarise(chunk_totals), **metric_logs, "examples": float(chunk_totals[1]),
-                    "telemetry": telemetry}
+            logs = {
+                **_summarise(chunk_totals),
+                **metric_logs,
+                "examples": float(chunk_totals[1]),
+                "telemetry": telemetry,
+            }
             try:
                 self.guard.check(telemetry)
             except NumericsStop as stop:
@@ -337,12 +368,17 @@ class Engine:
         totals = out["totals"].astype(np.float64)
         bad_at = int(out["bad_at"])
         telemetry = ChunkTelemetry(
-            first_step=first_step, ran=int(out["ran"]), skipped=int(out["skipped"]),
-            skip_streak=self._streaks[0], floor_streak=self._streaks[1],
+            first_step=first_step,
+            ran=int(out["ran"]),
+            skipped=int(out["skipped"]),
+            skip_streak=self._streaks[0],
+            floor_streak=self._streaks[1],
             grad_norm=float(totals[2] / totals[3]) if totals[3] else float("nan"),
             nonfinite_loss_step=first_step + bad_at if bad_at >= 0 else None,
             nonfinite_loss_value=float(out["bad_loss"]),
-            losses=out["losses"].tolist(), scales=out["scales"].tolist(), skips=out["skips"].tolist(),
+            losses=out["losses"].tolist(),
+            scales=out["scales"].tolist(),
+            skips=out["skips"].tolist(),
             grads_finite=out["grads_finite"].tolist(),
         )
         self._skipped_in_epoch += telemetry.skipped

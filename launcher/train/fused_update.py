@@ -38,10 +38,16 @@ class _FusedAdamUpdate:
         beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
         index = self._get_variable_index(variable)
         tf.raw_ops.ResourceApplyAdam(
-            var=_handle(variable), m=_handle(self._momentums[index]), v=_handle(self._velocities[index]),
-            beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step),
-            lr=tf.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
-            epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype),
+            var=_handle(variable),
+            m=_handle(self._momentums[index]),
+            v=_handle(self._velocities[index]),
+            beta1_power=tf.pow(beta_1, step),
+            beta2_power=tf.pow(beta_2, step),
+            lr=tf.cast(learning_rate, dtype),
+            beta1=beta_1,
+            beta2=beta_2,
+            epsilon=tf.cast(self.epsilon, dtype),
+            grad=tf.cast(gradient, dtype),
         )
 
 
@@ -68,8 +74,12 @@ class FusedSGD(keras.optimizers.SGD):
             tf.raw_ops.ResourceApplyGradientDescent(var=_handle(variable), alpha=lr, delta=grad)
             return
         tf.raw_ops.ResourceApplyKerasMomentum(
-            var=_handle(variable), accum=_handle(self.momentums[self._get_variable_index(variable)]),
-            lr=lr, grad=grad, momentum=tf.cast(self.momentum, dtype), use_nesterov=self.nesterov,
+            var=_handle(variable),
+            accum=_handle(self.momentums[self._get_variable_index(variable)]),
+            lr=lr,
+            grad=grad,
+            momentum=tf.cast(self.momentum, dtype),
+            use_nesterov=self.nesterov,
         )
 
 

@@ -46,71 +46,148 @@ def fit_to_task(source: DataSource, task: str, num_classes: int = 0, pad_id: int
 def _classification(source, x, y, num_classes) -> list[Violation]:
     if y.dtype.kind == "f":
         sample = ", ".join(f"{v:g}" for v in np.unique(y.reshape(-1))[:SHOWN])
-        return [Violation("task.name", "classification", f"integer class ids as labels (the dataset's are {y.dtype}, "
-                          f"e.g. {sample})", "task=regression for real-valued targets, or give integer class ids "
-                          "(y.astype('int64')) for classes")]
+        return [
+            Violation(
+                "task.name",
+                "classification",
+                f"integer class ids as labels (the dataset's are {y.dtype}, e.g. {sample})",
+                "task=regression for real-valued targets, or give integer class ids (y.astype('int64')) for classes",
+            )
+        ]
     if y.dtype.kind not in "iub":
-        return [Violation("task.name", "classification", f"integer class ids as labels (got dtype {y.dtype})",
-                          "map the labels to ids 0..K-1: names, y = np.unique(y, return_inverse=True)")]
+        return [
+            Violation(
+                "task.name",
+                "classification",
+                f"integer class ids as labels (got dtype {y.dtype})",
+                "map the labels to ids 0..K-1: names, y = np.unique(y, return_inverse=True)",
+            )
+        ]
     if y.ndim > 1 and int(np.prod(y.shape[1:])) > 1:
-        return [Violation("task.name", "classification", f"one class id per example (labels have shape "
-                          f"{tuple(y.shape)}: one-hot or several labels each?)",
-                          "task=multilabel for several 0/1 labels per example, or y.argmax(axis=1) for one-hot")]
+        return [
+            Violation(
+                "task.name",
+                "classification",
+                f"one class id per example (labels have shape {tuple(y.shape)}: one-hot or several labels each?)",
+                "task=multilabel for several 0/1 labels per example, or y.argmax(axis=1) for one-hot",
+            )
+        ]
     if not y.size:
         return []
     low, high = int(y.min()), int(y.max())
     if low < 0:
-        return [Violation("task.name", "classification", f"class ids >= 0 (smallest label is {low})",
-                          "re-map the labels: names, y = np.unique(y, return_inverse=True)")]
+        return [
+            Violation(
+                "task.name",
+                "classification",
+                f"class ids >= 0 (smallest label is {low})",
+                "re-map the labels: names, y = np.unique(y, return_inverse=True)",
+            )
+        ]
     classes = num_classes or source.num_classes
     if classes and high >= classes:
-        return [Violation("dataset.num_classes", classes, f"more classes than the largest label ({high}; ids run "
-                          "0..num_classes-1)", f"dataset.num_classes={high + 1}, or 0 to count them from the labels")]
+        return [
+            Violation(
+                "dataset.num_classes",
+                classes,
+                f"more classes than the largest label ({high}; ids run 0..num_classes-1)",
+                f"dataset.num_classes={high + 1}, or 0 to count them from the labels",
+            )
+        ]
     return []
 
 
 def _multilabel(source, x, y, num_classes) -> list[Violation]:
     if y.ndim != 2:
-        return [Violation("task.name", "multilabel", f"a row of 0/1 labels per example, shape (N, labels) (got shape "
-                          f"{tuple(y.shape)})", "task=classification for one class id per example, or give y as "
-                          "a 0/1 matrix (e.g. keras.utils.to_categorical for one id)")]
+        return [
+            Violation(
+                "task.name",
+                "multilabel",
+                f"a row of 0/1 labels per example, shape (N, labels) (got shape {tuple(y.shape)})",
+                "task=classification for one class id per example, or give y as "
+                "a 0/1 matrix (e.g. keras.utils.to_categorical for one id)",
+            )
+        ]
     values = np.unique(y)
     if not np.isin(values, (0, 1)).all():
         odd = ", ".join(f"{v:g}" for v in values[~np.isin(values, (0, 1))][:SHOWN])
-        return [Violation("task.name", "multilabel", f"labels that are 0 or 1 (found {odd})",
-                          "threshold or binarise the labels, e.g. (y > 0).astype('float32')")]
+        return [
+            Violation(
+                "task.name",
+                "multilabel",
+                f"labels that are 0 or 1 (found {odd})",
+                "threshold or binarise the labels, e.g. (y > 0).astype('float32')",
+            )
+        ]
     if num_classes and num_classes != y.shape[1]:
-        return [Violation("dataset.num_classes", num_classes, f"the {y.shape[1]} labels per example the data has",
-                          f"dataset.num_classes={y.shape[1]} (or 0)")]
+        return [
+            Violation(
+                "dataset.num_classes",
+                num_classes,
+                f"the {y.shape[1]} labels per example the data has",
+                f"dataset.num_classes={y.shape[1]} (or 0)",
+            )
+        ]
     return []
 
 
 def _regression(source, x, y, num_classes) -> list[Violation]:
     if y.dtype.kind not in "fiub":
-        return [Violation("task.name", "regression", f"numeric targets (got dtype {y.dtype})",
-                          "convert the targets to floats")]
+        return [
+            Violation(
+                "task.name", "regression", f"numeric targets (got dtype {y.dtype})", "convert the targets to floats"
+            )
+        ]
     if y.dtype.kind == "f" and not np.isfinite(y).all():
-        return [Violation("task.name", "regression", "finite targets (found NaN or inf)",
-                          "drop or impute the examples without a target")]
+        return [
+            Violation(
+                "task.name",
+                "regression",
+                "finite targets (found NaN or inf)",
+                "drop or impute the examples without a target",
+            )
+        ]
     return []
 
 
 def _sequence(source, x, y, num_classes) -> list[Violation]:
     if source.kind != "tokens" or x.dtype.kind not in "iu":
-        return [Violation("task.name", "sequence", f"token id inputs (the dataset gives {source.kind} inputs of "
-                          f"{x.dtype})", "dataset=synthetic dataset.kind=tokens, or a dataset of integer token ids")]
+        return [
+            Violation(
+                "task.name",
+                "sequence",
+                f"token id inputs (the dataset gives {source.kind} inputs of {x.dtype})",
+                "dataset=synthetic dataset.kind=tokens, or a dataset of integer token ids",
+            )
+        ]
     if y.shape[1:] != x.shape[1:] or y.dtype.kind not in "iu":
-        return [Violation("task.name", "sequence", f"the next token id at every position: integer labels shaped like "
-                          f"the inputs {tuple(x.shape[1:])} (got {y.dtype} labels of shape {tuple(y.shape[1:])})",
-                          "give y = tokens[:, 1:] for x = tokens[:, :-1] (pad both with task.pad_id)")]
+        return [
+            Violation(
+                "task.name",
+                "sequence",
+                f"the next token id at every position: integer labels shaped like "
+                f"the inputs {tuple(x.shape[1:])} (got {y.dtype} labels of shape {tuple(y.shape[1:])})",
+                "give y = tokens[:, 1:] for x = tokens[:, :-1] (pad both with task.pad_id)",
+            )
+        ]
     if y.size and int(y.min()) < 0:
-        return [Violation("task.name", "sequence", f"token ids >= 0 (smallest label is {int(y.min())})",
-                          "re-map the ids to 0..vocab-1")]
+        return [
+            Violation(
+                "task.name",
+                "sequence",
+                f"token ids >= 0 (smallest label is {int(y.min())})",
+                "re-map the ids to 0..vocab-1",
+            )
+        ]
     return []
 
 
-CHECKS = {"classification": _classification, "multilabel": _multilabel, "regression": _regression,
-          "sequence": _sequence}
+CHECKS = {
+    "classification": _classification,
+    "multilabel": _multilabel,
+    "regression": _regression,
+    "sequence": _sequence,
+}
 
 
 def _sample(source: DataSource) -> tuple[np.ndarray, np.ndarray]:
@@ -127,8 +204,12 @@ def _sample(source: DataSource) -> tuple[np.ndarray, np.ndarray]:
     try:
         return np.concatenate(xs), np.concatenate(ys)
     except ValueError as err:
-        raise ConfigError.single("dataset", "(loaded)", f"train and val examples of one shape ({err})",
-                                 "give both splits the same input and label shapes") from None
+        raise ConfigError.single(
+            "dataset",
+            "(loaded)",
+            f"train and val examples of one shape ({err})",
+            "give both splits the same input and label shapes",
+        ) from None
 
 
 def _cast(source: DataSource, dtype: str, flat: bool = False) -> None:

@@ -80,7 +80,8 @@ class ReplicaSafeLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         """Divide by the scale, as Keras does: not a missing gradient, nor one that overwrites its
         variable (`overwrite_with_gradient`, Keras's float8 scaling factors)."""
         return [
-            g if g is None or self._overwrite_variable_with_gradient(v)
+            g
+            if g is None or self._overwrite_variable_with_gradient(v)
             else ops.divide(g, ops.cast(self.dynamic_scale, g.dtype))
             for g, v in zip(grads, variables, strict=True)
         ]

@@ -20,8 +20,14 @@ class ModelSpec:
 
     @classmethod
     def of(cls, source) -> ModelSpec:
-        return cls(tuple(source.input_shape), "int32" if source.kind == "tokens" else "float32", source.outputs,
-                   source.task, source.kind, int(source.vocab_size or 0))
+        return cls(
+            tuple(source.input_shape),
+            "int32" if source.kind == "tokens" else "float32",
+            source.outputs,
+            source.task,
+            source.kind,
+            int(source.vocab_size or 0),
+        )
 
 
 def model_input(source):

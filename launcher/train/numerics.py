@@ -105,12 +105,16 @@ class NumericsGuard:
     def _tries(self) -> list[str]:
         tries = ["python -m launcher mode=doctor <the same overrides>: finds the layer and verifies a fix"]
         if self.precision == "mixed":
-            tries += ["precision.float32_layers=[<layer>]: keep the overflowing layer in float32",
-                      "precision=bf16: bfloat16 has float32's range (no loss scaling needed)"]
+            tries += [
+                "precision.float32_layers=[<layer>]: keep the overflowing layer in float32",
+                "precision=bf16: bfloat16 has float32's range (no loss scaling needed)",
+            ]
         tries += ["a lower optimizer.learning_rate, or optimizer.clipnorm=1.0"]
         if self.on_nonfinite == STOP:
-            tries.append("train.on_nonfinite=skip: skip non-finite steps instead of stopping (the guard above "
-                         "still stops a run that skips train.collapse_steps in a row)")
+            tries.append(
+                "train.on_nonfinite=skip: skip non-finite steps instead of stopping (the guard above "
+                "still stops a run that skips train.collapse_steps in a row)"
+            )
         return tries
 
 

@@ -35,8 +35,10 @@ class Registry:
         if name == "custom" or name in plugins(self.key):
             return self.user_module
         raise ConfigError.single(
-            f"{self.key}.name", name, f"one of {self.choices} (custom: yours by import path; others: installed "
-            "plugins)", f"{self.key}={self.choices[0]}"
+            f"{self.key}.name",
+            name,
+            f"one of {self.choices} (custom: yours by import path; others: installed plugins)",
+            f"{self.key}={self.choices[0]}",
         )
 
 

@@ -92,18 +92,29 @@ def make_metric(task: str, name: str):
     if is_import_path(name):
         factory = import_component("task.metrics", name, "a keras.metrics.Metric class (or a function returning one)")
         if isinstance(factory, keras.metrics.Metric):
-            raise ConfigError.single("task.metrics", name, "a Metric class or a function returning a new metric "
-                                     "(got an instance made at import time, outside the strategy scope)",
-                                     f"name the class itself, e.g. {name.split(':')[0]}:{type(factory).__name__}")
+            raise ConfigError.single(
+                "task.metrics",
+                name,
+                "a Metric class or a function returning a new metric "
+                "(got an instance made at import time, outside the strategy scope)",
+                f"name the class itself, e.g. {name.split(':')[0]}:{type(factory).__name__}",
+            )
         try:
             metric = factory()
         except Exception as err:
-            raise ConfigError.single("task.metrics", name, "a metric that builds with no arguments "
-                                     f"({type(err).__name__}: {err})",
-                                     "give the class defaults for its arguments") from None
+            raise ConfigError.single(
+                "task.metrics",
+                name,
+                f"a metric that builds with no arguments ({type(err).__name__}: {err})",
+                "give the class defaults for its arguments",
+            ) from None
         if not isinstance(metric, keras.metrics.Metric):
-            raise ConfigError.single("task.metrics", name, f"a keras.metrics.Metric (got {type(metric).__name__})",
-                                     "subclass keras.metrics.Metric (update_state, result, reset_state)")
+            raise ConfigError.single(
+                "task.metrics",
+                name,
+                f"a keras.metrics.Metric (got {type(metric).__name__})",
+                "subclass keras.metrics.Metric (update_state, result, reset_state)",
+            )
         return metric
     metric = _builtin_metric(task, name)
     if metric is not None:
@@ -116,9 +127,14 @@ def make_metric(task: str, name: str):
         return type(found).from_config(found.get_config())
     if callable(found):
         return keras.metrics.MeanMetricWrapper(found, name=name)
-    raise ConfigError.single("task.metrics", name, f"a metric Keras knows: one of {list(TASKS[task].metrics)} for "
-                             f"task={task}, a keras.metrics name (e.g. mean_absolute_percentage_error), or your own "
-                             "as module.path:Class", f"task.metrics=[{TASKS[task].default_metrics[0]}]")
+    raise ConfigError.single(
+        "task.metrics",
+        name,
+        f"a metric Keras knows: one of {list(TASKS[task].metrics)} for "
+        f"task={task}, a keras.metrics name (e.g. mean_absolute_percentage_error), or your own "
+        "as module.path:Class",
+        f"task.metrics=[{TASKS[task].default_metrics[0]}]",
+    )
 
 
 @dataclass
@@ -184,34 +200,49 @@ def _loss(task: str, requested: str):
         return losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
     if name == "binary_crossentropy":
         return lambda y, logits: tf.reduce_mean(
-            tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logits), axis=-1)
+            tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logits), axis=-1
+        )
     return {"mse": losses.MeanSquaredError, "mae": losses.MeanAbsoluteError, "huber": losses.Huber}[name](
-        reduction=None)
+        reduction=None
+    )
 
 
 def _user_loss(path: str):
     """A keras Loss class (instantiated unreduced), or a function (y_true, y_pred) -> per-example values."""
-    found = import_component("task.loss", path,
-                             "a function (y_true, y_pred) -> loss per example, or a keras Loss class")
+    found = import_component(
+        "task.loss", path, "a function (y_true, y_pred) -> loss per example, or a keras Loss class"
+    )
     if isinstance(found, type) and issubclass(found, keras.losses.Loss):
         try:
             return found(reduction=None)
         except TypeError as err:
-            raise ConfigError.single("task.loss", path, f"a Loss class that accepts reduction=None ({err})",
-                                     "pass **kwargs through to keras.losses.Loss.__init__") from None
+            raise ConfigError.single(
+                "task.loss",
+                path,
+                f"a Loss class that accepts reduction=None ({err})",
+                "pass **kwargs through to keras.losses.Loss.__init__",
+            ) from None
     if isinstance(found, keras.losses.Loss):
         found.reduction = None
         return found
     if not callable(found):
-        raise ConfigError.single("task.loss", path, f"a callable loss (got {type(found).__name__})",
-                                 "point task.loss at a function def my_loss(y_true, y_pred)")
+        raise ConfigError.single(
+            "task.loss",
+            path,
+            f"a callable loss (got {type(found).__name__})",
+            "point task.loss at a function def my_loss(y_true, y_pred)",
+        )
     import inspect
 
     try:
         inspect.signature(found).bind(None, None)
     except (TypeError, ValueError) as err:
-        raise ConfigError.single("task.loss", path, f"a function taking (y_true, y_pred) ({err})",
-                                 "def my_loss(y_true, y_pred): return per-example values") from None
+        raise ConfigError.single(
+            "task.loss",
+            path,
+            f"a function taking (y_true, y_pred) ({err})",
+            "def my_loss(y_true, y_pred): return per-example values",
+        ) from None
     return found
 
 
@@ -224,6 +255,10 @@ def make_task(cfg) -> Task:
     logged = [m.name for m in train]
     clash = sorted({n for n in logged if logged.count(n) > 1 or n == "loss"})
     if clash:
-        raise ConfigError.single("task.metrics", list(cfg.metrics), f"metrics with distinct names other than loss "
-                                 f"({clash} appear twice or shadow the loss)", "give each metric its own name")
+        raise ConfigError.single(
+            "task.metrics",
+            list(cfg.metrics),
+            f"metrics with distinct names other than loss ({clash} appear twice or shadow the loss)",
+            "give each metric its own name",
+        )
     return Task(task, _loss(task, cfg.loss), train, val, cfg.pad_id)

@@ -35,19 +35,29 @@ def build(cfg, source):
     except ConfigError:
         raise
     except Exception as err:
-        raise ConfigError.single(key, path, f"a builder that runs ({type(err).__name__}: {str(err)[:300]})",
-                                 "fix the builder (python -c 'from <module> import <builder>' and call it to see "
-                                 "the traceback)") from None
+        raise ConfigError.single(
+            key,
+            path,
+            f"a builder that runs ({type(err).__name__}: {str(err)[:300]})",
+            "fix the builder (python -c 'from <module> import <builder>' and call it to see the traceback)",
+        ) from None
     if not isinstance(model, keras.Model):
-        raise ConfigError.single(key, path, f"a builder that returns a keras.Model (it returned "
-                                 f"{type(model).__name__})", "return keras.Model(inputs, outputs) from the builder")
+        raise ConfigError.single(
+            key,
+            path,
+            f"a builder that returns a keras.Model (it returned {type(model).__name__})",
+            "return keras.Model(inputs, outputs) from the builder",
+        )
     if not model.built or not model.outputs:
         try:
             model(keras.ops.zeros((1, *spec.input_shape), dtype=spec.input_dtype))
         except Exception as err:
-            raise ConfigError.single(key, path, f"a model that accepts inputs of shape {spec.input_shape} "
-                                     f"({type(err).__name__}: {str(err)[:200]})",
-                                     "build the model with keras.Input(shape=spec.input_shape)") from None
+            raise ConfigError.single(
+                key,
+                path,
+                f"a model that accepts inputs of shape {spec.input_shape} ({type(err).__name__}: {str(err)[:200]})",
+                "build the model with keras.Input(shape=spec.input_shape)",
+            ) from None
     _check_output(model, spec, key, path)
     return model
 
@@ -59,6 +69,10 @@ def _check_output(model, spec: ModelSpec, key: str, path: str) -> None:
     wanted = (None, *spec.input_shape[:1], spec.outputs) if spec.task == "sequence" else (None, spec.outputs)
     if len(shape) != len(wanted) or shape[-1] != spec.outputs:
         per = "per token " if spec.task == "sequence" else ""
-        raise ConfigError.single(key, path, f"a model whose output is {per}{spec.outputs} value(s) for "
-                                 f"task={spec.task} (spec.outputs), shape {wanted}; yours is {shape}",
-                                 "end the model with keras.layers.Dense(spec.outputs) (logits, no activation)")
+        raise ConfigError.single(
+            key,
+            path,
+            f"a model whose output is {per}{spec.outputs} value(s) for "
+            f"task={spec.task} (spec.outputs), shape {wanted}; yours is {shape}",
+            "end the model with keras.layers.Dense(spec.outputs) (logits, no activation)",
+        )

@@ -23,8 +23,11 @@ from launcher.config.errors import ConfigError
 from launcher.config.schema import register_configs, to_config
 from launcher.run.runner import review
 
-GROUPS = {group.name: sorted(p.stem for p in group.glob("*.yaml"))
-          for group in CONF_DIR.iterdir() if group.is_dir() and group.name not in ("hydra", "hparams_search")}
+GROUPS = {
+    group.name: sorted(p.stem for p in group.glob("*.yaml"))
+    for group in CONF_DIR.iterdir()
+    if group.is_dir() and group.name not in ("hydra", "hparams_search")
+}
 
 INTS = [-1, 0, 1, 2, 3, 8, 33, 512]
 FLOATS = [-0.5, 0.0, 1e-4, 0.1, 0.5, 0.999, 1.0, 2.0, math.nan, math.inf]
@@ -60,8 +63,11 @@ def hydra_compose(tmp_path_factory):
         keys = {key: (value, []) for key, value in _leaves(compose(config_name="config", overrides=[]))}
         for group, options in (("model", GROUPS["model"]), ("dataset", GROUPS["dataset"])):
             for option in options:
-                needs = {"npz": f"dataset.path={folder}", "image_folder": f"dataset.path={folder}",
-                         "tfrecord": f"dataset.train={folder}/train-*.tfrecord"}
+                needs = {
+                    "npz": f"dataset.path={folder}",
+                    "image_folder": f"dataset.path={folder}",
+                    "tfrecord": f"dataset.train={folder}/train-*.tfrecord",
+                }
                 overrides = [f"{group}={option}"] + ([needs[option]] if option in needs else [])
                 for key, value in _leaves(compose(config_name="config", overrides=overrides)):
                     keys.setdefault(key, (value, [f"{group}={option}"]))
@@ -146,11 +152,16 @@ def _check_one(compose, keys, chosen):
     except ConfigError as err:
         for violation in err.violations:
             assert violation.expected and violation.fix, (chosen, str(err))
-            assert violation.key in keys or violation.key.split(".")[0] in keys or violation.key in GROUPS, \
-                (chosen, violation.key)
+            assert violation.key in keys or violation.key.split(".")[0] in keys or violation.key in GROUPS, (
+                chosen,
+                violation.key,
+            )
         named = {v.key for v in err.violations}
-        assert (any(_related(p, o) for p in named for o in touched) or any(o in str(err) for o in touched)
-                or all(_data_or_batch(p) for p in named)), (chosen, str(err))
+        assert (
+            any(_related(p, o) for p in named for o in touched)
+            or any(o in str(err) for o in touched)
+            or all(_data_or_batch(p) for p in named)
+        ), (chosen, str(err))
         return "refused"
     for key in PLAN_KEYS:
         assert key in plan, (chosen, key)
@@ -167,9 +178,13 @@ def test_random_overrides_give_a_plan_or_a_refusal_naming_the_keys(hydra_compose
     compose, keys, paths = hydra_compose
     outcomes: dict[str, int] = {}
 
-    @settings(max_examples=EXAMPLES, deadline=None,
-              derandomize=not os.environ.get("LAUNCHER_FUZZ_RANDOM"), database=None,
-              suppress_health_check=[HealthCheck.too_slow])
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=not os.environ.get("LAUNCHER_FUZZ_RANDOM"),
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
     @given(data=st.data())
     def one_example(data):
         outcome = _check_one(compose, keys, data.draw(overrides(keys, paths)))

@@ -44,8 +44,13 @@ CASES = {
     "string inputs": (np.array([["a"]] * 40), GOOD_Y, [], "dataset.x_key", "numeric inputs"),
     "negative token ids": (np.full((40, 5), -2), GOOD_Y, [], "dataset.x_key", "token ids >= 0"),
     "empty file": (GOOD_X[:0], GOOD_Y[:0], [], "dataset.path", "at least 2 examples"),
-    "empty training split": (GOOD_X[:3], GOOD_Y[:3], ["dataset.validation_split=0.9"], "dataset.validation_split",
-                             "the training split is empty"),
+    "empty training split": (
+        GOOD_X[:3],
+        GOOD_Y[:3],
+        ["dataset.validation_split=0.9"],
+        "dataset.validation_split",
+        "the training split is empty",
+    ),
 }
 
 
@@ -72,12 +77,15 @@ def test_integral_float_labels_are_class_ids(tmp_path):
     assert source.num_classes == 4 and source.num_train + source.num_val == 40
 
 
-@pytest.mark.parametrize(("content", "words"), [
-    (b"", "a readable .npz file"),
-    (b"PK\x03\x04 truncated zip", "a readable .npz file"),
-    (None, "not an .npz archive"),  # a .npy saved under an .npz name
-    ("pickle", "a readable .npz file"),  # object arrays: never unpickled
-])
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b"", "a readable .npz file"),
+        (b"PK\x03\x04 truncated zip", "a readable .npz file"),
+        (None, "not an .npz archive"),  # a .npy saved under an .npz name
+        ("pickle", "a readable .npz file"),  # object arrays: never unpickled
+    ],
+)
 def test_unreadable_files_are_refused(tmp_path, content, words):
     path = tmp_path / "data.npz"
     if content is None:
@@ -96,12 +104,12 @@ def _png(path, size=4):
     raw = b"".join(b"\x00" + b"\x80" * (size * 3) for _ in range(size))
 
     def chunk(kind, data):
-        return (len(data).to_bytes(4, "big") + kind + data
-                + zlib.crc32(kind + data).to_bytes(4, "big"))
+        return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
 
     header = size.to_bytes(4, "big") * 2 + bytes([8, 2, 0, 0, 0])
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw))
-                     + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+    )
 
 
 def test_image_folder_names_empty_classes_and_broken_files(tmp_path):

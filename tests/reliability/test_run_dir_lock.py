@@ -26,9 +26,15 @@ def test_a_second_holder_is_refused_with_the_owner_named(tmp_path):
 
 def test_a_lock_left_by_a_killed_launch_is_taken_over(tmp_path, capfd):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from launcher.run.lock import RunDirLock; "
-         f"lock = RunDirLock({str(tmp_path)!r}); lock.acquire(); print('held', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from launcher.run.lock import RunDirLock; "
+            f"lock = RunDirLock({str(tmp_path)!r}); lock.acquire(); print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     with pytest.raises(RunDirBusy):
         RunDirLock(tmp_path).acquire()  # alive: refused

@@ -20,8 +20,14 @@ SWEEP = ["-m", "name=rerun", "scaling.batch_size=32,64", "model.hidden_units=[16
 
 
 def _command(tmp_path, *overrides):
-    return [sys.executable, "-m", "launcher", *overrides, f"hydra.sweep.dir={tmp_path}/sweep",
-            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
+    return [
+        sys.executable,
+        "-m",
+        "launcher",
+        *overrides,
+        f"hydra.sweep.dir={tmp_path}/sweep",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+    ]
 
 
 def _read(path):
@@ -44,8 +50,14 @@ def test_a_killed_sweep_rerun_skips_finished_jobs_and_resumes_the_killed_one(tmp
     sweep = tmp_path / "sweep"
     # Job 0 finishes; job 1 waits after its first checkpoint, where the whole sweep is killed.
     env = dict(os.environ, LAUNCHER_FAULT="PAUSE@after_save:23", LAUNCHER_FAULT_RESUME=str(tmp_path / "never"))
-    first = subprocess.Popen(_command(tmp_path, *SWEEP), cwd=ROOT, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    first = subprocess.Popen(
+        _command(tmp_path, *SWEEP),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
     deadline = time.time() + 600
     while "paused at after_save 23" not in _read(sweep / "1" / "job.log"):
         assert first.poll() is None and time.time() < deadline, "the sweep ended before job 1's first checkpoint"
@@ -75,8 +87,15 @@ def test_a_killed_sweep_rerun_skips_finished_jobs_and_resumes_the_killed_one(tmp
 def test_optuna_trials_are_children_and_a_rerun_search_continues_its_study(tmp_path):
     import optuna
 
-    search = ["-m", "name=search", "hparams_search=optuna", "hydra.sweeper.n_trials=2", "train.epochs=1",
-              "checkpoint.enabled=false", "model.hidden_units=[16]"]
+    search = [
+        "-m",
+        "name=search",
+        "hparams_search=optuna",
+        "hydra.sweeper.n_trials=2",
+        "train.epochs=1",
+        "checkpoint.enabled=false",
+        "model.hidden_units=[16]",
+    ]
     first = subprocess.run(_command(tmp_path, *search), cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "Best value:" in first.stdout + first.stderr

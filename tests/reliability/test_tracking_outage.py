@@ -23,8 +23,15 @@ RUN = [*TINY, f"train.epochs={EPOCHS}", "train.steps_per_execution=1"]
 def _start_launch(tmp_path, server_url, *extra):
     resume = tmp_path / "resume"
     env = {**os.environ, "LAUNCHER_FAULT": "PAUSE@steps:50", "LAUNCHER_FAULT_RESUME": str(resume)}
-    args = [sys.executable, "-m", "launcher", f"hydra.run.dir={tmp_path}/run", f"tracking.uri={server_url}",
-            *RUN, *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "launcher",
+        f"hydra.run.dir={tmp_path}/run",
+        f"tracking.uri={server_url}",
+        *RUN,
+        *extra,
+    ]
     proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = []
     for line in proc.stdout:
@@ -92,8 +99,13 @@ def test_writes_kept_in_the_run_dir_when_the_server_stays_away_then_synced(tmp_p
     assert spool.exists() and "python -m launcher.tracking.sync" in output
     server.start()
     try:
-        sync = subprocess.run([sys.executable, "-m", "launcher.tracking.sync", str(tmp_path / "run")],
-                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        sync = subprocess.run(
+            [sys.executable, "-m", "launcher.tracking.sync", str(tmp_path / "run")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert sync.returncode == 0, sync.stderr[-2000:]
         run, points = _metric_points(server.url)
     finally:

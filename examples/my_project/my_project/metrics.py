@@ -15,8 +15,9 @@ class BalancedAccuracy(keras.metrics.Metric):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         labels = ops.one_hot(ops.cast(ops.reshape(y_true, (-1,)), "int32"), self.num_classes)
-        right = ops.cast(ops.equal(ops.argmax(y_pred, axis=-1), ops.cast(ops.reshape(y_true, (-1,)), "int64")),
-                         "float32")
+        right = ops.cast(
+            ops.equal(ops.argmax(y_pred, axis=-1), ops.cast(ops.reshape(y_true, (-1,)), "int64")), "float32"
+        )
         self.hits.assign_add(ops.sum(labels * right[:, None], axis=0))
         self.seen.assign_add(ops.sum(labels, axis=0))
 

@@ -20,19 +20,28 @@ def decide_batch(cfg: Config, found: Findings, strategy: StrategyPlan, step: Ste
         per_replica = (size // replicas, f"{size} / {replicas} replica(s)")
         if size % replicas:
             lower = max(replicas, size // replicas * replicas)
-            found.refuse("scaling.batch_size", size, f"a multiple of the {replicas} replicas with batch_rule=global",
-                         f"scaling.batch_size={lower} or {lower + replicas}, or scaling=per_replica")
+            found.refuse(
+                "scaling.batch_size",
+                size,
+                f"a multiple of the {replicas} replicas with batch_rule=global",
+                f"scaling.batch_size={lower} or {lower + replicas}, or scaling=per_replica",
+            )
     accumulate = cfg.optimizer.gradient_accumulation_steps
     if accumulate > 1:
         micro = per_replica[0]
         return BatchPlan.of(
-            global_batch=(global_batch[0] * accumulate,
-                          f"effective: {accumulate} accumulated micro-batches x {global_batch[0]}"),
+            global_batch=(
+                global_batch[0] * accumulate,
+                f"effective: {accumulate} accumulated micro-batches x {global_batch[0]}",
+            ),
             per_replica=(micro * accumulate, f"{accumulate} micro-batches of {micro} per step"),
             micro=(micro, "scaling.batch_size per replica, one forward/backward at a time"),
-            accumulation=(accumulate, "the replica step sums the micro-batches' gradients and applies once, under "
-                          "every strategy, precision and XLA (Keras's own accumulator merges inside a cond under "
-                          "tf.distribute, keras#16633)"),
+            accumulation=(
+                accumulate,
+                "the replica step sums the micro-batches' gradients and applies once, under "
+                "every strategy, precision and XLA (Keras's own accumulator merges inside a cond under "
+                "tf.distribute, keras#16633)",
+            ),
             drop_remainder=(True, "gradient accumulation: every step needs whole micro-batches"),
         )
     if replicas > 1:
@@ -41,8 +50,12 @@ def decide_batch(cfg: Config, found: Findings, strategy: StrategyPlan, step: Ste
         drop = (True, "XLA: a ragged last batch would trigger a recompile")
     else:
         drop = (False, "one replica without XLA: the ragged last batch is trained on")
-    return BatchPlan.of(global_batch=global_batch, per_replica=per_replica,
-                        accumulation=(1, "one forward/backward per step"), drop_remainder=drop)
+    return BatchPlan.of(
+        global_batch=global_batch,
+        per_replica=per_replica,
+        accumulation=(1, "one forward/backward per step"),
+        drop_remainder=drop,
+    )
 
 
 def decide_learning_rate(cfg: Config, found: Findings, batch: BatchPlan) -> LearningRatePlan:
@@ -53,20 +66,34 @@ def decide_learning_rate(cfg: Config, found: Findings, batch: BatchPlan) -> Lear
     if sc.lr_rule == LrRule.none:
         return LearningRatePlan.of(peak=(opt.learning_rate, "lr_rule=none: as requested"))
     if sc.lr_rule == LrRule.linear:
-        return LearningRatePlan.of(peak=(opt.learning_rate * ratio, f"lr_rule=linear: {opt.learning_rate:g} x "
-                                         f"{global_batch}/{sc.reference_batch}"))
-    return LearningRatePlan.of(peak=(opt.learning_rate * math.sqrt(max(ratio, 0.0)), f"lr_rule=sqrt: "
-                                     f"{opt.learning_rate:g} x sqrt({global_batch}/{sc.reference_batch})"))
+        return LearningRatePlan.of(
+            peak=(
+                opt.learning_rate * ratio,
+                f"lr_rule=linear: {opt.learning_rate:g} x {global_batch}/{sc.reference_batch}",
+            )
+        )
+    return LearningRatePlan.of(
+        peak=(
+            opt.learning_rate * math.sqrt(max(ratio, 0.0)),
+            f"lr_rule=sqrt: {opt.learning_rate:g} x sqrt({global_batch}/{sc.reference_batch})",
+        )
+    )
 
 
 def _check_warmup(cfg: Config, found: Findings) -> None:
     sc = cfg.scaling
     if sc.warmup_epochs > 0 and sc.warmup_steps > 0:
-        found.refuse("scaling.warmup_steps", sc.warmup_steps,
-                     f"0 when scaling.warmup_epochs is set ({sc.warmup_epochs:g}); set one of the two",
-                     "scaling.warmup_steps=0 (or scaling.warmup_epochs=0)")
+        found.refuse(
+            "scaling.warmup_steps",
+            sc.warmup_steps,
+            f"0 when scaling.warmup_epochs is set ({sc.warmup_epochs:g}); set one of the two",
+            "scaling.warmup_steps=0 (or scaling.warmup_epochs=0)",
+        )
     has_schedule = sc.warmup_epochs > 0 or sc.warmup_steps > 0 or cfg.optimizer.schedule != LrSchedule.constant
     if cfg.train.reduce_lr_on_plateau.enabled and has_schedule:
-        found.refuse("train.reduce_lr_on_plateau.enabled", True,
-                     "false while a learning-rate schedule (warmup or cosine) drives the learning rate",
-                     "train.reduce_lr_on_plateau.enabled=false, or optimizer.schedule=constant with no warmup")
+        found.refuse(
+            "train.reduce_lr_on_plateau.enabled",
+            True,
+            "false while a learning-rate schedule (warmup or cosine) drives the learning rate",
+            "train.reduce_lr_on_plateau.enabled=false, or optimizer.schedule=constant with no warmup",
+        )

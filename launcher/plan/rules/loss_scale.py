@@ -10,16 +10,20 @@ from launcher.plan.precisions import PRECISIONS
 from launcher.plan.rules.findings import Findings
 
 
-def decide_loss_scale(cfg: Config, found: Findings, precision: PrecisionPlan, strategy: StrategyPlan,
-                      step: StepPlan) -> LossScalePlan:
+def decide_loss_scale(
+    cfg: Config, found: Findings, precision: PrecisionPlan, strategy: StrategyPlan, step: StepPlan
+) -> LossScalePlan:
     ls = cfg.loss_scale
     mode = ls.mode
     if not PRECISIONS[precision.name].needs_loss_scaling:
         return _unscaled(cfg, found, precision.name)
     if mode == LossScaleMode.none:
-        found.refuse("loss_scale", "none",
-                     "dynamic or fixed with precision=mixed (float16 gradients underflow to zero without scaling)",
-                     "loss_scale=dynamic (or loss_scale=auto)")
+        found.refuse(
+            "loss_scale",
+            "none",
+            "dynamic or fixed with precision=mixed (float16 gradients underflow to zero without scaling)",
+            "loss_scale=dynamic (or loss_scale=auto)",
+        )
         return LossScalePlan.of(mode=("none", "refused"), optimizer=("none", "refused"))
     if mode == LossScaleMode.fixed:
         if ls.value > 0 and not math.log2(ls.value).is_integer():
@@ -45,11 +49,11 @@ def _unscaled(cfg: Config, found: Findings, precision: str) -> LossScalePlan:
         return LossScalePlan.of(
             mode=("fixed", "train.on_nonfinite=skip: a fixed scale of 1 (no scaling)"),
             value=(1.0, "scaling by 1 leaves the gradients as they are"),
-            optimizer=("replica_safe", "train.on_nonfinite=skip: it skips a non-finite step on every replica "
-                       "together"),
+            optimizer=("replica_safe", "train.on_nonfinite=skip: it skips a non-finite step on every replica together"),
         )
-    return LossScalePlan.of(mode=("none", f"{precision} gradients do not underflow"),
-                            optimizer=("none", "no loss scaling"))
+    return LossScalePlan.of(
+        mode=("none", f"{precision} gradients do not underflow"), optimizer=("none", "no loss scaling")
+    )
 
 
 def _check_dynamic(ls, found: Findings) -> None:
@@ -73,7 +77,8 @@ def _choose_optimizer(cfg: Config, found: Findings, replicas: int, xla: bool, fi
         crash = " the stock one crashes under XLA (merge_call inside the compiled step, keras#21366) and" if xla else ""
         return "replica_safe", (
             f"float16 with {replicas} replicas:{crash} checks overflow on the first replica's un-reduced "
-            "gradients only; replica_safe all-reduces first, so every replica skips or applies together")
+            "gradients only; replica_safe all-reduces first, so every replica skips or applies together"
+        )
     if fixed:
         return "replica_safe", "fixed mode: Keras 3's LossScaleOptimizer is dynamic only"
     return "stock", "one replica: keras.optimizers.LossScaleOptimizer works"
@@ -81,14 +86,20 @@ def _choose_optimizer(cfg: Config, found: Findings, replicas: int, xla: bool, fi
 
 def _check_stock(found: Findings, replicas: int, xla: bool, fixed: bool) -> None:
     if fixed:
-        found.refuse("loss_scale.implementation", "stock",
-                     "replica_safe or auto with loss_scale=fixed (Keras 3's LossScaleOptimizer has no fixed mode)",
-                     "loss_scale.implementation=auto")
+        found.refuse(
+            "loss_scale.implementation",
+            "stock",
+            "replica_safe or auto with loss_scale=fixed (Keras 3's LossScaleOptimizer has no fixed mode)",
+            "loss_scale.implementation=auto",
+        )
     elif replicas > 1 and xla:
-        found.refuse("loss_scale.implementation", "stock",
-                     "replica_safe or auto with float16 + a multi-replica strategy + XLA (the stock "
-                     "LossScaleOptimizer crashes there: merge_call inside a compiled step, keras#21366)",
-                     "loss_scale.implementation=auto, or xla=false")
+        found.refuse(
+            "loss_scale.implementation",
+            "stock",
+            "replica_safe or auto with float16 + a multi-replica strategy + XLA (the stock "
+            "LossScaleOptimizer crashes there: merge_call inside a compiled step, keras#21366)",
+            "loss_scale.implementation=auto, or xla=false",
+        )
     elif replicas > 1:
         found.warn(
             "loss_scale.implementation=stock with several replicas: Keras checks for overflow on "

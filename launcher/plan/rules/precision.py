@@ -22,8 +22,10 @@ def auto_precision(env: Environment) -> tuple[str, str]:
         return "fp32", f"GPU compute capability {capability[0]}.{capability[1]} < 7.0 has no fast reduced precision"
     bf16, fp32 = env.best_matmul_rate("bfloat16"), env.best_matmul_rate("float32")
     if bf16 and fp32:
-        measured = (f"measured here, 2048^3 matmul: bfloat16 {bf16:.0f} GFLOP/s vs float32 {fp32:.0f} "
-                    f"({bf16 / fp32:.2f}x; bf16 needs >= {FAST_BF16_RATIO}x)")
+        measured = (
+            f"measured here, 2048^3 matmul: bfloat16 {bf16:.0f} GFLOP/s vs float32 {fp32:.0f} "
+            f"({bf16 / fp32:.2f}x; bf16 needs >= {FAST_BF16_RATIO}x)"
+        )
         return ("bf16" if env.cpu_has_fast_bf16 else "fp32"), measured
     if env.cpu_has_fast_bf16:
         return "bf16", "CPU has AMX: oneDNN runs bfloat16 matmuls several times faster than float32 (not measured)"
@@ -51,10 +53,20 @@ def decide_precision(cfg: Config, env: Environment, found: Findings) -> Precisio
     return PrecisionPlan.of(
         name=(name, reason),
         policy=(precision.policy, f"Keras dtype policy for {name}"),
-        compute_dtype=(precision.compute_dtype, "what matmuls and activations compute in"
-                       + ("; variables stay float32" if precision.mixed else "")),
-        output_dtype=("float32", "the last layer computes in float32 under a mixed policy (softmax and loss need "
-                      "the range)") if precision.mixed else None,
-        float32_layers=(layers, "requested: these layers compute in float32 (float32 range), the rest in the "
-                        "mixed policy") if layers and precision.mixed else None,
+        compute_dtype=(
+            precision.compute_dtype,
+            "what matmuls and activations compute in" + ("; variables stay float32" if precision.mixed else ""),
+        ),
+        output_dtype=(
+            "float32",
+            "the last layer computes in float32 under a mixed policy (softmax and loss need the range)",
+        )
+        if precision.mixed
+        else None,
+        float32_layers=(
+            layers,
+            "requested: these layers compute in float32 (float32 range), the rest in the mixed policy",
+        )
+        if layers and precision.mixed
+        else None,
     )

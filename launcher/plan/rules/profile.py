@@ -11,8 +11,10 @@ def decide_profile(cfg: Config, cluster: ClusterPlan | None) -> ProfilePlan:
     if profile.steps <= 0 or profile.skip_steps < 0:
         return ProfilePlan.of()
     chief = "" if cluster is None or cluster.is_chief else " (chief only: this worker does not trace)"
-    return ProfilePlan.of(window=(
-        f"steps {profile.skip_steps + 1}-{profile.skip_steps + profile.steps}",
-        "requested: TensorFlow profiler trace + op table in <run dir>/profile, logged to MLflow; "
-        f"the window is rounded to step-execution boundaries{chief}",
-    ))
+    return ProfilePlan.of(
+        window=(
+            f"steps {profile.skip_steps + 1}-{profile.skip_steps + profile.steps}",
+            "requested: TensorFlow profiler trace + op table in <run dir>/profile, logged to MLflow; "
+            f"the window is rounded to step-execution boundaries{chief}",
+        )
+    )

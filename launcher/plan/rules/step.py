@@ -22,8 +22,9 @@ FUSED_KERNELS = {
 }
 
 
-def decide_step(cfg: Config, env: Environment, found: Findings, precision: PrecisionPlan,
-                strategy: StrategyPlan) -> StepPlan:
+def decide_step(
+    cfg: Config, env: Environment, found: Findings, precision: PrecisionPlan, strategy: StrategyPlan
+) -> StepPlan:
     xla = _decide_xla(cfg, env, found, precision)
     update = _decide_update(cfg, found, whole_step_compiled=xla[0] and strategy.replicas == 1)
     return StepPlan.of(
@@ -62,9 +63,11 @@ def auto_xla(env: Environment, precision: PrecisionPlan, model: str) -> tuple[bo
             return True, f"{measured}; XLA keeps pace and fuses the whole step, the optimizer update included"
         return False, f"{measured}; the graph step keeps oneDNN's faster matmuls"
     if not precision.mixed:
-        return True, ("CPU float32: XLA fuses the step, the optimizer update included "
-                      "(measured 1.07-1.2x the graph step on a 3x2048 MLP, Xeon without AMX; "
-                      "matmul rates not measured here)")
+        return True, (
+            "CPU float32: XLA fuses the step, the optimizer update included "
+            "(measured 1.07-1.2x the graph step on a 3x2048 MLP, Xeon without AMX; "
+            "matmul rates not measured here)"
+        )
     if env.has_amx:
         return False, (
             f"CPU {precision.name} with AMX: the graph step uses oneDNN's AMX kernels, XLA's CPU "
@@ -78,8 +81,12 @@ def _decide_update(cfg: Config, found: Findings, whole_step_compiled: bool) -> t
     kernel = FUSED_KERNELS.get(optimizer)
     update = cfg.optimizer.update
     if update == OptimizerUpdate.fused and kernel is None:
-        found.refuse("optimizer.update", "fused", f"keras or auto for optimizer={optimizer} "
-                     f"(fused kernels exist for {sorted(FUSED_KERNELS)})", "optimizer.update=auto")
+        found.refuse(
+            "optimizer.update",
+            "fused",
+            f"keras or auto for optimizer={optimizer} (fused kernels exist for {sorted(FUSED_KERNELS)})",
+            "optimizer.update=auto",
+        )
         update = OptimizerUpdate.keras
     if update != OptimizerUpdate.auto:
         return update.value, f"requested ({kernel})" if update == OptimizerUpdate.fused else "requested"
@@ -89,14 +96,17 @@ def _decide_update(cfg: Config, found: Findings, whole_step_compiled: bool) -> t
         return OptimizerUpdate.keras.value, "update=auto: XLA compiles the update with the step and fuses it"
     return OptimizerUpdate.fused.value, (
         f"update=auto: {kernel}, one pass over each variable instead of Keras's ~10 elementwise "
-        "ops (measured, MLP step: 1.26x bf16, 1.15x fp32 on an AMD EPYC without AMX)")
+        "ops (measured, MLP step: 1.26x bf16, 1.15x fp32 on an AMD EPYC without AMX)"
+    )
 
 
 def _step_kind(xla: bool, fused: bool, replicas: int) -> tuple[str, str]:
     if not xla:
         if fused:
-            return "hybrid", ("forward/backward as a tf.function graph (oneDNN kernels), the update "
-                              "in fused TensorFlow kernels; no XLA anywhere")
+            return "hybrid", (
+                "forward/backward as a tf.function graph (oneDNN kernels), the update "
+                "in fused TensorFlow kernels; no XLA anywhere"
+            )
         return "graph", "tf.function step, Keras's update ops, no XLA"
     if replicas > 1:
         return "replica_xla", (

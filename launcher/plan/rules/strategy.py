@@ -44,8 +44,12 @@ def _one_device(cfg: Config, env: Environment, found: Findings) -> StrategyPlan:
         problem = _device_problem(wanted, env)
         if problem:
             valid = ["auto", "/cpu:0", *(f"/gpu:{i}" for i in range(len(env.gpus)))]
-            found.refuse("strategy.device", cfg.strategy.device,
-                         f"one of {valid} ({problem}; found {env.describe_devices()})", "strategy.device=auto")
+            found.refuse(
+                "strategy.device",
+                cfg.strategy.device,
+                f"one of {valid} ({problem}; found {env.describe_devices()})",
+                "strategy.device=auto",
+            )
     return StrategyPlan.of(
         kind=("one_device", "requested: OneDeviceStrategy"),
         devices=([device], reason),
@@ -69,8 +73,12 @@ def _mirrored(cfg: Config, env: Environment, found: Findings) -> StrategyPlan:
     wanted = max(cfg.strategy.devices, 0)  # a negative count is reported by the bounds table
     if env.gpus:
         if wanted > len(env.gpus):
-            found.refuse("strategy.devices", wanted, f"at most {len(env.gpus)} (found {env.describe_devices()})",
-                         f"strategy.devices={len(env.gpus)} or strategy.devices=0 for all GPUs")
+            found.refuse(
+                "strategy.devices",
+                wanted,
+                f"at most {len(env.gpus)} (found {env.describe_devices()})",
+                f"strategy.devices={len(env.gpus)} or strategy.devices=0 for all GPUs",
+            )
         count = wanted or len(env.gpus)
         devices = ([f"/gpu:{i}" for i in range(count)], f"found {env.describe_devices()}")
         logical = (0, "GPUs are the replicas")
@@ -78,9 +86,11 @@ def _mirrored(cfg: Config, env: Environment, found: Findings) -> StrategyPlan:
             found.warn("strategy=mirrored with 1 GPU runs a single replica; it adds overhead and no speed.")
     else:
         count = wanted or DEFAULT_LOGICAL_CPUS
-        devices = ([f"/cpu:{i}" for i in range(count)],
-                   f"adapted: {env.describe_devices()}, so the CPU is split into {count} logical devices "
-                   "(the same mirrored code path, exercised on CPU)")
+        devices = (
+            [f"/cpu:{i}" for i in range(count)],
+            f"adapted: {env.describe_devices()}, so the CPU is split into {count} logical devices "
+            "(the same mirrored code path, exercised on CPU)",
+        )
         logical = (count, "configured before the TF runtime starts")
         if count > env.cpu_count:
             found.warn(f"{count} logical CPU devices on {env.cpu_count} cores: replicas share cores.")
@@ -100,8 +110,10 @@ def _multi_worker(cfg: Config, env: Environment, found: Findings) -> tuple[Strat
     if strategy.local_workers:
         # This process only starts and watches the workers; each of them resolves its own Plan.
         workers = [f"127.0.0.1:<free port {i}>" for i in range(strategy.local_workers)]
-        local_workers = (strategy.local_workers,
-                         "started on this machine, each a process of its own on a free 127.0.0.1 port")
+        local_workers = (
+            strategy.local_workers,
+            "started on this machine, each a process of its own on a free 127.0.0.1 port",
+        )
         cluster = Cluster(tuple(workers), 0, "strategy.local_workers")
     else:
         cluster, problems = find_cluster(strategy, env.tf_config, env.slurm)
@@ -114,24 +126,33 @@ def _multi_worker(cfg: Config, env: Environment, found: Findings) -> tuple[Strat
         logical_cpus=(0, "one CPU device per worker"),
         replicas=(len(cluster.workers) * local, f"{len(cluster.workers)} worker(s) x {local} device(s)"),
     )
-    chief = ("this worker logs to MLflow, exports the model and writes the checkpoints" if cluster.is_chief
-             else "not the chief: trains, saves into a temporary directory removed after each save, resumes from "
-                  "the chief's checkpoints; leaves MLflow and export to the chief")
+    chief = (
+        "this worker logs to MLflow, exports the model and writes the checkpoints"
+        if cluster.is_chief
+        else "not the chief: trains, saves into a temporary directory removed after each save, resumes from "
+        "the chief's checkpoints; leaves MLflow and export to the chief"
+    )
     return plan, ClusterPlan.of(
         workers=(list(cluster.workers), f"from {cluster.source}"),
         task_index=(cluster.index, f"this worker is {cluster.task[0]} {cluster.task[1]}"),
         is_chief=(cluster.is_chief, chief),
         communication=_communication(strategy, env, found),
-        connect_timeout=(float(strategy.connect_timeout),
-                         "seconds this worker waits for its peers at start-up before stopping with their addresses"),
+        connect_timeout=(
+            float(strategy.connect_timeout),
+            "seconds this worker waits for its peers at start-up before stopping with their addresses",
+        ),
     )
 
 
 def _communication(strategy, env: Environment, found: Findings) -> tuple[str, str]:
     wanted = strategy.communication.value
     if wanted == "nccl" and not env.gpus:
-        found.refuse("strategy.communication", "nccl", "ring or auto on a machine without GPUs "
-                     "(NCCL runs on GPUs only)", "strategy.communication=auto")
+        found.refuse(
+            "strategy.communication",
+            "nccl",
+            "ring or auto on a machine without GPUs (NCCL runs on GPUs only)",
+            "strategy.communication=auto",
+        )
     if wanted != "auto":
         return wanted, "requested"
     if env.gpus:

@@ -11,8 +11,7 @@ from launcher.run.checkpoint_policy import SavePolicy
 
 
 class CheckpointHook(Hook):
-    def __init__(self, checkpointer, policy: SavePolicy, guard, steps_per_epoch: int,
-                 stateful: Hook | None = None):
+    def __init__(self, checkpointer, policy: SavePolicy, guard, steps_per_epoch: int, stateful: Hook | None = None):
         self.checkpointer = checkpointer
         self.policy = policy
         self.guard = guard
@@ -31,8 +30,7 @@ class CheckpointHook(Hook):
             self.save(position)  # once, even when a step save and a signal coincide
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
-        if (self.policy.epoch_save_due(position.epoch) or self.policy.step_save_due(position)
-                or self.guard.requested):
+        if self.policy.epoch_save_due(position.epoch) or self.policy.step_save_due(position) or self.guard.requested:
             self.save(position)
 
     def save(self, position: Position) -> None:

@@ -47,8 +47,7 @@ class PreemptionGuard:
                 previous(signum, frame)
             raise KeyboardInterrupt
         self.received = signum
-        print(f"\nSignal {signal.Signals(signum).name}: saving at the next step boundary, then stopping.",
-              flush=True)
+        print(f"\nSignal {signal.Signals(signum).name}: saving at the next step boundary, then stopping.", flush=True)
 
     def __enter__(self):
         if self.enabled and threading.current_thread() is threading.main_thread():

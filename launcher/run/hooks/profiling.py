@@ -22,7 +22,8 @@ class ProfilerHook(Hook):
         self.profiler.stop(position.global_step)
         if not self.profiler.traced_steps:
             return
-        text = self.profiler.report(header=f"Profile of {self.profiler.traced_steps} training step(s), "
-                                           f"trace in {self.profiler.logdir}")
+        text = self.profiler.report(
+            header=f"Profile of {self.profiler.traced_steps} training step(s), trace in {self.profiler.logdir}"
+        )
         print(f"\n{text}", flush=True)
         self.tracker.log_artifacts(self.profiler.logdir, "profile")
