@@ -7,10 +7,6 @@ from launcher.train.model_io import model_input, output_head
 
 
 def check(cfg, source) -> None:
-    if not cfg.filters or min(cfg.filters) < 1:
-        raise ConfigError.single(
-            "model.filters", list(cfg.filters), "a non-empty list of positive filter counts", "model.filters=[16,32]"
-        )
     if source.kind != "image":
         raise ConfigError.single(
             "model",

@@ -7,13 +7,6 @@ from launcher.train.model_io import model_input, output_head
 
 
 def check(cfg, source) -> None:
-    if not cfg.hidden_units or min(cfg.hidden_units) < 1:
-        raise ConfigError.single(
-            "model.hidden_units",
-            list(cfg.hidden_units),
-            "a non-empty list of positive widths",
-            "model.hidden_units=[128,64]",
-        )
     if source.kind == "tokens":
         raise ConfigError.single("model", "mlp", "a model for token inputs (dataset.kind=tokens)", "model=transformer")
 

@@ -221,3 +221,27 @@ def test_the_cli_examines_and_exits_three_with_the_report(cli, tmp_path):
     assert "Traceback" not in done.stderr
     report = next(tmp_path.rglob("doctor.md"))
     assert "## Bisection" in report.read_text()
+
+
+def test_the_doctor_reads_a_refusals_fix_from_its_overrides_not_its_text():
+    from launcher.config.errors import Violation
+    from launcher.doctor.diagnose import refusal_fixes
+
+    data = Violation(
+        "dataset.x_key",
+        "x",
+        "finite inputs",
+        "dataset.drop_nonfinite=true (drop them at load), or ...",
+        overrides=("dataset.drop_nonfinite=true",),
+    )
+    bound = Violation(
+        "optimizer.learning_rate",
+        -1,
+        "a finite number > 0",
+        "optimizer.learning_rate=0.001",
+        overrides=("optimizer.learning_rate=0.001",),
+    )
+    (fix,) = refusal_fixes([data, bound])
+    assert fix.overrides == {"dataset.drop_nonfinite": True, "optimizer.learning_rate": 0.001}
+    advice = Violation("model.builder", "x:y", "an importable builder", "dataset.drop_nonfinite=true is not it")
+    assert refusal_fixes([data, advice]) == []  # the text names an override, but only a person can fix this one

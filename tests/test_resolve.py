@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+import yaml
 from conftest import config
 from fakes import (
     CPU_AMX,
@@ -20,7 +23,7 @@ from fakes import (
     XEON_AVX512_BF16,
 )
 
-from launcher.config.bounds import ABSENT, BOUNDS, lookup
+from launcher.config.bounds import declared
 from launcher.config.errors import ConfigError
 from launcher.plan.resolve import resolve, wants_measurements
 from launcher.plan.schedule import schedule
@@ -454,37 +457,78 @@ def test_profile_window_after_the_last_step_warns():
 
 # ---------------------------------------------------------------- bounds
 
-BREAKING = {">= 1": 0, ">= 0": -1, ">= 4": 3, "> 0": 0, "(0, 1)": 1, "[0, 1)": 1, "(0, 1]": 0}
+BREAKING = {
+    ">= 1": "0",
+    ">= 0": "-1",
+    ">= 4": "3",
+    "> 0": "0",
+    "(0, 1)": "1",
+    "[0, 1)": "1",
+    "(0, 1]": "0",
+    "[1, 65535]": "65536",
+    "each >= 1": "[0]",
+}
+# The default config and the options that bring in the other schemas' keys.
+OPTIONS = [
+    [],
+    ["model=cnn"],
+    ["model=resnet"],
+    ["model=transformer"],
+    ["dataset=synthetic"],
+    ["dataset=npz", "dataset.path=x.npz"],
+    ["dataset=tfrecord", "dataset.train=x-*.tfrecord"],
+    ["dataset=image_folder", "dataset.path=images"],
+]
 
 
-# Options whose keys some bounds name; every other bound's key is in the default config.
-OPTIONS = ["model=cnn", "model=resnet", "model=transformer", "dataset=synthetic", "dataset=npz"]
+def _declared_ranges() -> list[tuple[str, list[str], dict]]:
+    """(key, the option that has it, its metadata) of every range declared in the schemas."""
+    found: dict[str, tuple[list[str], dict]] = {}
+    for option in OPTIONS:
+        for key, _, meta in declared(config(*option)):
+            found.setdefault(key, (option, meta))
+    return [(key, option, meta) for key, (option, meta) in sorted(found.items())]
 
 
-def _option_with(key: str) -> list[str]:
-    """[] when the default config has `key`, else the one override that brings it in."""
-    if lookup(config(), key) is not ABSENT:
-        return []
-    extra = {"dataset=npz": ["dataset.path=x.npz"]}
-    return next(
-        ([o, *extra.get(o, [])] for o in OPTIONS if lookup(config(o, *extra.get(o, [])), key) is not ABSENT), None
-    )
+RANGES = _declared_ranges()
 
 
-def test_every_bound_names_a_key_of_the_default_config_or_of_an_option():
-    assert [b.key for b in BOUNDS if _option_with(b.key) is None] == []
+def test_every_limited_field_of_every_schema_is_checked_through_some_option():
+    from launcher.config.schema import DATASET_SCHEMAS, MODEL_SCHEMAS
+
+    checked = {key for key, _, _ in RANGES}
+    for group, schemas in (("model", MODEL_SCHEMAS), ("dataset", DATASET_SCHEMAS)):
+        for schema in schemas.values():
+            for f in dataclasses.fields(schema):
+                if "bound" in f.metadata:
+                    assert f"{group}.{f.name}" in checked, (schema.__name__, f.name)
+    assert {"strategy.port", "model.hidden_units", "model.filters", "checkpoint.max_to_keep"} <= checked
 
 
-@pytest.mark.parametrize("bound", BOUNDS, ids=lambda b: b.key)
-def test_each_bound_refuses_a_value_outside_it_with_a_fix(bound):
-    bad = BREAKING[bound.bound]
-    option = _option_with(bound.key)
+@pytest.mark.parametrize(("key", "option", "meta"), RANGES, ids=[key for key, _, _ in RANGES])
+def test_each_declared_range_refuses_a_value_outside_it_with_its_fix_as_an_override(key, option, meta):
+    bad = BREAKING[meta["bound"]]
     with pytest.raises(ConfigError) as err:
-        plan_for(CPU_PLAIN, *option, f"{bound.key}={bad}")
-    violation = next(v for v in err.value.violations if v.key == bound.key)
-    assert violation.value == bad
-    assert violation.fix == f"{bound.key}={bound.fix}"
-    plan_for(CPU_PLAIN, *option, f"{bound.key}={bound.fix}")  # the suggested fix is accepted
+        plan_for(CPU_PLAIN, *option, f"{key}={bad}")
+    violation = next(v for v in err.value.violations if v.key == key)
+    assert violation.value == yaml.safe_load(bad)
+    fix = violation.overrides[0]
+    assert violation.fix == fix and fix.startswith(f"{key}=")
+    plan_for(CPU_PLAIN, *option, fix)  # the suggested fix is accepted
+
+
+def test_a_range_is_checked_only_when_its_condition_holds():
+    plan_for(CPU_PLAIN, "checkpoint.enabled=false", "checkpoint.max_to_keep=0")
+    with pytest.raises(ConfigError, match="checkpoint.max_to_keep"):
+        plan_for(CPU_PLAIN, "checkpoint.max_to_keep=0")
+
+
+def test_help_lists_the_declared_ranges():
+    from launcher.config.help import limit_listing
+
+    listing = limit_listing()
+    assert "strategy.port: a port number in 1..65535" in listing
+    assert "model.hidden_units (mlp): a non-empty list of integers, each >= 1" in listing
 
 
 def test_bounds_and_rules_are_reported_together():

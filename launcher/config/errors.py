@@ -14,6 +14,8 @@ class Violation:
     value: object
     expected: str
     fix: str
+    overrides: tuple[str, ...] = ()
+    """The fix as command-line overrides when it is one (the doctor tries these); () when it is advice."""
 
     def render(self) -> str:
         return f"  - {self.key}={self.value!r}: expected {self.expected}.\n    fix: {self.fix}"

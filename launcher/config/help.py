@@ -8,6 +8,7 @@ plugins' models and datasets.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 # Groups under conf/hydra/ that users choose (hydra/launcher=parallel).
@@ -30,8 +31,32 @@ def group_listing(conf_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def limit_listing() -> str:
+    """One line per value range declared in the schemas: `key (options that have it): what is expected`."""
+    from launcher.config.bounds import CHECKS, limits
+    from launcher.config.schema import DATASET_SCHEMAS, MODEL_SCHEMAS, Config
+
+    rows: dict[str, tuple[list[str], str]] = {}
+    for f in dataclasses.fields(Config):
+        if "bound" in f.metadata:
+            rows[f.name] = ([], CHECKS[f.metadata["bound"]][1])
+        elif f.default_factory is not dataclasses.MISSING:
+            rows.update({key: ([], expected) for key, expected in limits(f.default_factory(), f"{f.name}.")})
+    for group, schemas in (("model", MODEL_SCHEMAS), ("dataset", DATASET_SCHEMAS)):
+        for option, schema in schemas.items():
+            for key, expected in limits(schema(), f"{group}."):
+                rows.setdefault(key, ([], expected))[0].append(option)
+    lines = []
+    for key, (options, expected) in sorted(rows.items()):
+        where = f" ({', '.join(options)})" if options else ""
+        lines.append(f"  {key}{where}: {expected}")
+    return "\n".join(lines)
+
+
 def register_help(conf_dir: str | Path) -> None:
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("launcher_groups"):
         OmegaConf.register_new_resolver("launcher_groups", lambda: group_listing(Path(conf_dir)))
+    if not OmegaConf.has_resolver("launcher_limits"):
+        OmegaConf.register_new_resolver("launcher_limits", limit_listing)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.config.bounds import limited
+
 # Each field's docstring says what it does, its unit and its range; `launcher.config.bounds`
 # holds the range checks the resolver runs.
 
@@ -17,24 +19,24 @@ from typing import Any
 @dataclass
 class MlpConfig:
     name: str = "mlp"
-    hidden_units: list[int] = field(default_factory=lambda: [128, 64])
+    hidden_units: list[int] = limited(bound="each >= 1", factory=lambda: [128, 64])
     """Width of each hidden Dense layer, input to output; each >= 1."""
     activation: str = "relu"
     """Keras activation name for the hidden layers."""
-    dropout: float = 0.0
+    dropout: float = limited(0.0, "[0, 1)")
     """Dropout rate after each hidden layer, in [0, 1)."""
 
 
 @dataclass
 class CnnConfig:
     name: str = "cnn"
-    filters: list[int] = field(default_factory=lambda: [16, 32])
+    filters: list[int] = limited(bound="each >= 1", factory=lambda: [16, 32])
     """Filters of each conv block (conv + pool), input to output; each >= 1."""
-    kernel_size: int = 3
+    kernel_size: int = limited(3, ">= 1")
     """Square kernel side in pixels, >= 1."""
-    dense_units: int = 64
+    dense_units: int = limited(64, ">= 1")
     """Width of the Dense layer before the classifier, >= 1."""
-    dropout: float = 0.0
+    dropout: float = limited(0.0, "[0, 1)")
     """Dropout rate before the classifier, in [0, 1)."""
 
 
@@ -43,24 +45,24 @@ class ResnetConfig:
     name: str = "resnet"
     variant: str = "ResNet50"
     """Any keras.applications ResNet family member; built with weights=None (never downloaded)."""
-    min_input_size: int = 32
+    min_input_size: int = limited(32, ">= 1")
     """Inputs are resized up to at least max(this, 32) pixels per side (ResNet's minimum)."""
 
 
 @dataclass
 class TransformerConfig:
     name: str = "transformer"
-    embed_dim: int = 32
+    embed_dim: int = limited(32, ">= 1")
     """Token embedding width, >= 1 and a multiple of num_heads."""
-    num_heads: int = 2
+    num_heads: int = limited(2, ">= 1")
     """Attention heads per layer, >= 1."""
-    ff_dim: int = 64
+    ff_dim: int = limited(64, ">= 1")
     """Hidden width of each feed-forward block, >= 1."""
-    num_layers: int = 2
+    num_layers: int = limited(2, ">= 1")
     """Encoder layers, >= 1."""
-    dropout: float = 0.0
+    dropout: float = limited(0.0, "[0, 1)")
     """Dropout rate in attention and feed-forward blocks, in [0, 1)."""
-    patch_size: int = 0
+    patch_size: int = limited(0, ">= 0")
     """Tabular inputs: features per token, >= 0 (0 = features // 8); images: a token per row."""
 
 

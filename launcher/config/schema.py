@@ -14,6 +14,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from launcher.config.bounds import limited
 from launcher.config.models import MODEL_KINDS, CustomModelConfig
 
 
@@ -131,13 +132,13 @@ class MonitorMode(Enum):
 @dataclass
 class DatasetBase:
     name: str = MISSING
-    validation_split: float = 0.2
+    validation_split: float = limited(0.2, "(0, 1)")
     """Fraction of the examples held out for validation, in (0, 1)."""
-    shuffle_seed: int = 0
+    shuffle_seed: int = limited(0, ">= 0")
     """Seed of the one-time shuffle before the train/validation split."""
-    shuffle_buffer: int = 10_000
+    shuffle_buffer: int = limited(10_000, ">= 1")
     """Examples in the per-epoch shuffle buffer (capped at the split's size), >= 1."""
-    limit: int = 0
+    limit: int = limited(0, ">= 0")
     """Keep at most this many training examples (0 = all), >= 0; handy for smoke runs."""
 
 
@@ -155,13 +156,13 @@ class SyntheticConfig(DatasetBase):
     """image (H, W, C floats), tabular (features) or tokens (integer ids)."""
     num_examples: int = 2048
     """Examples generated (train + validation), >= 2."""
-    num_classes: int = 10
+    num_classes: int = limited(10, ">= 0", fix=0)
     """Label classes, >= 2."""
     shape: list[int] = field(default_factory=lambda: [16, 16, 3])
     """Shape of one example: [H, W, C] for images, [features], [length] for tokens."""
     vocab_size: int = 1000
     """tokens only: ids are drawn from [0, vocab_size), >= 2."""
-    seed: int = 0
+    seed: int = limited(0, ">= 0")
     """Seed of the generated data (a different seed gives different data)."""
 
 
@@ -174,7 +175,7 @@ class NpzConfig(DatasetBase):
     """Array name of the inputs in the file."""
     y_key: str = "y"
     """Array name of the integer labels in the file."""
-    num_classes: int = 0
+    num_classes: int = limited(0, ">= 0")
     """Label classes, >= 0 (0 = the largest label + 1); a label outside 0..num_classes-1 is refused."""
     drop_nonfinite: bool = False
     """Drop examples whose inputs hold NaN or inf at load (and say how many); false refuses such a file."""
@@ -193,7 +194,7 @@ class TfrecordConfig(DatasetBase):
     """The feature that is the model's input."""
     y_key: str = "y"
     """The feature that is the integer label."""
-    num_classes: int = 0
+    num_classes: int = limited(0, ">= 0")
     """Label classes, >= 0 (0 = from dataset.json)."""
     cache: bool = False
     """Cache the parsed examples in memory after the first epoch (data that fits)."""
@@ -213,7 +214,7 @@ class CustomDatasetConfig(DatasetBase):
     datasets of (x, y). "" = the plugin `name`."""
     params: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the loader."""
-    num_classes: int = 0
+    num_classes: int = limited(0, ">= 0")
     """Classification: label classes (0 = the largest label + 1); multilabel: labels per example (0 = from y)."""
     kind: str = "auto"
     """Input kind for built-in models: image (H, W, C), tabular (features), tokens (ids) or auto (from x)."""
@@ -274,22 +275,22 @@ class EvalConfig:
 class StrategyConfig:
     kind: StrategyKind = StrategyKind.default
     """default, one_device, mirrored (one machine, several devices) or multi_worker."""
-    devices: int = 0
+    devices: int = limited(0, ">= 0")
     """mirrored: replicas wanted, >= 0 (0 = every GPU; without GPUs, 2 logical CPU devices)."""
     device: str = "auto"
     """one_device: "auto" (first GPU, else CPU) or a device string such as /cpu:0 or /gpu:1."""
-    local_workers: int = 0
+    local_workers: int = limited(0, ">= 0", fix=2)
     """multi_worker: start this many worker processes on this machine (127.0.0.1, free ports), >= 0
     (0 = this process is one worker of a cluster named by workers, TF_CONFIG or Slurm)."""
     workers: list[str] = field(default_factory=list)
     """multi_worker: every worker's host:port, the same list on every worker (chief first)."""
-    task_index: int = 0
+    task_index: int = limited(0, ">= 0")
     """multi_worker with `workers`: this worker's position in that list, 0 = the chief."""
-    port: int = 12345
+    port: int = limited(12345, "[1, 65535]")
     """multi_worker under Slurm: task k of a node listens on port + k, in 1..65535."""
     communication: Communication = Communication.auto
     """multi_worker collectives: auto (ring on CPU, NCCL on GPUs), ring or nccl (GPUs only)."""
-    connect_timeout: float = 300.0
+    connect_timeout: float = limited(300.0, "> 0")
     """multi_worker: seconds to wait for every peer at start-up before stopping with their addresses, > 0."""
 
 
@@ -299,15 +300,15 @@ class LossScaleConfig:
     """auto (dynamic under float16, else none), dynamic, fixed or none."""
     implementation: LossScaleImpl = LossScaleImpl.auto
     """auto (the resolver picks), stock (Keras's) or replica_safe (ours)."""
-    initial_scale: float = 32768.0
+    initial_scale: float = limited(32768.0, "> 0")
     """dynamic: starting scale, in [min_scale, max_scale]."""
-    growth_interval: int = 2000
+    growth_interval: int = limited(2000, ">= 1")
     """dynamic: finite steps after which the scale doubles, >= 1."""
-    min_scale: float = 1.0
+    min_scale: float = limited(1.0, "> 0")
     """dynamic: the scale never halves below this, > 0."""
     max_scale: float = 16777216.0
     """dynamic: the scale never doubles above this, >= initial_scale."""
-    value: float = 1024.0
+    value: float = limited(1024.0, "> 0")
     """fixed: the constant scale, > 0 (a power of 2 keeps gradients exact)."""
 
 
@@ -315,15 +316,15 @@ class LossScaleConfig:
 class ScalingConfig:
     batch_rule: BatchRule = BatchRule["per_replica"]  # type: ignore[valid-type]
     """per_replica (batch_size per replica) or global (batch_size split over replicas)."""
-    batch_size: int = 64
+    batch_size: int = limited(64, ">= 1")
     """Examples per step, per replica or global by batch_rule, >= 1."""
     lr_rule: LrRule = LrRule.none
     """How the learning rate follows the global batch: none, linear or sqrt."""
-    reference_batch: int = 64
+    reference_batch: int = limited(64, ">= 1")
     """The global batch optimizer.learning_rate was tuned for, >= 1."""
-    warmup_epochs: float = 0.0
+    warmup_epochs: float = limited(0.0, ">= 0")
     """Linear warmup length in epochs, >= 0 (exclusive with warmup_steps)."""
-    warmup_steps: int = 0
+    warmup_steps: int = limited(0, ">= 0")
     """Linear warmup length in global steps, >= 0 (exclusive with warmup_epochs)."""
 
 
@@ -331,24 +332,24 @@ class ScalingConfig:
 class OptimizerConfig:
     name: OptimizerName = OptimizerName.adam
     """adam, adamw or sgd."""
-    learning_rate: float = 1e-3
+    learning_rate: float = limited(1e-3, "> 0")
     """Peak learning rate at reference_batch, > 0 (scaled by scaling.lr_rule)."""
     schedule: LrSchedule = LrSchedule.constant
     """After warmup: constant, or cosine decay to 0 at the last step."""
-    momentum: float = 0.9
+    momentum: float = limited(0.9, "[0, 1)")
     """sgd: momentum, in [0, 1)."""
-    weight_decay: float = 0.0
+    weight_decay: float = limited(0.0, ">= 0")
     """adamw: decoupled weight decay, >= 0 (0 = Keras's default 0.004)."""
-    clipnorm: float = 0.0
+    clipnorm: float = limited(0.0, ">= 0")
     """Clip each variable's gradient to this L2 norm, >= 0 (0 = no clipping); after the all-reduce."""
-    global_clipnorm: float = 0.0
+    global_clipnorm: float = limited(0.0, ">= 0")
     """Clip the whole gradient to this global L2 norm, >= 0 (0 = off); after the all-reduce (Keras clips
     each replica's part before it)."""
     use_ema: bool = False
     """Keep an exponential moving average of the weights; validation, best model and export use it."""
-    ema_momentum: float = 0.99
+    ema_momentum: float = limited(0.99, "[0, 1)")
     """use_ema: weight of the average's previous value per step, in [0, 1)."""
-    gradient_accumulation_steps: int = 1
+    gradient_accumulation_steps: int = limited(1, ">= 1")
     """Micro-batches per step, >= 1: each step sums the gradients of this many micro-batches of
     scaling.batch_size and applies once (the effective batch is this many times larger; LR rules use it)."""
     update: OptimizerUpdate = OptimizerUpdate.auto
@@ -362,7 +363,7 @@ class EarlyStoppingConfig:
     """Stop when `monitor` has not improved for `patience` epochs."""
     monitor: str = "val_loss"
     """An epoch metric name, e.g. val_loss or val_accuracy."""
-    patience: int = 3
+    patience: int = limited(3, ">= 0")
     """Epochs without improvement before stopping, >= 0."""
     mode: MonitorMode = MonitorMode.min
     """min (lower is better) or max."""
@@ -374,9 +375,9 @@ class ReduceLrConfig:
     """Multiply the learning rate by `factor` when `monitor` plateaus (constant schedules only)."""
     monitor: str = "val_loss"
     """An epoch metric name."""
-    factor: float = 0.5
+    factor: float = limited(0.5, "(0, 1)")
     """Multiplier applied on a plateau, in (0, 1)."""
-    patience: int = 2
+    patience: int = limited(2, ">= 0")
     """Epochs without improvement before reducing, >= 0."""
     mode: MonitorMode = MonitorMode.min
     """min (lower is better) or max."""
@@ -384,19 +385,19 @@ class ReduceLrConfig:
 
 @dataclass
 class ProfileConfig:
-    steps: int = 0
+    steps: int = limited(0, ">= 0", fix=10)
     """Training steps to trace with TensorFlow's profiler, >= 0 (0 = off); to <run dir>/profile."""
-    skip_steps: int = 10
+    skip_steps: int = limited(10, ">= 0")
     """Steps to skip before tracing (past tracing and compilation), >= 0."""
 
 
 @dataclass
 class TrainConfig:
-    epochs: int = 5
+    epochs: int = limited(5, ">= 1")
     """Epochs to train, >= 1 (a resumed run trains up to this epoch)."""
-    steps_per_execution: int = 16
+    steps_per_execution: int = limited(16, ">= 1")
     """Steps run inside one tf.function call (fewer Python round trips), >= 1."""
-    max_steps_per_epoch: int = 0
+    max_steps_per_epoch: int = limited(0, ">= 0")
     """Cap on steps per epoch, >= 0 (0 = the whole training split)."""
     on_nonfinite: OnNonfinite = OnNonfinite.stop
     """A step whose loss is NaN/inf: stop (at once, naming the step, with a diagnosis) or skip (the step's
@@ -406,14 +407,14 @@ class TrainConfig:
     """Count per step on the device: the unscaled gradient norm, skipped steps, the loss and loss scale of
     every step (step/grad_norm, step/skipped_steps, the trace up to a numerics stop); false = the bare
     loop (the guard still stops on a NaN loss and on collapse_steps)."""
-    collapse_steps: int = 20
+    collapse_steps: int = limited(20, ">= 0")
     """Stop with a diagnosis after this many consecutive skipped (non-finite) steps, or this many steps
     with the dynamic loss scale at its minimum, >= 0 (0 = never)."""
     measure_utilization: bool = True
     """Log model_flops_utilization per epoch (model FLOPs vs this machine's cached matmul peak)."""
-    max_validation_steps: int = 0
+    max_validation_steps: int = limited(0, ">= 0")
     """Cap on validation steps per epoch, >= 0 (0 = every validation example)."""
-    limit_fraction: float = 1.0
+    limit_fraction: float = limited(1.0, "(0, 1]")
     """Run this fraction of each epoch's training and validation steps, in (0, 1] (debug=limit)."""
     callbacks: list[str] = field(default_factory=list)
     """Your Keras callbacks as module.path:Name (a keras.callbacks.Callback class or a function returning one)."""
@@ -426,11 +427,11 @@ class TrainConfig:
 class CheckpointConfig:
     enabled: bool = True
     """Save checkpoints into <run dir>/checkpoints and resume from them."""
-    interval_epochs: int = 1
+    interval_epochs: int = limited(1, ">= 0")
     """Save at the end of every interval_epochs-th epoch, >= 0 (0 = never at epoch ends)."""
-    interval_steps: int = 0
+    interval_steps: int = limited(0, ">= 0")
     """Save at every multiple of this many global steps, >= 0 (0 = off)."""
-    max_to_keep: int = 3
+    max_to_keep: int = limited(3, ">= 1", when="checkpoint.enabled")
     """Newest checkpoints kept on disk, >= 1 (older ones are deleted with their sidecars)."""
     resume: str = "auto"
     """auto (newest complete checkpoint), never (old ones moved aside) or a ckpt-N prefix path."""
@@ -468,15 +469,15 @@ class TrackingConfig:
     log to fallback_uri instead)."""
     fallback_uri: str = "sqlite:///outputs/mlflow.db"
     """Where on_unreachable=local logs (relative to the launch dir)."""
-    outage_wait: float = 120.0
+    outage_wait: float = limited(120.0, ">= 0")
     """Seconds a finished launch waits for a tracking server that went away mid-run, >= 0; what is
     still undelivered then is kept in the run dir (python -m launcher.tracking.sync delivers it)."""
-    step_metrics_every: int = 32
+    step_metrics_every: int = limited(32, ">= 0", fix=10)
     """Log `step/loss`, `step/accuracy`, `step/learning_rate` and `step/loss_scale` every this many
     global steps (the mean over those steps), >= 0; 0 = epoch metrics only."""
     system_metrics: bool = True
     """Log MLflow's system metrics (CPU, memory, disk, network) while training."""
-    system_metrics_interval: float = 10.0
+    system_metrics_interval: float = limited(10.0, "> 0")
     """Seconds between system metric samples, > 0."""
     tags: dict[str, str] = field(default_factory=dict)
     """Your own tags on the run, e.g. tracking.tags='{team: vision, ticket: ML-12}'."""
@@ -488,11 +489,11 @@ class TrackingConfig:
 
 @dataclass
 class DoctorConfig:
-    steps: int = 60
+    steps: int = limited(60, ">= 4")
     """Training steps per trial, >= 4 (each trial is one short run of the config)."""
-    tolerance: float = 0.5
+    tolerance: float = limited(0.5, "> 0")
     """A trial diverges when its final loss exceeds the float32 one-device baseline's by this fraction, > 0."""
-    max_fixes: int = 4
+    max_fixes: int = limited(4, ">= 1")
     """Candidate fixes tried (each a trial) before the doctor gives up on verifying one, >= 1."""
 
 
@@ -521,7 +522,7 @@ class Config:
     name: str = ""
     """A run name: the run dir becomes outputs/runs/<name>, so re-running the same command
     resumes it; also the MLflow run name. "" = a timestamped run dir."""
-    seed: int = 0
+    seed: int = limited(0, ">= 0")
     """Seeds weights, data order and dropout."""
     deterministic: bool = False
     """TensorFlow op determinism (slower kernels): a resumed run matches an uninterrupted one bit for bit."""

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 HEALTHY = "healthy"
 
 
@@ -114,14 +116,14 @@ def candidate_fixes(addition: str, facts: Facts, overflow_layers: list[str], cul
 
 
 def refusal_fixes(violations: list) -> list[Fix]:
-    """Overrides that can lift a refusal of the config or its data (the others need a person)."""
-    fixes = []
+    """The refusal lifted by the fixes its violations carry as overrides (`Violation.overrides`), tried together;
+    none when some violation needs a person (its fix is advice, not an override)."""
+    if not violations or any(not v.overrides for v in violations):
+        return []
+    overrides: dict[str, Any] = {}
     for violation in violations:
-        if "dataset.drop_nonfinite=true" in violation.fix:
-            fixes.append(
-                Fix(
-                    f"drop the examples with NaN or inf inputs at load ({violation.expected})",
-                    {"dataset.drop_nonfinite": True},
-                )
-            )
-    return fixes
+        for override in violation.overrides:
+            key, _, value = override.partition("=")
+            overrides[key] = yaml.safe_load(value)
+    why = "; ".join(f"{v.key}: {v.expected}" for v in violations)
+    return [Fix(f"apply the refusal's own fix ({why})", overrides)]

@@ -88,6 +88,7 @@ def array_problems(
                     f"{', '.join(map(str, rows[:SHOWN]))})",
                     "dataset.drop_nonfinite=true (drop them at load), or drop or impute them before saving, e.g. "
                     "x = np.nan_to_num(x) or keep = np.isfinite(x).all(axis=1)",
+                    overrides=("dataset.drop_nonfinite=true",),
                 )
             )
     return found
