@@ -11,7 +11,11 @@ import hydra
 from omegaconf import DictConfig
 
 from launcher.config.help import register_help
+from launcher.config.imports import config_packages
 from launcher.config.schema import register_configs
+from launcher.doctor.launch import run
+from launcher.run.evaluate import evaluate
+from launcher.run.local_workers import run_local_workers
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 COMPOSE_FIX = (
@@ -58,20 +62,17 @@ def _train(cfg, at: Invocation) -> int:
 
 
 def _evaluate(cfg, at: Invocation) -> int:
-    from launcher.run.evaluate import evaluate
 
     return evaluate(cfg, at.run_dir, at.launch_dir, at.overrides)
 
 
 def _doctor(cfg, at: Invocation) -> int:
-    from launcher.doctor.launch import run
 
     return run(cfg, at.run_dir, at.launch_dir, " ".join(o for o in at.overrides if not o.startswith("mode=")))
 
 
 def _local_workers(cfg, at: Invocation) -> int:
     """Not in the run dir's shell: the chief worker, a process of its own, locks the run dir."""
-    from launcher.run.local_workers import run_local_workers
 
     return run_local_workers(at.overrides, int(cfg.strategy.local_workers), at.run_dir, at.launch_dir)
 
@@ -116,7 +117,6 @@ def main(cfg: DictConfig) -> float | None:
 def plugin_search_path(argv: list[str]) -> list[str]:
     """Installed plugins' config packages (entry points `launcher.configs`) join Hydra's search path, after any
     hydra.searchpath the person gave: their model/dataset/experiment YAML become choices."""
-    from launcher.config.imports import config_packages
 
     packages = [f"pkg://{p}" for p in config_packages()]
     if not packages:

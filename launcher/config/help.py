@@ -11,6 +11,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from launcher.config.bounds import CHECKS, limits
+from launcher.config.imports import plugins
+
 # Groups under conf/hydra/ that users choose (hydra/launcher=parallel).
 HYDRA_GROUPS = ("hydra/launcher",)
 
@@ -19,7 +22,6 @@ def group_listing(conf_dir: Path) -> str:
     """One line per group: `name: option, option` (defaults first as composed by config.yaml)."""
     lines = []
     groups = sorted(p for p in conf_dir.iterdir() if p.is_dir() and p.name != "hydra")
-    from launcher.config.imports import plugins
 
     for group in [*groups, *(conf_dir / g for g in HYDRA_GROUPS)]:
         options = sorted(
@@ -33,7 +35,6 @@ def group_listing(conf_dir: Path) -> str:
 
 def limit_listing() -> str:
     """One line per value range declared in the schemas: `key (options that have it): what is expected`."""
-    from launcher.config.bounds import CHECKS, limits
     from launcher.config.schema import DATASET_SCHEMAS, MODEL_SCHEMAS, Config
 
     rows: dict[str, tuple[list[str], str]] = {}

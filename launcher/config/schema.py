@@ -8,6 +8,7 @@ extend these schemas (see `register_configs`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum
 from typing import Any
 
@@ -15,6 +16,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from launcher.config.bounds import limited
+from launcher.config.errors import ConfigError
+from launcher.config.imports import plugins
 from launcher.config.models import MODEL_KINDS, CustomModelConfig
 
 
@@ -568,8 +571,6 @@ def to_config(node) -> Config:
     from omegaconf import OmegaConf
     from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-    from launcher.config.errors import ConfigError
-
     try:
         return OmegaConf.to_object(node)
     except MissingMandatoryValue as err:
@@ -591,7 +592,6 @@ def run_dir_name(name: str) -> str:
     """`${run_dir_name:${name}}` in hydra.run.dir: the given name, else a timestamp."""
     if name:
         return str(name)
-    from datetime import datetime
 
     return datetime.now().strftime("%Y-%m-%d/%H-%M-%S-%f")
 
@@ -618,7 +618,6 @@ def register_plugins(cs) -> None:
     """Installed plugins become choices: model=<name> / dataset=<name> (read from entry points, nothing imported).
 
     A plugin that ships YAML defaults for the same name (a `launcher.configs` package) takes precedence."""
-    from launcher.config.imports import plugins
 
     for name, path in plugins("model").items():
         if name not in MODEL_SCHEMAS:

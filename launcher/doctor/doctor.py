@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.config.errors import ConfigError
 from launcher.contract import Position
 from launcher.doctor.diagnose import Facts, Fix, candidate_fixes, first_failure, judge, refusal_fixes
 from launcher.doctor.inspect import (
@@ -26,6 +27,7 @@ from launcher.doctor.inspect import (
     scan,
 )
 from launcher.doctor.trials import Trial, render_overrides, run_trial
+from launcher.train import runtime
 
 ADDITIONS = ("baseline", "precision", "strategy", "xla")
 
@@ -49,9 +51,7 @@ class Examination:
 
 def examine(config, env, overrides: str) -> Examination:
     """Run the whole examination of `config` (typed) on this machine."""
-    from launcher.config.errors import ConfigError
     from launcher.run.runner import review
-    from launcher.train import runtime
 
     started = time.perf_counter()
     exam = Examination(overrides)

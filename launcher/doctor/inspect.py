@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 FLOAT16_MAX = 65504.0
 HEADROOM = 8.0  # activations within 8x of the float16 maximum overflow after a few updates
 RISKY_ACTIVATIONS = {"softmax", "exponential", "log_softmax", "softplus", "elu", "selu", "gelu"}
@@ -56,7 +58,6 @@ def _probe(model):
 
 def first_nonfinite(model, loss_fn, x, y, scale: float, step: int) -> Culprit:
     """Replay one training step layer by layer; name the first non-finite value."""
-    import numpy as np
     import tensorflow as tf
 
     x = tf.convert_to_tensor(x)
@@ -108,7 +109,6 @@ def _finite(t) -> bool:
 
 
 def _describe(t) -> str:
-    import numpy as np
 
     values = np.asarray(t, dtype=np.float32)
     return f"{int(np.isnan(values).sum())} NaN, {int(np.isinf(values).sum())} inf of {values.size}"
@@ -116,7 +116,6 @@ def _describe(t) -> str:
 
 def activation_ranges(model, x) -> dict[str, float]:
     """Largest |activation| per layer on the batch `x` (run the float32 model: the true magnitudes)."""
-    import numpy as np
 
     layers, probe = _probe(model)
     if probe is None:

@@ -12,8 +12,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from launcher.config.errors import ConfigError
+from launcher.doctor.doctor import examine
+from launcher.doctor.report import PLOT_FILE, REPORT_FILE, console, markdown, plot_loss_scale, verdict
+from launcher.doctor.trials import render_overrides
 from launcher.outcome import EXIT_FINISHED, EXIT_PROBLEM_FOUND, FINISHED, OutcomeRecord
+from launcher.plan.environment import probe
 from launcher.run.shell import run_in_shell
+from launcher.tracking.tracker import Tracker
+from launcher.tracking.uri import check_reachable, redact, resolve_uri
 
 TRIALS_FILE = "doctor_trials.json"
 
@@ -30,9 +36,6 @@ def run(cfg_node, run_dir: Path, launch_dir: Path, overrides: str = "") -> int:
 
 def _examine(cfg_node, run_dir: Path, launch_dir: Path, overrides: str) -> OutcomeRecord:
     from launcher.config.schema import StrategyKind, to_config
-    from launcher.doctor.doctor import examine
-    from launcher.doctor.report import PLOT_FILE, REPORT_FILE, console, markdown, plot_loss_scale
-    from launcher.plan.environment import probe
     from launcher.plan.resolve import wants_measurements
 
     config = to_config(cfg_node)
@@ -67,10 +70,6 @@ def _examine(cfg_node, run_dir: Path, launch_dir: Path, overrides: str) -> Outco
 
 def _log_to_mlflow(config, exam, run_dir: Path, launch_dir: Path, files: list) -> None:
     """A run of its own ("doctor <name>") with the verdict as tags and the report as artifacts."""
-    from launcher.doctor.report import verdict
-    from launcher.doctor.trials import render_overrides
-    from launcher.tracking.tracker import Tracker
-    from launcher.tracking.uri import check_reachable, redact, resolve_uri
 
     tr = config.tracking
     try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from launcher.doctor.trials import render_overrides
+
 REPORT_FILE = "doctor.md"
 PLOT_FILE = "doctor_loss_scale.png"
 
@@ -20,14 +22,12 @@ def verdict(exam) -> str:
 
 
 def _overrides(fix) -> str:
-    from launcher.doctor.trials import render_overrides
 
     return render_overrides(fix.overrides)
 
 
 def command(examined: str, fix: dict) -> str:
     """The examined command line with the fix applied: an override of a key the fix sets is replaced."""
-    from launcher.doctor.trials import render_overrides
 
     kept = [token for token in examined.split() if token.partition("=")[0].lstrip("+~") not in fix]
     return " ".join(["python -m launcher", *kept, render_overrides(fix)])

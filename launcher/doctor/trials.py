@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+import numpy as np
+
+from launcher.config.errors import ConfigError
 from launcher.contract import Hook, HookList, Position
+from launcher.train import runtime
+from launcher.train.numerics import NumericsStop
 
 # What every trial changes: short, quiet, nothing written.
 TRIAL_SETTINGS = {
@@ -135,12 +140,9 @@ def run_trial(
 
     Returns the trial and, when it trained, the engine and the position it stopped at (for a replay).
     """
-    from launcher.config.errors import ConfigError
     from launcher.run.runner import numerics_guard, review
-    from launcher.train import runtime
     from launcher.train.build import build
     from launcher.train.engine import Engine
-    from launcher.train.numerics import NumericsStop
 
     trial = Trial(name, dict(overrides))
     cfg = with_overrides(config, {**TRIAL_SETTINGS, "train.max_steps_per_epoch": steps, **overrides})
@@ -191,7 +193,6 @@ def run_trial(
 
 
 def _weights_finite(model) -> bool:
-    import numpy as np
 
     return all(np.isfinite(w).all() for w in model.get_weights() if np.issubdtype(w.dtype, np.floating))
 

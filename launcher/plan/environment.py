@@ -13,6 +13,9 @@ import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher.console import quiet_stderr
+from launcher.plan.hardware import best_rate, measured_rates
+
 
 @dataclass(frozen=True)
 class Gpu:
@@ -62,7 +65,6 @@ class Environment:
         return self.has_amx
 
     def best_matmul_rate(self, dtype: str) -> float | None:
-        from launcher.plan.hardware import best_rate
 
         return best_rate(self.matmul_gflops, dtype)
 
@@ -120,9 +122,6 @@ def probe(measure: bool = False) -> Environment:
     """What this machine offers; `measure` adds its matmul rates (cached; a child process the first time)."""
     import keras
     import tensorflow as tf
-
-    from launcher.console import quiet_stderr
-    from launcher.plan.hardware import measured_rates
 
     with quiet_stderr():
         gpus = _probe_gpus()

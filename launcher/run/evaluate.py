@@ -13,13 +13,22 @@ training run (`mlflow.parentRunId`), and the training run gets a tag pointing ba
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import re
 from pathlib import Path
 
-from launcher.config.errors import ConfigError, raise_if_any
+import numpy as np
+import yaml
+
+from launcher.config.errors import ConfigError, Violation, raise_if_any
 from launcher.files import OUTCOME_FILE
 from launcher.outcome import EXIT_FINISHED, FINISHED, OutcomeRecord
+from launcher.plan.environment import probe
 from launcher.run.shell import run_in_shell
+from launcher.tracking.tracker import Tracker
+from launcher.tracking.uri import resolve_uri
+from launcher.train import runtime
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
@@ -81,8 +90,6 @@ def _run_dir_from_mlflow(run_id: str, uri: str, launch_dir: Path) -> Path | None
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from launcher.tracking.uri import resolve_uri
-
     try:
         tags = MlflowClient(resolve_uri(uri, launch_dir)).get_run(run_id).data.tags
     except MlflowException:
@@ -93,7 +100,6 @@ def _run_dir_from_mlflow(run_id: str, uri: str, launch_dir: Path) -> Path | None
 
 def compose_like(train_dir: Path, overrides: list[str]):
     """The training run's composed config with `overrides` on top (the later value of a key wins)."""
-    import yaml
     from hydra import compose
 
     merged: dict[str, str] = {}
@@ -125,9 +131,7 @@ class Evaluation:
         self.training = OutcomeRecord.read(train_dir)
 
     def execute(self) -> tuple[str | None, dict]:
-        from launcher.plan.environment import probe
         from launcher.run.runner import review
-        from launcher.train import runtime
 
         config, holder = self.config, {}
         self.env = probe(measure=False)
@@ -180,7 +184,6 @@ class Evaluation:
 
     def _load(self, in_scope: bool):
         """The model: a .keras export, or the training config's model with a checkpoint's weights."""
-        import contextlib
 
         import keras
 
@@ -212,7 +215,6 @@ class Evaluation:
         return engine.evaluate(split=split)
 
     def _predict(self, split: str) -> tuple[dict[str, float], list[Path]]:
-        import numpy as np
 
         from launcher.train.tasks import make_task
 
@@ -241,9 +243,6 @@ class Evaluation:
         if not tr.enabled:
             return None
         from mlflow.tracking import MlflowClient
-
-        from launcher.tracking.tracker import Tracker
-        from launcher.tracking.uri import resolve_uri
 
         uri = resolve_uri(tr.uri, self.launch_dir)
         parent = self.training.run_id if self.training else None
@@ -290,16 +289,12 @@ class Evaluation:
 
 
 def _violation(key, value, expected, fix):
-    from launcher.config.errors import Violation
 
     return Violation(key, value, expected, fix)
 
 
 def _write_csv(path: Path, columns: dict) -> None:
     """One row per example: its label(s), predicted class (when there is one) and prediction(s)."""
-    import csv
-
-    import numpy as np
 
     flat = {name: np.asarray(values).reshape(len(values), -1) for name, values in columns.items() if name != "outputs"}
     header = [

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from launcher.train.ema import ema_weights
+
 
 def export_model(model, path: Path) -> None:
     """Save the model without the training-only optimizer state (it lives in the checkpoints); under
     optimizer.use_ema with the weights' moving average."""
-    from launcher.train.ema import ema_weights
 
     optimizer = model.optimizer
     model.optimizer = None

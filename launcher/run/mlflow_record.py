@@ -8,6 +8,8 @@ import shutil
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 MODEL_ARTIFACT = "mlflow_model"
 
 
@@ -38,7 +40,6 @@ def save_mlflow_model(model, example, directory: Path) -> Path:
     by importing the world in a subprocess."""
     import keras
     import mlflow.keras
-    import numpy as np
     import tensorflow as tf
     from mlflow.models import infer_signature
 

@@ -9,6 +9,8 @@ checkpoint from another model) runs before MLflow hears of the launch, and a ref
 
 from __future__ import annotations
 
+import inspect
+import json
 import sys
 import traceback
 from dataclasses import dataclass
@@ -17,13 +19,38 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from launcher.config.errors import ConfigError, raise_if_any
+from launcher.config.errors import ConfigError, Violation, raise_if_any
 from launcher.config.schema import Config, as_dict
+from launcher.config.tasks import known_epoch_metrics, monitor_problems
 from launcher.contract import FitResult, HookList, Position, Preempted, headline
 from launcher.files import CONFIG_FILE, PLAN_FILE
 from launcher.plan.decisions import Plan, ResumePlan, render_record
+from launcher.plan.environment import probe
 from launcher.plan.resume import decide_resume, layout_of
-from launcher.tracking.uri import redact
+from launcher.plan.sharding import decide_sharding
+from launcher.run.checkpoint import Checkpointer, CheckpointWriteError, check_writable, set_aside
+from launcher.run.checkpoint_policy import SavePolicy
+from launcher.run.export import export_model
+from launcher.run.faults import FaultHook, faults_enabled
+from launcher.run.hooks.best_model import BestModelHook
+from launcher.run.hooks.callback_state import EarlyStoppingStateHook
+from launcher.run.hooks.checkpoint import CheckpointHook
+from launcher.run.hooks.history import HistoryHook
+from launcher.run.hooks.metrics import MetricsHook
+from launcher.run.hooks.preemption import PreemptionGuard, PreemptionHook, StopAgreementHook
+from launcher.run.hooks.profiling import ProfilerHook
+from launcher.run.hooks.step_metrics import StepMetricsHook
+from launcher.run.hooks.utilization import UtilizationHook
+from launcher.run.mlflow_record import MODEL_ARTIFACT, dataset_inputs, save_mlflow_model
+from launcher.run.params import run_name, run_params, run_tags
+from launcher.run.profiling import StepProfiler
+from launcher.run.utilization import matmul_peak, process_age_seconds, training_flops_per_example
+from launcher.tracking.tracker import NullTracker, Tracker
+from launcher.tracking.uri import check_reachable, redact, resolve_uri
+from launcher.train import runtime
+from launcher.train.agreement import Agreement, comparable, differences, weights_digest
+from launcher.train.labels import fit_to_task
+from launcher.train.numerics import NumericsGuard, NumericsStop
 
 
 @dataclass
@@ -100,9 +127,7 @@ class Launch:
         The resolver's, the data's, the schedule's and the tracking server's problems are
         collected and refused together, in one ConfigError.
         """
-        from launcher.plan.environment import probe
         from launcher.plan.resolve import wants_measurements
-        from launcher.train import runtime
 
         config = self.config
         self.env = probe(measure=wants_measurements(config))
@@ -113,8 +138,6 @@ class Launch:
 
         self.plan, self.source, problems = review(config, self.env, start_runtime)
         if config.checkpoint.enabled and not config.explain:
-            from launcher.run.checkpoint import check_writable
-
             _collecting(problems, check_writable, self.checkpoint_dir)
         self.tracking_uri = config.tracking.uri
         if config.tracking.enabled and not config.explain:
@@ -129,7 +152,6 @@ class Launch:
         """An unreachable server refuses the launch, or (tracking.on_unreachable=local) is swapped for the
         local store with a warning in the Plan."""
         from launcher.config.schema import Unreachable
-        from launcher.tracking.uri import check_reachable
 
         tr = self.config.tracking
         unreachable = []
@@ -148,7 +170,6 @@ class Launch:
 
     def build(self) -> None:
         """Model, optimizer (+ loss-scale optimizer) and metrics, inside the strategy scope."""
-        from launcher.config.tasks import known_epoch_metrics, monitor_problems
         from launcher.train.build import build
 
         self.built = build(self.config, self.plan, self.source, self.strategy)
@@ -166,7 +187,6 @@ class Launch:
 
         Before tracking starts: a checkpoint of another model is a ConfigError MLflow never sees.
         """
-        from launcher.run.checkpoint import Checkpointer, set_aside
 
         cfg = self.config.checkpoint
         if not cfg.enabled:
@@ -194,9 +214,6 @@ class Launch:
         the same step); any difference stops every worker, naming the keys, before anything is tracked."""
         if self.plan.cluster is None:
             return
-        import json
-
-        from launcher.train.agreement import Agreement, comparable, differences
 
         self.agreement = Agreement(self.built.strategy, len(self.plan.cluster.workers))
         mine = comparable(self.plan.values(), self.settings)
@@ -208,9 +225,6 @@ class Launch:
 
     def start_tracking(self) -> None:
         """Continue the checkpoint's MLflow run, or open a new one with params, tags and the Plan."""
-        from launcher.run.params import run_name, run_params, run_tags
-        from launcher.tracking.tracker import NullTracker, Tracker
-        from launcher.tracking.uri import resolve_uri
 
         tr, plan = self.config.tracking, self.plan
         if not tr.enabled or not plan.is_chief:
@@ -238,8 +252,6 @@ class Launch:
                 self.tracker.log_artifact(self.run_dir / PLAN_FILE)
                 self.tracker.log_artifact(self.run_dir / CONFIG_FILE)
             if not self.tracker.resumed:
-                from launcher.run.mlflow_record import dataset_inputs
-
                 self.tracker.log_inputs(dataset_inputs(self.source, self.config.dataset))
             self.tracker.flush()  # a write MLflow refuses stops the launch here, before training
             if tr.system_metrics:
@@ -249,10 +261,7 @@ class Launch:
 
     def fit(self) -> Outcome:
         """Train with the hooks; mark the MLflow run FINISHED, KILLED or FAILED whatever happens."""
-        from launcher.run.checkpoint import CheckpointWriteError
-        from launcher.run.hooks.preemption import PreemptionGuard
         from launcher.train.engine import Engine
-        from launcher.train.numerics import NumericsStop
 
         config = self.config
         outcome = Outcome(plan=self.plan, run_id=self.tracker.run_id, run_dir=self.run_dir, model=self.built.model)
@@ -319,8 +328,6 @@ class Launch:
     def finish(self, result: FitResult) -> None:
         """Export the model (and the best one) to the run dir and MLflow; print the summary."""
         if self.config.checkpoint.export_model and self.plan.is_chief:
-            from launcher.run.export import export_model
-
             export_model(self.built.model, self.run_dir / "model.keras")
             self.tracker.log_artifact(self.run_dir / "model.keras", "model")
             if self.best_hook is not None and self.best_hook.exported:
@@ -334,7 +341,6 @@ class Launch:
         """Multi-worker: the final weights' digest must be the same on every worker, or the run fails."""
         if self.agreement is None:
             return
-        from launcher.train.agreement import weights_digest
 
         self.weights_sha256 = weights_digest(self.built.model.get_weights())
         digests = self.agreement.gather_text(self.weights_sha256)
@@ -353,8 +359,6 @@ class Launch:
             return
         import keras
 
-        from launcher.run.mlflow_record import MODEL_ARTIFACT, save_mlflow_model
-
         # From the exported file, outside the strategy: the signature's predict runs on this process alone
         # (the trained model's predict is a distributed call every multi-worker task would have to join).
         exported = keras.saving.load_model(self.run_dir / "model.keras")
@@ -367,14 +371,6 @@ class Launch:
 
     def _hooks(self, guard) -> HookList:
         """One hook per job, in the order their work must happen at an epoch end."""
-        from launcher.run.checkpoint_policy import SavePolicy
-        from launcher.run.faults import FaultHook, faults_enabled
-        from launcher.run.hooks.best_model import BestModelHook
-        from launcher.run.hooks.callback_state import EarlyStoppingStateHook
-        from launcher.run.hooks.checkpoint import CheckpointHook
-        from launcher.run.hooks.history import HistoryHook
-        from launcher.run.hooks.metrics import MetricsHook
-        from launcher.run.hooks.preemption import PreemptionHook
 
         cfg, steps = self.config.checkpoint, self.plan.schedule.steps_per_epoch
         history, early_stopping = HistoryHook(), EarlyStoppingStateHook()
@@ -386,8 +382,6 @@ class Launch:
         stateful = HookList(h for h in (history, self.best_hook, early_stopping, self.metrics_hook) if h is not None)
         stop_agreement = None
         if self.agreement is not None:
-            from launcher.run.hooks.preemption import StopAgreementHook
-
             guard.agree = self.agreement.any_stop
             stop_agreement = StopAgreementHook(guard)
         hooks = [
@@ -405,8 +399,6 @@ class Launch:
         return HookList(h for h in hooks if h is not None)
 
     def _utilization_hook(self):
-        from launcher.run.hooks.utilization import UtilizationHook
-        from launcher.run.utilization import process_age_seconds
 
         flops, peak = _utilization_inputs(self.config, self.plan, self.built.model, self.tracker, self.env)
         return UtilizationHook(flops, peak, process_age_seconds)
@@ -415,7 +407,6 @@ class Launch:
         every = self.config.tracking.step_metrics_every
         if every <= 0 or not self.config.tracking.enabled:
             return None
-        from launcher.run.hooks.step_metrics import StepMetricsHook
         from launcher.train.engine import optimizer_logs
 
         optimizer = self.built.optimizer
@@ -425,8 +416,6 @@ class Launch:
         profile = self.config.train.profile
         if profile.steps <= 0:
             return None
-        from launcher.run.hooks.profiling import ProfilerHook
-        from launcher.run.profiling import StepProfiler
 
         # Only the chief traces; every worker cuts its step chunks at the same window boundaries.
         profiler = StepProfiler(self.run_dir / "profile", profile.skip_steps, profile.steps, trace=self.plan.is_chief)
@@ -445,7 +434,6 @@ def review(config: Config, env, start_runtime=None) -> tuple[Plan, Any, list]:
     """
     from launcher.plan.resolve import resolve_all
     from launcher.plan.schedule import schedule
-    from launcher.plan.sharding import decide_sharding
 
     plan, problems = resolve_all(config, env)
     if not problems and start_runtime is not None:
@@ -471,9 +459,7 @@ def _collecting(problems: list, check, *args):
 
 def _load_data(config):
     """The dataset, its labels checked against the task (a loader that takes `task` makes labels for it)."""
-    import inspect
 
-    from launcher.train.labels import fit_to_task
     from launcher.train.registry import DATASETS
 
     task = config.task.name.value
@@ -490,7 +476,6 @@ def _check_model(config, source) -> None:
 
 def numerics_guard(config, plan):
     """The engine's NumericsGuard from train.* and the Plan's loss scaling."""
-    from launcher.train.numerics import NumericsGuard
 
     dynamic = plan.loss_scale.mode == "dynamic"
     return NumericsGuard(
@@ -505,7 +490,6 @@ def _utilization_inputs(config, plan, model, tracker, env) -> tuple[float, float
     """Training FLOPs per example and this machine's matmul peak for the compute dtype."""
     if not config.train.measure_utilization:
         return 0.0, 0.0
-    from launcher.run.utilization import matmul_peak, training_flops_per_example
 
     flops = training_flops_per_example(model)
     if not flops:
@@ -523,7 +507,6 @@ def _utilization_inputs(config, plan, model, tracker, env) -> tuple[float, float
 
 
 def _worker_difference(key: str, values: list):
-    from launcher.config.errors import Violation
 
     others = ", ".join(f"worker {rank} has {value!r}" for rank, value in enumerate(values) if rank)
     fix = (

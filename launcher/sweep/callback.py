@@ -18,6 +18,9 @@ from launcher.config.tasks import objective
 from launcher.files import SWEEP_FILE, read_json, write_json_atomic
 from launcher.sweep import study_storage
 from launcher.sweep.job import swept_keys
+from launcher.sweep.summary import summarise
+from launcher.tracking.tracker import Tracker, with_retry
+from launcher.tracking.uri import check_reachable, resolve_uri
 
 
 def _swept(config: DictConfig) -> list[str]:
@@ -53,9 +56,6 @@ class SweepCallback(Callback):
             return
         state = {"sweep_id": uuid.uuid4().hex[:12], "parent_run_id": None, "uri": None, "swept_keys": _swept(config)}
         if config.tracking.enabled:
-            from launcher.tracking.tracker import Tracker
-            from launcher.tracking.uri import check_reachable, resolve_uri
-
             uri = resolve_uri(config.tracking.uri, Path.cwd())
             check_reachable(uri)
             overrides = list(config.hydra.overrides.task)
@@ -88,9 +88,6 @@ class SweepCallback(Callback):
         if state.get("parent_run_id"):
             from mlflow.tracking import MlflowClient
 
-            from launcher.tracking.tracker import with_retry
-            from launcher.tracking.uri import check_reachable
-
             check_reachable(state["uri"])
             with_retry(MlflowClient(state["uri"]).update_run, state["parent_run_id"], status="RUNNING")
         state.pop("sweep_pid", None)
@@ -104,7 +101,6 @@ class SweepCallback(Callback):
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
         if not state.get("parent_run_id"):
             return
-        from launcher.sweep.summary import summarise
 
         summarise(
             state["uri"],

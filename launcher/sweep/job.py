@@ -10,6 +10,7 @@ the job always gets a clean TensorFlow.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -21,6 +22,8 @@ from omegaconf import DictConfig
 from launcher.config.tasks import objective
 from launcher.files import JOB_FILE, SWEEP_FILE, read_json, write_json_atomic
 from launcher.outcome import FINISHED, OutcomeRecord
+from launcher.tracking.tracker import with_retry
+from launcher.tracking.uri import redact
 
 
 def swept_keys(sweep_overrides: list[str]) -> list[str]:
@@ -89,8 +92,6 @@ def _job_dir(sweep_dir: Path, given: Path, overrides: list[str]) -> Path:
         if read_json(found, {}).get("overrides") == wanted:
             return found.parent
     if (given / JOB_FILE).exists():  # the sweep's values changed: this number is another job now
-        import hashlib
-
         given = given.with_name(f"{given.name}-{hashlib.sha1(' '.join(wanted).encode()).hexdigest()[:8]}")
     given.mkdir(parents=True, exist_ok=True)
     return given
@@ -111,8 +112,6 @@ def _record_failed_child(state: dict, name: str, overrides: list[str], log_path:
     Parallel jobs share one SQLite store: every write retries a locked database."""
     from mlflow.entities import Param, RunTag
     from mlflow.tracking import MlflowClient
-
-    from launcher.tracking.tracker import with_retry
 
     overrides = [_shown(o) for o in overrides]
     client = MlflowClient(state["uri"])
@@ -144,7 +143,6 @@ def _record_failed_child(state: dict, name: str, overrides: list[str], log_path:
 
 def _shown(override: str) -> str:
     """An override as MLflow may show it: a tracking URI without its credentials."""
-    from launcher.tracking.uri import redact
 
     key, _, value = override.partition("=")
     return f"{key}={redact(value)}" if key.lstrip("+~") == "tracking.uri" else override

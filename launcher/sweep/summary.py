@@ -8,6 +8,7 @@ from pathlib import Path
 
 from launcher.contract import SUMMARY_METRICS
 from launcher.files import JOB_FILE, read_json
+from launcher.tracking.tracker import PARAM_LIMIT, with_retry
 
 PARAMS = (
     "derived.precision.policy",
@@ -154,8 +155,6 @@ def summarise(
     (`parent_record`), end the parent run."""
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
-
-    from launcher.tracking.tracker import PARAM_LIMIT, with_retry
 
     client = MlflowClient(uri)
     parent, runs = children(client, parent_run_id)

@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import yaml
+
 from launcher.tracking.tracker import PENDING_FILE, deliver_file, is_outage
 from launcher.tracking.uri import HIDDEN, redact, resolve_uri
 
@@ -49,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _configured_uri(run_dir: Path) -> str | None:
-    import yaml
 
     try:
         return yaml.safe_load((run_dir / "config.yaml").read_text())["tracking"]["uri"]

@@ -17,12 +17,15 @@ waits up to `tracking.outage_wait` seconds; what is still undelivered is written
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from launcher.tracking.uri import redact
 
 PARAM_LIMIT = 500  # MLflow's value length limits
 TAG_LIMIT = 5000
@@ -178,7 +181,6 @@ class Tracker:
         except ImportError as err:  # psutil missing
             print(f"NOTE: no system metrics ({err}); pip install psutil", file=sys.stderr, flush=True)
             return
-        import logging
 
         logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
         self._system = SystemMetricsMonitor(
@@ -291,8 +293,6 @@ class Tracker:
 
     def _mark_outage(self, err: BaseException) -> None:
         if not self._outage:
-            from launcher.tracking.uri import redact
-
             print(
                 f"WARNING: tracking server {redact(self.uri)} unreachable ({redact(str(err))[:160]}); "
                 f"training goes on, MLflow writes are kept and delivered when it answers.",
@@ -307,7 +307,6 @@ class Tracker:
 
     def _spool(self) -> None:
         """Undelivered writes to the run dir, for the next launch there or `launcher.tracking.sync`."""
-        from launcher.tracking.uri import redact
 
         points = sum(len(p["items"]) for k, p in self.pending if k == "metrics")
         if self.pending_path is None:
@@ -345,7 +344,6 @@ class Tracker:
     def ui_hint(self) -> str:
         if self.uri.startswith("sqlite:///"):
             return f"mlflow ui --backend-store-uri {self.uri}  (run {self.run_id})"
-        from launcher.tracking.uri import redact
 
         return f"{redact(self.uri).rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
 

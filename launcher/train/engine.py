@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from launcher.contract import EpochResult, FitResult, Hook, Position, headline
+from launcher.train.ema import ema_weights
 from launcher.train.loss_scale import current_scale
 from launcher.train.numerics import ChunkTelemetry, NumericsGuard, NumericsStop
 
@@ -387,7 +388,6 @@ class Engine:
     def evaluate(self, split: str = "val") -> dict[str, float]:
         """Metrics of a split (every example, in order), of the weights' moving average under optimizer.use_ema;
         keys prefixed with the split (`val_loss`, `train_accuracy`)."""
-        from launcher.train.ema import ema_weights
 
         if split == "val":
             steps = self.plan.schedule.validation_steps

@@ -6,6 +6,8 @@ import random
 
 import numpy as np
 
+from launcher.train.cluster_watchdog import joining
+
 
 def configure(plan, seed: int, deterministic: bool):
     """Logical devices, the strategy, seeds, determinism and the dtype policy, in that order.
@@ -53,8 +55,6 @@ def _multi_worker(plan):
     `strategy.connect_timeout` seconds naming the peers that do not answer.
     """
     import tensorflow as tf
-
-    from launcher.train.cluster_watchdog import joining
 
     workers, index = plan.cluster.workers, plan.cluster.task_index
     spec = tf.train.ClusterSpec({"worker": workers})

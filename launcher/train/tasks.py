@@ -10,6 +10,7 @@ classification, multilabel and sequence, the raw outputs for regression.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 
 import keras
@@ -232,7 +233,6 @@ def _user_loss(path: str):
             f"a callable loss (got {type(found).__name__})",
             "point task.loss at a function def my_loss(y_true, y_pred)",
         )
-    import inspect
 
     try:
         inspect.signature(found).bind(None, None)

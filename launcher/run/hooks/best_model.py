@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from launcher.contract import Hook, Position
+from launcher.run.export import export_model
 
 
 def improved(value: float, previous: float | None, mode: str) -> bool:
@@ -37,8 +38,6 @@ class BestModelHook(Hook):
         if self.checkpointer is not None:
             self.checkpointer.save_best(position)
         if self.model is not None and self.export_path is not None:
-            from launcher.run.export import export_model
-
             export_model(self.model, self.export_path)
             self.exported = self.export_path
 
