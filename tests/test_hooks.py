@@ -391,18 +391,6 @@ def test_step_metrics_on_a_worker_that_does_not_log_still_cut_chunks_but_read_no
     hook.after_steps(Position(global_step=4), {"loss": 1.0, "accuracy": 1.0, "examples": 8.0})
 
 
-def test_queued_metric_points_go_in_one_call_up_to_mlflows_limit_and_never_past_another_write():
-    from launcher.tracking.tracker import METRIC_BATCH, _coalesced
-
-    point = ("metrics", {"items": [["step/loss", 1.0, 0, 1]]})
-    queue = [point, point, ("tags", {"items": [["a", "b"]]}), point]
-    kind, payload, taken = _coalesced(queue)
-    assert (kind, len(payload["items"]), taken) == ("metrics", 2, 2)
-    assert _coalesced(queue[2:])[2] == 1
-    big = [("metrics", {"items": [["m", 1.0, 0, i] for i in range(400)]})] * 3
-    assert _coalesced(big)[2] == 2 and len(_coalesced(big)[1]["items"]) <= METRIC_BATCH
-
-
 # ------------------------------------------------ multi-worker stop agreement
 
 

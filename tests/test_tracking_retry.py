@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.tracking.tracker import experiment_id
+from launcher.tracking.client import experiment_id
 
 
 class LockedThenFine:

@@ -19,7 +19,8 @@ from launcher.files import SWEEP_FILE, read_json, write_json_atomic
 from launcher.sweep import study_storage
 from launcher.sweep.job import swept_keys
 from launcher.sweep.summary import summarise
-from launcher.tracking.tracker import Tracker, with_retry
+from launcher.tracking.client import with_retry
+from launcher.tracking.tracker import Tracker
 from launcher.tracking.uri import check_reachable, resolve_uri
 
 

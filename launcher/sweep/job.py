@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from launcher.config.tasks import objective
 from launcher.files import JOB_FILE, SWEEP_FILE, read_json, write_json_atomic
 from launcher.outcome import FINISHED, OutcomeRecord
-from launcher.tracking.tracker import with_retry
+from launcher.tracking.client import with_retry
 from launcher.tracking.uri import redact
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from launcher.contract import SUMMARY_METRICS
 from launcher.files import JOB_FILE, read_json
-from launcher.tracking.tracker import PARAM_LIMIT, with_retry
+from launcher.tracking.client import PARAM_LIMIT, with_retry
 
 PARAMS = (
     "derived.precision.policy",

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from launcher.tracking.tracker import PENDING_FILE, deliver_file, is_outage
+from launcher.tracking.client import is_outage
+from launcher.tracking.spool import PENDING_FILE, deliver_file
 from launcher.tracking.uri import HIDDEN, redact, resolve_uri
 
 

@@ -11,7 +11,7 @@ import time
 import pytest
 from conftest import ROOT, TINY, MlflowServer, free_port
 
-from launcher.tracking.tracker import PENDING_FILE
+from launcher.tracking.spool import PENDING_FILE
 
 EPOCHS = 4
 STEPS = 45  # digits: 1437 training examples / batch 32, rounded up

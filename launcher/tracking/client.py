@@ -1,0 +1,69 @@
+"""MLflow's client as the launcher calls it: retried on a locked SQLite store, one attempt against a dead server.
+
+SQLite allows one writer at a time, so parallel sweep jobs retry a locked database; a server that does not
+answer is an outage (the Tracker keeps the writes), one that answers and refuses is an error.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+PARAM_LIMIT = 500  # MLflow's value length limits
+TAG_LIMIT = 5000
+BATCH_LIMIT = 100  # params or tags per log_batch call
+METRIC_BATCH = 1000  # metric points per log_batch call
+# What an unreachable server looks like through MLflow's client (it wraps requests' errors in text).
+OUTAGE_SIGNS = (
+    "Connection refused",
+    "Max retries exceeded",
+    "Failed to establish",
+    "timed out",
+    "Connection aborted",
+    "RemoteDisconnected",
+    "Bad Gateway",
+    "Service Unavailable",
+    "Gateway Timeout",
+    "Name or service not known",
+)
+
+
+def with_retry(call, *args, attempts: int = 8, **kwargs):
+    """`call(*args, **kwargs)`, retried with backoff while SQLite says the database is locked."""
+    for attempt in range(attempts):
+        try:
+            return call(*args, **kwargs)
+        except Exception as err:
+            if "database is locked" not in str(err) or attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * 2**attempt)
+
+
+def experiment_id(client, name: str, artifact_location: str | None) -> str:
+    """The experiment's id, created when missing; a locked database is retried, and a parallel job that created
+    it first is no error."""
+    found = with_retry(client.get_experiment_by_name, name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return with_retry(client.create_experiment, name, artifact_location=artifact_location)
+    except Exception:
+        found = with_retry(client.get_experiment_by_name, name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+def is_outage(err: BaseException) -> bool:
+    """The server did not answer (as opposed to refusing a request it understood)."""
+    return isinstance(err, ConnectionError) or any(sign in str(err) for sign in OUTAGE_SIGNS)
+
+
+def quiet_client() -> None:
+    """MLflow's client retries a dead server for minutes per call by default; the Tracker keeps the writes
+    itself, so one attempt is enough. No progress bars, and no server URL printed with its credentials."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
