@@ -67,6 +67,12 @@ def worker_temp_dir(directory: Path, worker: int) -> Path:
 
 
 class Checkpointer:
+    """The run's checkpoints: saves (the model, the optimizer with its slots, the loss scale, the position) with
+    a sidecar of the hooks' state, restores the newest complete one, verifies the first save restores.
+
+    Multi-worker: every worker saves (TensorFlow needs them all), the chief into the real directory, the others
+    into a temporary one of their own removed after each save; everyone restores the chief's."""
+
     def __init__(self, cfg, directory: Path, built, model_config: dict, worker: int = 0):
         import tensorflow as tf
 

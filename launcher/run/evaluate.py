@@ -122,6 +122,9 @@ def compose_like(train_dir: Path, overrides: list[str]):
 
 
 class Evaluation:
+    """mode=eval / mode=predict of one trained run: its config, its model (final, best, a file or a checkpoint),
+    a split evaluated by the engine's loop or predicted by the exported model, and the MLflow child run."""
+
     def __init__(self, node, train_dir: Path, run_dir: Path, launch_dir: Path, mode: str):
         from launcher.config.schema import to_config
 

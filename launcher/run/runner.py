@@ -15,7 +15,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
@@ -45,12 +45,15 @@ from launcher.run.mlflow_record import MODEL_ARTIFACT, dataset_inputs, save_mlfl
 from launcher.run.params import run_name, run_params, run_tags
 from launcher.run.profiling import StepProfiler
 from launcher.run.utilization import matmul_peak, process_age_seconds, training_flops_per_example
-from launcher.tracking.tracker import NullTracker, Tracker
+from launcher.tracking.tracker import NullTracker, RunTracker, Tracker
 from launcher.tracking.uri import check_reachable, redact, resolve_uri
 from launcher.train import runtime
 from launcher.train.agreement import Agreement, comparable, differences, weights_digest
 from launcher.train.labels import fit_to_task
 from launcher.train.numerics import NumericsGuard, NumericsStop
+
+if TYPE_CHECKING:
+    from launcher.train.build import Built
 
 
 @dataclass
@@ -83,6 +86,10 @@ def execute(cfg_node, run_dir: Path, launch_dir: Path, choices: dict | None = No
 
 
 class Launch:
+    """One training launch in named steps: prepare (probe, resolve, data, schedule), build, restore, agree
+    (multi-worker), start tracking, fit and finish. Each step reads what the earlier ones set; every
+    attribute is declared here, None until its step runs."""
+
     def __init__(self, config: Config, run_dir: Path, launch_dir: Path, choices: dict):
         self.config = config
         self.run_dir = run_dir
@@ -98,6 +105,13 @@ class Launch:
         self.best_hook = None  # set by _hooks() when checkpoint.monitor is set; read at export
         self.agreement = None  # multi-worker: collectives over the workers (Plan, stop signals, final weights)
         self.weights_sha256: str | None = None
+        self.env = None  # prepare(): the machine, probed (launcher.plan.environment.Environment)
+        self.plan: Plan | None = None  # prepare(), then records added by build() and restore()
+        self.source = None  # prepare(): the loaded data (launcher.train.data.DataSource)
+        self.strategy = None  # prepare(): the tf.distribute strategy, made before any other TF op
+        self.tracking_uri = config.tracking.uri  # prepare(): the fallback store when the server is away
+        self.built: Built | None = None  # build(): model, optimizer, task, callbacks
+        self.tracker: RunTracker = NullTracker()  # start_tracking(): the MLflow run (or nowhere)
 
     def execute(self) -> Outcome:
         self.prepare()
@@ -131,7 +145,6 @@ class Launch:
 
         config = self.config
         self.env = probe(measure=wants_measurements(config))
-        self.strategy = None
 
         def start_runtime(plan):
             self.strategy = runtime.configure(plan, config.seed, config.deterministic)

@@ -5,10 +5,12 @@ The strategy and the dtype policy come from `runtime.configure`, which runs firs
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
+import tensorflow as tf
 
 from launcher.config.errors import ConfigError
 from launcher.config.models import model_kind
@@ -19,15 +21,20 @@ from launcher.train.fused_update import FUSED
 from launcher.train.registry import MODELS
 from launcher.train.schedules import learning_rate
 
+if TYPE_CHECKING:
+    from launcher.train.tasks import Task
+
 
 @dataclass
 class Built:
-    strategy: Any
-    model: Any
-    optimizer: Any
+    """Everything that holds variables, created inside the strategy's scope: what the engine trains."""
+
+    strategy: tf.distribute.Strategy
+    model: keras.Model
+    optimizer: keras.optimizers.Optimizer  # wrapped in the Plan's loss-scale optimizer, if any
     # Builds an independent twin (fresh variables): used to verify checkpoints restore.
-    rebuild: Any = None
-    task: Any = None  # launcher.train.tasks.Task: the loss and the metric objects
+    rebuild: Callable[[], Built] | None = None
+    task: Task | None = None  # the loss and the metric objects
     callbacks: list = field(default_factory=list)  # Keras callbacks: the standard ones configured, then the user's
     output: OutputPlan | None = None  # what the build did to the model's output (a Plan record), if anything
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import astuple, dataclass
 
 import keras
 import numpy as np
@@ -35,12 +36,47 @@ from launcher.train.loss_scale import current_scale
 from launcher.train.numerics import ChunkTelemetry, NumericsGuard, NumericsStop
 
 SUM = tf.distribute.ReduceOp.SUM
-# Per replica-step, summed across replicas: loss sum, examples, then (training only) the
-# unscaled gradient norm when finite and the count of finite norms.
+# The stats vector of a replica-step, summed across replicas (a vector, so one all-reduce carries it): the
+# loss sum and the examples, then (training only) the unscaled gradient norm when finite and the count of
+# finite norms. `Totals` reads it by these names on the host.
+LOSS_SUM, EXAMPLES, GRAD_NORM_SUM, FINITE_NORMS = range(4)
 STATS, TRAIN_STATS = 2, 4
 
 
+@dataclass
+class Totals:
+    """A chunk's or an epoch's summed stats vector, by name."""
+
+    loss_sum: float = 0.0
+    examples: float = 0.0
+    grad_norm_sum: float = 0.0
+    finite_norms: float = 0.0
+
+    @classmethod
+    def of(cls, vector) -> Totals:
+        values = [float(v) for v in np.asarray(vector, dtype=np.float64)]
+        return cls(*values, *([0.0] * (TRAIN_STATS - len(values))))
+
+    def __add__(self, other: Totals) -> Totals:
+        return Totals(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+    @property
+    def loss(self) -> float:
+        return self.loss_sum / max(self.examples, 1.0)
+
+    @property
+    def grad_norm(self) -> float:
+        """The mean finite unscaled gradient norm (NaN when no step had one)."""
+        return self.grad_norm_sum / self.finite_norms if self.finite_norms else float("nan")
+
+
 class Engine:
+    """The training and evaluation loops of one built model under its strategy, driven by the Plan's step kind.
+
+    `fit` trains epoch by epoch in chunks of steps, asking the hooks where chunks must end (checkpoints,
+    step metrics, the profiler window) and telling them after each chunk and epoch; `evaluate` runs a split.
+    """
+
     def __init__(
         self,
         built,
@@ -206,11 +242,11 @@ class Engine:
                 totals += step
                 skipped_now = tf.equal(tf.identity(optimizer.iterations), before)
                 skip_streak = tf.where(skipped_now, skip_streak + 1, 0)
-                loss = step[0] / tf.maximum(step[1], 1.0)
+                loss = step[LOSS_SUM] / tf.maximum(step[EXAMPLES], 1.0)
                 if trace:
                     losses = losses.write(ran, loss)
                     skips = skips.write(ran, skipped_now)
-                    grads_ok = grads_ok.write(ran, tf.equal(step[3], replicas))
+                    grads_ok = grads_ok.write(ran, tf.equal(step[FINITE_NORMS], replicas))
                 if scaled:
                     scale = tf.cast(optimizer.dynamic_scale, tf.float32)
                     if trace:
@@ -313,7 +349,7 @@ class Engine:
         bar = keras.utils.Progbar(steps, verbose=self.verbose, unit_name="step") if live else None
         if bar is not None:
             print(f"Epoch {position.epoch + 1}/{epochs}", flush=True)
-        totals = np.zeros(TRAIN_STATS)
+        totals = Totals()
         for metric in self.task.train_metrics:
             metric.reset_state()
         metric_logs: dict[str, float] = {}
@@ -330,22 +366,17 @@ class Engine:
                 self._stepped = True
             self.callbacks.on_train_batch_begin(done)
             telemetry, chunk_totals, metric_logs = self._run_chunk(iterator, n, position.global_step + 1)
-            totals += chunk_totals
+            totals = totals + chunk_totals
             position.step_in_epoch += telemetry.ran
             position.global_step += telemetry.ran
             # The chunk's mean loss; the task's metrics so far this epoch.
-            logs = {
-                **_summarise(chunk_totals),
-                **metric_logs,
-                "examples": float(chunk_totals[1]),
-                "telemetry": telemetry,
-            }
+            logs = {"loss": chunk_totals.loss, **metric_logs, "examples": chunk_totals.examples, "telemetry": telemetry}
             try:
                 self.guard.check(telemetry)
             except NumericsStop as stop:
                 hooks.on_numerics_stop(position, logs, stop)  # before any save: nothing non-finite is kept
                 raise
-            running = {**_summarise(totals), **metric_logs}
+            running = {"loss": totals.loss, **metric_logs}
             self.callbacks.on_train_batch_end(position.step_in_epoch - 1, running)
             if bar is not None:
                 bar.update(
@@ -355,18 +386,19 @@ class Engine:
             if self.model.stop_training:
                 break
         elapsed = time.perf_counter() - start
-        logs = {**_summarise(totals), **metric_logs}
-        logs.update(_grad_and_skips(totals, self._skipped_in_epoch))
-        logs["examples_per_sec"] = totals[1] / elapsed if elapsed > 0 else 0.0
+        logs = {"loss": totals.loss, **metric_logs, "skipped_steps": float(self._skipped_in_epoch)}
+        if totals.finite_norms:
+            logs["grad_norm"] = totals.grad_norm
+        logs["examples_per_sec"] = totals.examples / elapsed if elapsed > 0 else 0.0
         logs["epoch_time_sec"] = elapsed
         return logs
 
-    def _run_chunk(self, iterator, n: int, first_step: int) -> tuple[ChunkTelemetry, np.ndarray, dict]:
+    def _run_chunk(self, iterator, n: int, first_step: int) -> tuple[ChunkTelemetry, Totals, dict]:
         out = self._train_chunk(iterator, tf.constant(n, tf.int32), *(tf.constant(v) for v in self._streaks))
         metrics = {k: float(v.numpy()) for k, v in out.pop("metrics").items()}
         out = {k: v.numpy() for k, v in out.items()}
         self._streaks = (int(out["skip_streak"]), int(out["floor_streak"]))
-        totals = out["totals"].astype(np.float64)
+        totals = Totals.of(out["totals"])
         bad_at = int(out["bad_at"])
         telemetry = ChunkTelemetry(
             first_step=first_step,
@@ -374,7 +406,7 @@ class Engine:
             skipped=int(out["skipped"]),
             skip_streak=self._streaks[0],
             floor_streak=self._streaks[1],
-            grad_norm=float(totals[2] / totals[3]) if totals[3] else float("nan"),
+            grad_norm=totals.grad_norm,
             nonfinite_loss_step=first_step + bad_at if bad_at >= 0 else None,
             nonfinite_loss_value=float(out["bad_loss"]),
             losses=out["losses"].tolist(),
@@ -401,7 +433,7 @@ class Engine:
         iterator = iter(self.strategy.experimental_distribute_dataset(ds.with_options(options)))
         with ema_weights(self.model, self.optimizer):
             totals, metrics = self._eval_chunk(iterator, tf.constant(steps, tf.int32))
-        logs = {**_summarise(totals.numpy()), **{k: float(v.numpy()) for k, v in metrics.items()}}
+        logs = {"loss": Totals.of(totals.numpy()).loss, **{k: float(v.numpy()) for k, v in metrics.items()}}
         return {f"{split}_{k}": v for k, v in logs.items()}
 
 
@@ -417,18 +449,6 @@ def optimizer_logs(optimizer) -> dict[str, float]:
 def _stats(per_example):
     count = tf.cast(tf.shape(per_example)[0], tf.float32)
     return tf.stack([tf.reduce_sum(tf.cast(per_example, tf.float32)), count])
-
-
-def _grad_and_skips(totals, skipped: int) -> dict[str, float]:
-    """The epoch's mean unscaled gradient norm and its count of skipped (non-finite) steps."""
-    logs = {"skipped_steps": float(skipped)}
-    if totals[3]:
-        logs["grad_norm"] = float(totals[2] / totals[3])
-    return logs
-
-
-def _summarise(totals) -> dict[str, float]:
-    return {"loss": float(totals[0]) / max(float(totals[1]), 1.0)}
 
 
 def _epoch_line(epoch: int, epochs: int, logs: dict[str, float], metrics) -> str:
