@@ -35,7 +35,7 @@ TF_FREE_MODULES = [
     "launcher.plan.schedule",
     "launcher.plan.resume",
     "launcher.plan.decisions",
-    "launcher.plan.precisions",
+    "launcher.config.precisions",
     "launcher.plan.sharding",
     "launcher.plan.environment",
     "launcher.plan.hardware",

@@ -140,3 +140,41 @@ def test_a_plan_copies_and_pickles_with_its_reasons():
     plan = resolve(config("precision=mixed", "strategy=mirrored"), CPU_PLAIN)
     for twin in (copy.deepcopy(plan), pickle.loads(pickle.dumps(plan))):
         assert twin == plan and twin.decisions() == plan.decisions()
+
+
+def test_the_component_tables_and_the_config_folder_name_the_same_choices():
+    """A table entry is a choice on the command line: its YAML exists, and no YAML names a missing entry."""
+    from conftest import CONF_DIR
+
+    from launcher.config.models import MODEL_KINDS
+    from launcher.config.precisions import PRECISIONS
+    from launcher.config.schema import PrecisionName
+
+    precision_yaml = {p.stem for p in (CONF_DIR / "precision").glob("*.yaml")}
+    assert precision_yaml == {*PRECISIONS, "auto"} == {p.value for p in PrecisionName}
+    model_yaml = {p.stem for p in (CONF_DIR / "model").glob("*.yaml")}
+    assert model_yaml == {*MODEL_KINDS, "custom"}
+
+
+def test_the_rules_ask_the_tables_not_name_lists():
+    """xla=auto keeps XLA off for a convolutional model on CPU and task=sequence needs a per-token model, by the
+    model table; loss scaling follows the precision table."""
+    from dataclasses import replace
+
+    from launcher.config.models import MODEL_KINDS
+    from launcher.config.precisions import PRECISIONS
+
+    assert MODEL_KINDS["cnn"].convolutional and not MODEL_KINDS["mlp"].convolutional
+    assert resolve(config("model=cnn", "xla=auto"), CPU_PLAIN).step.xla is False
+    assert MODEL_KINDS["transformer"].per_token
+    with pytest.raises(Exception, match="model=transformer"):
+        resolve(config("task=sequence", "model=mlp", "dataset=synthetic", "dataset.kind=tokens"), CPU_PLAIN)
+    assert resolve(config("precision=mixed"), CPU_PLAIN).loss_scale.mode == "dynamic"
+    patched = {**PRECISIONS, "bf16": replace(PRECISIONS["bf16"], needs_loss_scaling=True)}
+    import launcher.plan.rules.loss_scale as rule
+
+    original, rule.PRECISIONS = rule.PRECISIONS, patched
+    try:
+        assert resolve(config("precision=bf16"), CPU_PLAIN).loss_scale.mode == "dynamic"
+    finally:
+        rule.PRECISIONS = original

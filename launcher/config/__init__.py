@@ -2,7 +2,8 @@
 
 `schema` holds the structured configs Hydra composes into (every field documented where it is
 declared), `bounds` the plain range checks the resolver walks, `errors` the `ConfigError` that
-lists every problem with its fix, `models` the table of model kinds (what each model is).
+lists every problem with its fix, `models` and `precisions` the tables of model kinds and precisions
+(what each is; the resolver asks them).
 
 May import: Hydra, OmegaConf and the standard library. Never TensorFlow, never another
 launcher package: every other stage imports this one.

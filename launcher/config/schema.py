@@ -19,13 +19,10 @@ from launcher.config.bounds import limited
 from launcher.config.errors import ConfigError
 from launcher.config.imports import plugins
 from launcher.config.models import MODEL_KINDS, CustomModelConfig
+from launcher.config.precisions import PRECISIONS
 
-
-class PrecisionName(Enum):
-    fp32 = "fp32"
-    mixed = "mixed"
-    bf16 = "bf16"
-    auto = "auto"
+# The precision table's names, and auto (the resolver picks by the hardware).
+PrecisionName = Enum("PrecisionName", {**{name: name for name in PRECISIONS}, "auto": "auto"})
 
 
 class StrategyKind(Enum):

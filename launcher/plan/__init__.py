@@ -1,8 +1,8 @@
 """From a config and a machine to a Plan: every decision the launcher makes, with its reason.
 
 `environment` probes the machine into plain data (with `hardware`'s measured matmul rates, taken
-once per machine in a child process and cached); `precisions` is the table of precisions (what each
-is); `rules/` decides, one module per concern, each returning its typed section; `resolve` composes
+once per machine in a child process and cached); `rules/` decides, one module per concern, each
+returning its typed section and asking the component tables in `launcher.config`; `resolve` composes
 the rules; `schedule` (data size), `sharding` (multi-worker data) and `resume` (a checkpoint's
 position) add records later; `decisions` is the Plan itself: frozen typed sections.
 

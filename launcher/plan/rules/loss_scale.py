@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
+from launcher.config.precisions import PRECISIONS
 from launcher.config.schema import Config, LossScaleImpl, LossScaleMode, OnNonfinite
 from launcher.plan.decisions import LossScalePlan, PrecisionPlan, StepPlan, StrategyPlan
-from launcher.plan.precisions import PRECISIONS
 from launcher.plan.rules.findings import Findings
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from launcher.config.precisions import PRECISIONS
 from launcher.config.schema import Config, PrecisionName
 from launcher.plan.decisions import PrecisionPlan
 from launcher.plan.environment import FAST_BF16_RATIO, Environment
-from launcher.plan.precisions import PRECISIONS
 from launcher.plan.rules.findings import Findings
 
 

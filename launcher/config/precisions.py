@@ -1,26 +1,34 @@
 """The precisions the launcher knows, each saying what it is: the resolver asks this table.
 
-Adding a precision is one entry here (and its `conf/precision/<name>.yaml`): its Keras policy, the
-dtype its matmuls run in, whether its gradients need loss scaling, and which hardware runs it fast.
+Adding a precision is one entry here (and its `conf/precision/<name>.yaml`; the schema's choices are made
+from this table): its Keras policy, the dtype its matmuls run in, whether its gradients need loss scaling,
+and which hardware runs it fast.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-from launcher.plan.environment import Environment
+
+class Hardware(Protocol):
+    """What the fast-path tests read (`launcher.plan.environment.Environment` is one)."""
+
+    gpus: tuple
+    gpu_min_capability: tuple[int, int] | None
+    cpu_has_fast_bf16: bool
 
 
-def _gpu_at_least(major: int) -> Callable[[Environment], bool]:
-    def fast(env: Environment) -> bool:
+def _gpu_at_least(major: int) -> Callable[[Hardware], bool]:
+    def fast(env: Hardware) -> bool:
         capability = env.gpu_min_capability
         return capability is not None and capability >= (major, 0)
 
     return fast
 
 
-def _bf16_fast(env: Environment) -> bool:
+def _bf16_fast(env: Hardware) -> bool:
     return _gpu_at_least(8)(env) if env.gpus else env.cpu_has_fast_bf16
 
 
@@ -35,7 +43,7 @@ class Precision:
     """The dtype matmuls and activations compute in (variables stay float32 under a mixed policy)."""
     needs_loss_scaling: bool
     """float16 gradients underflow to zero without scaling."""
-    fast_on: Callable[[Environment], bool]
+    fast_on: Callable[[Hardware], bool]
     """True where this hardware has a fast path for the compute dtype."""
 
     @property
