@@ -48,7 +48,13 @@ class Precision:
 
     @property
     def mixed(self) -> bool:
-        return self.policy != "float32"
+        """Computes below float32: the output layer and the loss are kept in float32."""
+        return self.compute_dtype != "float32"
+
+    @property
+    def float32_variables(self) -> bool:
+        """A mixed policy: variables stay float32 (a pure low-precision policy stores them in its dtype)."""
+        return self.policy == "float32" or self.policy.startswith("mixed_")
 
 
 PRECISIONS: dict[str, Precision] = {

@@ -116,7 +116,8 @@ class PrecisionPlan(Section):
 
     @property
     def mixed(self) -> bool:
-        return self.policy != "float32"
+        """Computes below float32 (the output layer and the loss stay float32)."""
+        return self.compute_dtype != "float32"
 
 
 @dataclass(frozen=True, kw_only=True)
