@@ -55,7 +55,8 @@ def decide_precision(cfg: Config, env: Environment, found: Findings) -> Precisio
         policy=(precision.policy, f"Keras dtype policy for {name}"),
         compute_dtype=(
             precision.compute_dtype,
-            "what matmuls and activations compute in" + ("; variables stay float32" if precision.mixed else ""),
+            "what matmuls and activations compute in"
+            + ("; variables stay float32" if precision.mixed and precision.float32_variables else ""),
         ),
         output_dtype=(
             "float32",
