@@ -1,8 +1,9 @@
 """The docs cannot drift from the CLI: every command in a block marked runnable is run, on a tiny config.
 
 A fenced block preceded by `<!-- runnable -->` in README.md or docs/*.md is runnable. Its
-`python -m launcher ...` lines run in order, in one temporary directory per page (so a later command
-can use a run an earlier one made), each with overrides that shrink it to one short epoch.
+`python -m launcher ...` lines run each in a temporary directory of its own, with overrides that shrink it
+to one short epoch; a command that names an earlier run (`eval.run=exp1`) runs after the command that
+made it (`name=exp1`), in the same directory.
 """
 
 from __future__ import annotations
@@ -41,12 +42,33 @@ def commands(page) -> list[str]:
     return [command for block in runnable_blocks(page.read_text()) for command in block]
 
 
+def chains(page) -> list[list[str]]:
+    """The page's commands, each alone, except that one naming an earlier run joins that run's chain."""
+    found: list[list[str]] = []
+    by_name: dict[str, list[str]] = {}
+    for command in commands(page):
+        words = shlex.split(command)
+        wanted = next((w.split("=", 1)[1] for w in words if w.startswith("eval.run=")), None)
+        chain = by_name.get(wanted) if wanted else None
+        if chain is None:
+            chain = []
+            found.append(chain)
+        chain.append(command)
+        named = next((w.split("=", 1)[1] for w in words if w.startswith("name=")), None)
+        if named:
+            by_name[named] = chain
+    return found
+
+
+CHAINS = [(page, chain) for page in PAGES for chain in chains(page)]
+
+
 def test_the_readme_and_the_pages_have_runnable_blocks_and_they_are_launcher_commands():
     found = {page.name: commands(page) for page in PAGES}
     assert len(found["README.md"]) >= 5 and found["your_model.md"], found
     for page, listed in found.items():
         for command in listed:
-            assert command.startswith("python -m launcher "), (page, command)
+            assert shlex.split(command)[:3] == ["python", "-m", "launcher"], (page, command)
 
 
 def test_a_block_without_the_mark_is_not_run_and_continuations_are_joined():
@@ -57,10 +79,18 @@ def test_a_block_without_the_mark_is_not_run_and_continuations_are_joined():
     assert runnable_blocks(text) == [["python -m launcher a=1", "python -m launcher b=2"]]
 
 
+def test_a_command_that_uses_an_earlier_run_runs_after_it_in_its_directory():
+    page = ROOT / "docs" / "your_model.md"
+    (first, *_), *_ = [chain for chain in chains(page) if len(chain) > 1]
+    assert "name=exp1" in first
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("page", [p for p in PAGES if commands(p)], ids=lambda p: p.name)
-def test_every_runnable_command_of_a_page_runs(page, tmp_path):
-    for command in commands(page):
+@pytest.mark.parametrize(
+    ("page", "chain"), CHAINS, ids=[f"{p.name}:{c[0][19:60] or 'the default job'}" for p, c in CHAINS]
+)
+def test_every_runnable_command_runs(page, chain, tmp_path):
+    for command in chain:
         args = shlex.split(command)[3:]  # after "python -m launcher"
         done = subprocess.run(
             [sys.executable, "-m", "launcher", *args, *SHRINK],

@@ -163,8 +163,9 @@ def _check_one(compose, keys, chosen):
             or all(_data_or_batch(p) for p in named)
         ), (chosen, str(err))
         return "refused"
+    decided = plan.values()
     for key in PLAN_KEYS:
-        assert key in plan, (chosen, key)
+        assert key in decided, (chosen, key)
     assert source is not None and source.num_train > 0
     return "plan"
 
