@@ -23,6 +23,9 @@ import pytest
 from launcher.run.local_workers import free_ports  # the product's own; re-exported to tests
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The second opt-in of test-only fault injection (launcher/run/faults.py): launches started by tests may fire
+# the LAUNCHER_FAULT a test gives them; outside the suite a leftover LAUNCHER_FAULT is ignored.
+os.environ["LAUNCHER_TEST_FAULTS"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf"

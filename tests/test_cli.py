@@ -236,6 +236,18 @@ def test_exit_code_1_for_a_training_failure_with_the_error_on_the_failed_run(cli
     run = mlflow_run(tmp_path)
     assert run.info.status == "FAILED"
     assert "InjectedFault" in run.data.tags["error"] and "injected failure at steps 5" in run.data.tags["error"]
+    assert run.data.tags["plan.fault"] == "RAISE@steps:5"  # a sabotaged run says so
+
+
+def test_fault_injection_is_checked_at_launch_and_needs_its_opt_in(cli, tmp_path):
+    bad = cli(*QUICK_RUN, env={"LAUNCHER_FAULT": "KILL@step:5"})
+    assert bad.returncode == 2 and "LAUNCHER_FAULT='KILL@step:5'" in bad.stderr and "unset LAUNCHER_FAULT" in bad.stderr
+    pause = cli(*QUICK_RUN, env={"LAUNCHER_FAULT": "PAUSE@steps:5", "LAUNCHER_FAULT_RESUME": ""})
+    assert pause.returncode == 2 and "LAUNCHER_FAULT_RESUME" in pause.stderr
+    leftover = cli(*QUICK_RUN, env={"LAUNCHER_FAULT": "RAISE@steps:5", "LAUNCHER_TEST_FAULTS": ""})
+    assert leftover.returncode == 0, leftover.stderr[-2000:]
+    assert "LAUNCHER_FAULT=RAISE@steps:5 is set but ignored" in leftover.stdout
+    assert "plan.fault" not in mlflow_run(tmp_path).data.tags
 
 
 @pytest.mark.parametrize(("signal_name", "code"), [("INT", 130), ("TERM", 143)])
@@ -259,9 +271,12 @@ def test_help_introduces_the_launcher_and_lists_the_groups_a_person_chooses():
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("launcher: a declarative training launcher")
     assert "powered by Hydra" not in done.stdout and "schema" not in done.stdout
-    section = done.stdout.split("== Config groups")[1].split("\n== Every key")[0]
+    section = done.stdout.split("== Config groups")[1].split("\n== Value ranges")[0]
     listed = dict(line.strip().split(": ", 1) for line in section.splitlines()[1:] if line.strip())
     for group in [d for d in CONF_DIR.iterdir() if d.is_dir() and d.name != "hydra"] + [CONF_DIR / "hydra/launcher"]:
         options = sorted(p.stem for p in group.glob("*.yaml"))
         assert listed[group.relative_to(CONF_DIR).as_posix()] == ", ".join(options)
+    ranges = done.stdout.split("== Value ranges")[1].split("\n== Every key")[0]
+    assert "strategy.port: a port number in 1..65535" in ranges  # declared once, on the schema field
+    assert "model.hidden_units (mlp): a non-empty list of integers, each >= 1" in ranges
     assert "optimizer:" in done.stdout  # every key, with its default

@@ -154,12 +154,12 @@ def test_the_compare_page_in_a_real_browser_shows_the_swept_params_and_final_met
     from browser import chromium_or_skip, render
 
     chromium = chromium_or_skip()
-    _, url, done = server_sweep
+    folder, url, done = server_sweep
     assert done.returncode == 0, done.stderr[-3000:]
     client, parent, kids = parent_and_children(url)
     ids = json.dumps([kid.info.run_id for kid in kids]).replace(" ", "")
     page = f"{url}/#/compare-runs?runs={ids}&experiments={json.dumps([parent.info.experiment_id])}"
-    shot = ROOT / "outputs" / "mlflow_compare_sweep.png"
+    shot = folder / "mlflow_compare_sweep.png"  # a test artifact, never written into the repository
     dom = render(chromium, page, screenshot=shot, wanted=("derived.precision.policy", "val_accuracy"))
     assert f"Comparing {len(kids)} Runs" in dom
     for value in ("mixed_bfloat16", "float32"):  # the swept precision, as the runs' derived policy

@@ -243,6 +243,13 @@ class ResumePlan(Section):
     position: str = decision("resume")
 
 
+@dataclass(frozen=True, kw_only=True)
+class FaultPlan(Section):
+    """A test's injected fault, armed in this process (added at launch; never outside tests)."""
+
+    armed: str = decision("fault")
+
+
 # ------------------------------------------------------------------------------------------ the Plan
 
 

@@ -10,7 +10,10 @@ is the crash it names (not wherever a timer happened to land).
     LAUNCHER_FAULT=PAUSE@steps:50        wait there until the file $LAUNCHER_FAULT_RESUME exists (a test
                                          changes the world, e.g. stops the tracking server, meanwhile)
 
-Unset (always, outside tests) it costs one dictionary lookup per point.
+Armed only when LAUNCHER_TEST_FAULTS is set too (the test suite sets it): a LAUNCHER_FAULT left in a shell
+is ignored with a Plan warning. An armed fault is checked at launch (a malformed value is refused, exit 2),
+is in the Plan (`fault`) and so in the MLflow tags (`plan.fault`). Unset, it costs two dictionary lookups
+per point.
 """
 
 from __future__ import annotations
@@ -18,49 +21,92 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.config.errors import ConfigError
 from launcher.contract import Hook, Position
 
 ENV = "LAUNCHER_FAULT"
 RESUME_ENV = "LAUNCHER_FAULT_RESUME"
+# The second opt-in: without it a LAUNCHER_FAULT left in a shell is ignored (with a Plan warning), never fired.
+OPT_IN = "LAUNCHER_TEST_FAULTS"
 POINTS = ("steps", "before_sidecar", "after_save")
+ACTIONS = ("KILL", "TERM", "INT", "RAISE", "PAUSE")
+PAUSE_LIMIT_SECONDS = 600
 
 
 class InjectedFault(RuntimeError):
     pass
 
 
-def parse(spec: str) -> tuple[str, str, int]:
-    """`KILL@steps:20` -> ("KILL", "steps", 20)."""
+@dataclass(frozen=True)
+class Fault:
+    """One armed fault: what happens, at which point, at which global step."""
+
+    action: str
+    point: str
+    step: int
+
+    def describe(self) -> str:
+        return f"{self.action}@{self.point}:{self.step}"
+
+
+def parse(spec: str) -> Fault:
+    """`KILL@steps:20` -> Fault("KILL", "steps", 20); a malformed value is a ConfigError naming the variable."""
     action, _, where = spec.partition("@")
     point, _, step = where.partition(":")
-    if point not in POINTS or not step.isdigit() or action not in ("KILL", "TERM", "INT", "RAISE", "PAUSE"):
-        raise ValueError(
-            f"{ENV}={spec!r}: expected ACTION@POINT:STEP, ACTION in KILL/TERM/INT/RAISE/PAUSE, POINT in {POINTS}"
+    if point not in POINTS or not step.isdigit() or action not in ACTIONS:
+        raise ConfigError.single(
+            ENV,
+            spec,
+            f"ACTION@POINT:STEP with ACTION in {list(ACTIONS)} and POINT in {list(POINTS)}",
+            f"unset {ENV} (it is for tests), or e.g. {ENV}=KILL@steps:20",
         )
-    return action, point, int(step)
+    if action == "PAUSE" and not os.environ.get(RESUME_ENV):
+        raise ConfigError.single(
+            ENV,
+            spec,
+            f"a PAUSE fault with {RESUME_ENV} naming the file that ends the pause",
+            f"export {RESUME_ENV}=<a path the test creates>",
+        )
+    return Fault(action, point, int(step))
+
+
+def armed() -> Fault | None:
+    """The fault this process fires, checked at launch: None unless both variables are set."""
+    spec = os.environ.get(ENV)
+    if not spec or not os.environ.get(OPT_IN):
+        return None
+    return parse(spec)
+
+
+def ignored() -> str | None:
+    """The Plan warning for a LAUNCHER_FAULT set without the opt-in (a leftover export): it is not fired."""
+    spec = os.environ.get(ENV)
+    if spec and not os.environ.get(OPT_IN):
+        return f"{ENV}={spec} is set but ignored ({OPT_IN} is not set: fault injection is for tests); unset it."
+    return None
 
 
 def fault_point(point: str, global_step: int) -> None:
-    """Fire the configured fault if this is its point and step."""
-    spec = os.environ.get(ENV)
-    if not spec:
+    """Fire the armed fault if this is its point and step."""
+    fault = armed()
+    if fault is None or fault.point != point or fault.step != global_step:
         return
-    action, wanted, step = parse(spec)
-    if wanted != point or step != global_step:
-        return
-    if action == "RAISE":
+    if fault.action == "RAISE":
         raise InjectedFault(f"{ENV}: injected failure at {point} {global_step}")
-    if action == "PAUSE":
+    if fault.action == "PAUSE":
         resume = Path(os.environ[RESUME_ENV])
         print(f"\n{ENV}: paused at {point} {global_step} until {resume} exists", flush=True)
-        deadline = time.monotonic() + 600
-        while not resume.exists() and time.monotonic() < deadline:
+        deadline = time.monotonic() + PAUSE_LIMIT_SECONDS
+        while not resume.exists():
+            if time.monotonic() >= deadline:
+                raise InjectedFault(f"{ENV}: {resume} did not appear within {PAUSE_LIMIT_SECONDS} s of the pause")
             time.sleep(0.1)
         return
-    print(f"\n{ENV}: SIG{action} at {point} {global_step}", flush=True)
-    os.kill(os.getpid(), getattr(signal, f"SIG{action}"))
+    print(f"\n{ENV}: SIG{fault.action} at {point} {global_step}", flush=True)
+    os.kill(os.getpid(), getattr(signal, f"SIG{fault.action}"))
 
 
 class FaultHook(Hook):
@@ -68,7 +114,3 @@ class FaultHook(Hook):
 
     def after_steps(self, position: Position, logs: dict) -> None:
         fault_point("steps", position.global_step)
-
-
-def faults_enabled() -> bool:
-    return bool(os.environ.get(ENV))

@@ -24,14 +24,14 @@ from launcher.config.schema import Config, as_dict
 from launcher.config.tasks import known_epoch_metrics, monitor_problems
 from launcher.contract import FitResult, HookList, Position, Preempted, headline
 from launcher.files import CONFIG_FILE, PLAN_FILE
-from launcher.plan.decisions import Plan, ResumePlan, render_record
+from launcher.plan.decisions import FaultPlan, Plan, ResumePlan, render_record
 from launcher.plan.environment import probe
 from launcher.plan.resume import decide_resume, layout_of
 from launcher.plan.sharding import decide_sharding
 from launcher.run.checkpoint import Checkpointer, CheckpointWriteError, check_writable, set_aside
 from launcher.run.checkpoint_policy import SavePolicy
 from launcher.run.export import export_model
-from launcher.run.faults import FaultHook, faults_enabled
+from launcher.run.faults import OPT_IN, FaultHook, armed, ignored
 from launcher.run.hooks.best_model import BestModelHook
 from launcher.run.hooks.callback_state import EarlyStoppingStateHook
 from launcher.run.hooks.checkpoint import CheckpointHook
@@ -150,6 +150,7 @@ class Launch:
             self.strategy = runtime.configure(plan, config.seed, config.deterministic)
 
         self.plan, self.source, problems = review(config, self.env, start_runtime)
+        self._arm_fault(problems)
         if config.checkpoint.enabled and not config.explain:
             _collecting(problems, check_writable, self.checkpoint_dir)
         self.tracking_uri = config.tracking.uri
@@ -160,6 +161,16 @@ class Launch:
         self._write_plan()
         (self.run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(self.settings))
         print(self.plan.render(), flush=True)
+
+    def _arm_fault(self, problems: list) -> None:
+        """A test's injected fault: checked now (a malformed one is refused with the rest) and put in the Plan,
+        so plan.yaml and the MLflow tags say the run was sabotaged on purpose."""
+        fault = _collecting(problems, armed)
+        if fault is not None:
+            why = f"test-only fault injection (LAUNCHER_FAULT with {OPT_IN})"
+            self.plan = self.plan.with_record(FaultPlan.of(armed=(fault.describe(), why)))
+        elif warning := ignored():
+            self.plan = self.plan.with_warning(warning)
 
     def _check_tracking_server(self, problems: list) -> None:
         """An unreachable server refuses the launch, or (tracking.on_unreachable=local) is swapped for the
@@ -399,7 +410,7 @@ class Launch:
             stop_agreement = StopAgreementHook(guard)
         hooks = [
             stop_agreement,
-            FaultHook() if faults_enabled() else None,
+            FaultHook() if self.plan.has(FaultPlan) else None,
             self._utilization_hook(),
             self._profiler_hook(),
             history,
