@@ -174,7 +174,7 @@ def test_tfrecord_without_shards_or_spec_is_refused_with_the_converter_command(t
         DATASETS.get("tfrecord").load(cfg)
 
 
-def test_a_non_chief_worker_runs_in_its_own_folder_and_resumes_from_the_chiefs_checkpoints(monkeypatch, tmp_path):
+def test_a_non_chief_worker_runs_in_its_own_folder_with_the_chiefs_checkpoint_directory(monkeypatch, tmp_path):
     from launcher.run.launch import worker_run_dir
 
     monkeypatch.delenv("TF_CONFIG", raising=False)

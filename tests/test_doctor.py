@@ -187,7 +187,7 @@ def test_nan_inputs_are_named_and_dropping_them_at_load_fixes_it(tmp_path):
     trains_with(tmp_path, data, fix)
 
 
-def test_a_float16_output_is_named_and_the_launcher_computes_the_loss_in_float32(tmp_path, monkeypatch):
+def test_a_float16_output_is_named_and_the_launchers_float32_wrap_trains_like_the_baseline(tmp_path, monkeypatch):
     broken_models.use(monkeypatch, "float16_logits")
     code, report, _ = doctor(tmp_path, "precision=mixed", "xla=false")
     assert "| logits16 | output |" in report and "loss would compute in float16" in report

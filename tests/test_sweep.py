@@ -249,7 +249,7 @@ def test_job_names_say_what_differs():
     )
 
 
-def test_a_failed_child_is_recorded_even_when_the_store_is_locked_at_every_write(tmp_path, monkeypatch):
+def test_a_failed_child_is_recorded_when_each_of_its_writes_first_finds_the_store_locked(tmp_path, monkeypatch):
     """Parallel jobs share one SQLite store: each write of the failed-child path retries a locked database."""
     import mlflow.tracking
     from mlflow.tracking import MlflowClient

@@ -184,6 +184,7 @@ def test_metrics_over_two_replicas_equal_one_device_on_every_example(tmp_path):
     assert logs["val_auc"] == pytest.approx(per_label, abs=0.02)  # Keras's AUC interpolates 200 thresholds
     predicted = probs > 0.5
     assert logs["val_precision"] == pytest.approx((predicted & (y > 0)).sum() / predicted.sum(), abs=1e-5)
+    assert logs["val_recall"] == pytest.approx((predicted & (y > 0)).sum() / (y > 0).sum(), abs=1e-5)
 
 
 def test_user_tf_data_loss_class_and_callback_in_one_run(tmp_path):

@@ -40,3 +40,19 @@ class RecordingCallback(keras.callbacks.Callback):
 def linear(spec):
     inputs = keras.Input(spec.input_shape)
     return keras.Model(inputs, keras.layers.Dense(spec.outputs)(inputs))
+
+
+def wrong_width(spec):
+    """One output too many for the task's head."""
+    inputs = keras.Input(spec.input_shape)
+    return keras.Model(inputs, keras.layers.Dense(spec.outputs + 1)(inputs))
+
+
+CACHED: list = []
+
+
+def cached(spec):
+    """Returns the model it built first, wherever that was: built outside the strategy scope, it is refused."""
+    if not CACHED:
+        CACHED.append(linear(spec))
+    return CACHED[0]
