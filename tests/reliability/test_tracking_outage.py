@@ -1,5 +1,6 @@
 """The tracking server goes away: unreachable at start (fail fast, or the local store with a warning)
-and mid-run against a real `mlflow server` stopped and restarted, counting that no metric point is lost."""
+and mid-run against a real `mlflow server` stopped and restarted, counting every epoch and step point:
+none lost, none twice."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from conftest import ROOT, TINY, MlflowServer, free_port
 from launcher.tracking.spool import PENDING_FILE
 
 EPOCHS = 4
-STEPS = 45  # digits: 1437 training examples / batch 32, rounded up
 EPOCH_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy", "learning_rate")
+STEP_METRICS = ("step/loss", "step/learning_rate")
+EVERY = 10  # tracking.step_metrics_every: a step point every 10 global steps
 # One step per chunk: the pause lands on global step 50, early in epoch 2 (epoch 1's metrics delivered).
-RUN = [*TINY, f"train.epochs={EPOCHS}", "train.steps_per_execution=1"]
+RUN = [*TINY, f"train.epochs={EPOCHS}", "train.steps_per_execution=1", f"tracking.step_metrics_every={EVERY}"]
 
 
 def _start_launch(tmp_path, server_url, *extra):
@@ -52,11 +54,24 @@ def _finish(proc, seen, timeout=300):
 
 
 def _metric_points(server_url):
+    """The run and, per epoch and step metric, the steps of its points (a point delivered twice shows twice)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(server_url)
     (run,) = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
-    return run, {m: sorted(p.step for p in client.get_metric_history(run.info.run_id, m)) for m in EPOCH_METRICS}
+    metrics = EPOCH_METRICS + STEP_METRICS
+    return run, {m: sorted(p.step for p in client.get_metric_history(run.info.run_id, m)) for m in metrics}
+
+
+def _expected(tmp_path) -> dict[str, list[int]]:
+    """Every epoch point once, and a step point every EVERY global steps up to the run's last step (the steps per
+    epoch read from the run's plan.yaml: they depend on the batch and drop_remainder)."""
+    import yaml
+
+    plan = yaml.safe_load((tmp_path / "run" / "plan.yaml").read_text())["decisions"]
+    last = plan["train.steps_per_epoch"]["value"] * EPOCHS
+    steps = list(range(EVERY, last + 1, EVERY))
+    return {**{m: list(range(EPOCHS)) for m in EPOCH_METRICS}, **{m: steps for m in STEP_METRICS}}
 
 
 @pytest.mark.slow
@@ -83,7 +98,7 @@ def test_server_restarted_mid_run_gets_every_metric_point(tmp_path):
     finally:
         server.stop()
     assert run.info.status == "FINISHED"
-    assert points == {m: list(range(EPOCHS)) for m in EPOCH_METRICS}, points
+    assert points == _expected(tmp_path), points  # every epoch and step point, each exactly once
     assert not (tmp_path / "run" / PENDING_FILE).exists()
 
 
@@ -112,7 +127,7 @@ def test_writes_kept_in_the_run_dir_when_the_server_stays_away_then_synced(tmp_p
         server.stop()
     assert not spool.exists()
     assert run.info.status == "FINISHED"
-    assert points == {m: list(range(EPOCHS)) for m in EPOCH_METRICS}, points
+    assert points == _expected(tmp_path), points
 
 
 def test_unreachable_at_start_fails_fast_by_default_or_falls_back_to_the_local_store(cli, tmp_path):
