@@ -120,15 +120,45 @@ def _override_keys(chosen: list[str]) -> set[str]:
     return {o.split("=", 1)[0].lstrip("+~") for o in chosen}
 
 
-def _related(problem_key: str, override_key: str) -> bool:
-    """A refusal of `model.dropout` names `model=cnn` and vice versa; the same group counts (and a
-    refusal that says which of our overrides it conflicts with, checked by the caller)."""
-    return problem_key.split(".")[0] == override_key.split(".")[0]
+# A refusal in one group can follow from a setting in another (the default config is valid, so every refusal
+# follows from something the example set): the batch against the data's size and the replicas, a monitor or an
+# objective against the task's metrics, a model against the data's kind, the data against the task's labels.
+FOLLOWS = {
+    "scaling": {"dataset", "strategy", "train", "optimizer"},
+    "checkpoint": {"task", "train"},
+    "train": {"task", "checkpoint", "scaling", "optimizer"},
+    "objective": {"task", "checkpoint"},
+    "model": {"dataset", "task"},
+    "dataset": {"task", "model"},
+    "task": {"model", "dataset"},
+    "loss_scale": {"precision", "strategy", "train"},
+    "precision": {"model"},
+}
+PRESETS = ("experiment", "debug")
 
 
-def _data_or_batch(problem_key: str) -> bool:
-    """Problems found in the data or the schedule follow from the dataset and the batch together."""
-    return problem_key.split(".")[0] in ("dataset", "scaling", "train", "strategy")
+def _touched_groups(chosen: list[str]) -> set[str]:
+    """The top-level groups an example sets: its overrides' and those a preset (experiment=, debug=) sets."""
+    import yaml
+
+    groups = set()
+    for override in chosen:
+        key, _, value = override.partition("=")
+        key = key.lstrip("+~")
+        groups.add(key.split(".")[0])
+        path = CONF_DIR / key / f"{value}.yaml"
+        if key in PRESETS and path.exists():
+            data = yaml.safe_load(path.read_text()) or {}
+            groups |= {k for k in data if k != "defaults"}
+            for entry in data.get("defaults", []):
+                if isinstance(entry, dict):
+                    groups |= {str(k).removeprefix("override ").lstrip("/").split("/")[0] for k in entry}
+    return groups
+
+
+def _explained(problem_key: str, touched: set[str]) -> bool:
+    group = problem_key.split(".")[0]
+    return group in touched or bool(FOLLOWS.get(group, set()) & touched)
 
 
 # Keys every valid Plan decides.
@@ -140,9 +170,12 @@ def _check_one(compose, keys, chosen):
     try:
         node = compose(chosen)
     except (HydraException, OmegaConfBaseException) as err:
-        # What the CLI prints (exit 1, with how to list the options): it must name a key we set.
+        # What the CLI prints (exit 1, with how to list the options): it must name a key we set, in full, or the
+        # group option we chose (`model/bogus`).
         message = str(err)
-        assert any(k.split(".")[-1] in message or k.split(".")[0] in message for k in touched), (chosen, message)
+        named = {k for k in touched if k in message}
+        named |= {o for o in chosen if "=" in o and o.lstrip("+~").replace("=", "/", 1) in message}
+        assert named, (chosen, message)
         return "compose"
     try:
         config = to_config(node)
@@ -156,12 +189,9 @@ def _check_one(compose, keys, chosen):
                 chosen,
                 violation.key,
             )
-        named = {v.key for v in err.violations}
-        assert (
-            any(_related(p, o) for p in named for o in touched)
-            or any(o in str(err) for o in touched)
-            or all(_data_or_batch(p) for p in named)
-        ), (chosen, str(err))
+        groups = _touched_groups(chosen)
+        for violation in err.violations:  # each refusal follows from something this example set
+            assert _explained(violation.key, groups), (chosen, violation.key, str(err))
         return "refused"
     decided = plan.values()
     for key in PLAN_KEYS:
@@ -195,3 +225,11 @@ def test_random_overrides_give_a_plan_or_a_refusal_naming_the_keys(hydra_compose
     assert sum(outcomes.values()) >= EXAMPLES, outcomes
     assert all(outcomes.get(k, 0) >= 25 for k in ("compose", "refused", "plan")), outcomes
     print(f"fuzz outcomes: {outcomes}")
+
+
+def test_a_refusal_must_follow_from_what_the_example_set():
+    """Negative control for the check above: a refusal of a group nothing touched is not accepted."""
+    assert not _explained("model.dropout", _touched_groups(["tracking.uri=x", "train.epochs=2"]))
+    assert _explained("scaling.batch_size", _touched_groups(["dataset.limit=3"]))  # the batch against the data
+    assert _touched_groups(["experiment=tokens_lm"]) >= {"model", "dataset", "task", "checkpoint", "train"}
+    assert _touched_groups(["debug=overfit"]) >= {"dataset", "train", "checkpoint", "tracking"}
