@@ -300,7 +300,7 @@ def test_the_first_save_is_restored_into_fresh_objects_and_a_mismatch_fails_at_o
     import keras
     from conftest import TINY, config
 
-    from launcher.run.checkpoint import Checkpointer
+    from launcher.run.checkpoint import Checkpointer, CheckpointVerifyError
     from launcher.run.runner import Launch
 
     launch = Launch(config(*TINY, "precision=fp32", "tracking.enabled=false"), tmp_path / "run", tmp_path, {})
@@ -320,22 +320,26 @@ def test_the_first_save_is_restored_into_fresh_objects_and_a_mismatch_fails_at_o
 
     launch.built.rebuild = rebuild_with_another_model
     fresh = Checkpointer(launch.config.checkpoint, tmp_path / "ckpt2", launch.built, {"name": "mlp"})
-    with pytest.raises((AssertionError, ValueError)):
+    with pytest.raises(CheckpointVerifyError, match="does not restore into a freshly built model"):
         fresh.save(Position(global_step=1), {})
     assert not fresh.verified
 
 
-def test_frequent_preset_is_what_the_readme_says():
-    from conftest import config
+def test_the_frequent_preset_saves_every_50_steps_and_every_epoch_and_keeps_5(tmp_path):
+    """checkpoint=frequent as it behaves: saves at each multiple of 50 global steps and at each epoch end, the
+    newest 5 kept, the best model by val_loss exported (steps per epoch read from the Plan)."""
+    from conftest import TINY, compose
 
-    cfg = config("checkpoint=frequent").checkpoint
-    assert (cfg.interval_steps, cfg.interval_epochs, cfg.max_to_keep, cfg.monitor, cfg.mode.value) == (
-        50,
-        1,
-        5,
-        "val_loss",
-        "min",
-    )
+    from launcher.run.runner import execute
+
+    node = compose(*TINY, "checkpoint=frequent", "train.epochs=4", "precision=fp32", "tracking.enabled=false")
+    outcome = execute(node, tmp_path / "run", tmp_path)
+    per_epoch = outcome.plan.schedule.steps_per_epoch
+    last = per_epoch * 4
+    saved = sorted({*range(50, last + 1, 50), *range(per_epoch, last + 1, per_epoch)})
+    kept = sorted(int(p.stem.split("-")[1]) for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*.json"))
+    assert kept == saved[-5:] and len(saved) > 5, (kept, saved)
+    assert (tmp_path / "run" / "best.keras").exists()
 
 
 def test_resume_never_moves_old_checkpoints_aside(tmp_path):

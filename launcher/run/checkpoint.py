@@ -195,7 +195,13 @@ class Checkpointer:
         with self.built.strategy.scope():
             counters = {name: tf.Variable(0, dtype=tf.int64, name=name) for name in self.counters}
         probe = tf.train.Checkpoint(model=fresh.model, optimizer=fresh.optimizer, **counters)
-        probe.restore(path).assert_consumed()
+        try:
+            probe.restore(path).assert_consumed()
+        except (AssertionError, ValueError) as err:  # unmatched objects, or a variable of another shape
+            raise CheckpointVerifyError(
+                f"the first checkpoint ({path}) does not restore into a freshly built model and optimizer: "
+                f"{str(err)[:500]}"
+            ) from err
         self.verified = True
 
     # ----------------------------------------------------------- resuming
@@ -301,6 +307,10 @@ class Checkpointer:
 
 class _Corrupt(Exception):
     pass
+
+
+class CheckpointVerifyError(RuntimeError):
+    """The first save does not restore into fresh objects: resuming from it would fail after a crash."""
 
 
 class CheckpointWriteError(RuntimeError):
