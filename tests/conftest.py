@@ -166,6 +166,9 @@ class MlflowServer:
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # No job consumers: MLflow 3 starts four huey processes per server for its GenAI jobs, which the
+            # launcher never uses and which took CPU from the runs under test.
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         )
         deadline = time.time() + 90
         while True:
