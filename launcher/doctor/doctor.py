@@ -51,13 +51,14 @@ class Examination:
 
 def examine(config, env, overrides: str) -> Examination:
     """Run the whole examination of `config` (typed) on this machine."""
-    from launcher.run.runner import review
+    from launcher.run.review import review
 
     started = time.perf_counter()
     exam = Examination(overrides)
     steps = config.doctor.steps
     # The devices of the config as asked (a process splits its CPU once): every trial shares them.
-    plan, source, problems = review(config, env, lambda p: runtime.split_cpu(p.strategy.logical_cpus))
+    checked = review(config, env, lambda p: runtime.split_cpu(p.strategy.logical_cpus))
+    plan, source, problems = checked.plan, checked.source, checked.problems
     if problems:
         exam.addition = "config"
         exam.checks.append(("config and data", "refused", str(ConfigError(problems))))

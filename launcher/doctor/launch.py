@@ -18,8 +18,8 @@ from launcher.doctor.trials import render_overrides
 from launcher.outcome import EXIT_FINISHED, EXIT_PROBLEM_FOUND, FINISHED, OutcomeRecord
 from launcher.plan.environment import probe
 from launcher.run.shell import run_in_shell
-from launcher.tracking.tracker import Tracker
-from launcher.tracking.uri import check_reachable, redact, resolve_uri
+from launcher.tracking.tracker import open_run
+from launcher.tracking.uri import check_reachable, redact
 
 TRIALS_FILE = "doctor_trials.json"
 
@@ -78,14 +78,7 @@ def _log_to_mlflow(config, exam, run_dir: Path, launch_dir: Path, files: list) -
         print(f"MLflow not reachable ({err.violations[0].expected}); the report stays in {run_dir}", file=sys.stderr)
         return
     name = f"doctor {config.name or config.model.name}"
-    tracker = Tracker(
-        resolve_uri(tr.uri, launch_dir),
-        tr.experiment,
-        name,
-        launch_dir / "outputs" / "mlartifacts",
-        run_dir=run_dir,
-        outage_wait=tr.outage_wait,
-    )
+    tracker = open_run(tr.uri, launch_dir, tr.experiment, name, run_dir=run_dir, outage_wait=tr.outage_wait)
     tags = {
         "launcher.mode": "doctor",
         "doctor.verdict": verdict(exam),

@@ -140,23 +140,22 @@ def run_trial(
 
     Returns the trial and, when it trained, the engine and the position it stopped at (for a replay).
     """
-    from launcher.run.runner import numerics_guard, review
+    from launcher.run.review import review
+    from launcher.run.runner import numerics_guard
     from launcher.train.build import build
     from launcher.train.engine import Engine
 
     trial = Trial(name, dict(overrides))
     cfg = with_overrides(config, {**TRIAL_SETTINGS, "train.max_steps_per_epoch": steps, **overrides})
-    holder: dict = {}
-    plan, source, problems = review(
-        cfg, env, lambda p: holder.update(strategy=runtime.configure(p, cfg.seed, cfg.deterministic))
-    )
+    checked = review(cfg, env, lambda p: runtime.configure(p, cfg.seed, cfg.deterministic))
+    plan, source, problems = checked.plan, checked.source, checked.problems
     trial.plan = plan
     if problems:
         trial.status, trial.detail = "refused", str(ConfigError(problems))
         return trial, None
     position = Position()
     try:
-        built = build(cfg, plan, source, holder["strategy"])
+        built = build(cfg, plan, source, checked.strategy)
         engine = Engine(
             built,
             plan,

@@ -26,7 +26,7 @@ from launcher.files import OUTCOME_FILE
 from launcher.outcome import EXIT_FINISHED, FINISHED, OutcomeRecord
 from launcher.plan.environment import probe
 from launcher.run.shell import run_in_shell
-from launcher.tracking.tracker import Tracker
+from launcher.tracking.tracker import open_run
 from launcher.tracking.uri import resolve_uri
 from launcher.train import runtime
 
@@ -134,18 +134,19 @@ class Evaluation:
         self.training = OutcomeRecord.read(train_dir)
 
     def execute(self) -> tuple[str | None, dict]:
-        from launcher.run.runner import review
+        from launcher.run.review import review
 
-        config, holder = self.config, {}
+        config = self.config
         self.env = probe(measure=False)
-        self.plan, self.source, problems = review(
-            config,
-            self.env,
-            lambda plan: holder.update(strategy=runtime.configure(plan, config.seed, config.deterministic)),
+        checked = review(config, self.env, lambda plan: runtime.configure(plan, config.seed, config.deterministic))
+        self.plan, self.source, self.strategy, problems = (
+            checked.plan,
+            checked.source,
+            checked.strategy,
+            checked.problems,
         )
         self.model_path = self._model_path(problems)
         raise_if_any(problems)
-        self.strategy = holder["strategy"]
         self.run_dir.mkdir(parents=True, exist_ok=True)
         split = config.eval.split.value
         print(
@@ -250,14 +251,7 @@ class Evaluation:
         uri = resolve_uri(tr.uri, self.launch_dir)
         parent = self.training.run_id if self.training else None
         name = f"{self.mode}-{self.train_dir.name}-{self.config.eval.model}-{split}"
-        tracker = Tracker(
-            uri,
-            tr.experiment,
-            name,
-            self.launch_dir / "outputs" / "mlartifacts",
-            parent_run_id=parent,
-            run_dir=self.run_dir,
-        )
+        tracker = open_run(uri, self.launch_dir, tr.experiment, name, parent_run_id=parent, run_dir=self.run_dir)
         try:
             tracker.log_params(
                 {

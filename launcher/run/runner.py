@@ -9,7 +9,6 @@ checkpoint from another model) runs before MLflow hears of the launch, and a ref
 
 from __future__ import annotations
 
-import inspect
 import json
 import sys
 import traceback
@@ -27,7 +26,6 @@ from launcher.files import CONFIG_FILE, PLAN_FILE
 from launcher.plan.decisions import FaultPlan, Plan, ResumePlan, render_record
 from launcher.plan.environment import probe
 from launcher.plan.resume import decide_resume, layout_of
-from launcher.plan.sharding import decide_sharding
 from launcher.run.checkpoint import Checkpointer, CheckpointWriteError, check_writable, set_aside
 from launcher.run.checkpoint_policy import SavePolicy
 from launcher.run.export import export_model
@@ -44,12 +42,12 @@ from launcher.run.hooks.utilization import UtilizationHook
 from launcher.run.mlflow_record import MODEL_ARTIFACT, dataset_inputs, save_mlflow_model
 from launcher.run.params import run_name, run_params, run_tags
 from launcher.run.profiling import StepProfiler
+from launcher.run.review import collecting, review
 from launcher.run.utilization import matmul_peak, process_age_seconds, training_flops_per_example
-from launcher.tracking.tracker import NullTracker, RunTracker, Tracker
-from launcher.tracking.uri import check_reachable, redact, resolve_uri
+from launcher.tracking.tracker import NullTracker, RunTracker, open_run
+from launcher.tracking.uri import check_reachable, redact
 from launcher.train import runtime
 from launcher.train.agreement import Agreement, comparable, differences, weights_digest
-from launcher.train.labels import fit_to_task
 from launcher.train.numerics import NumericsGuard, NumericsStop
 
 if TYPE_CHECKING:
@@ -147,12 +145,18 @@ class Launch:
         self.env = probe(measure=wants_measurements(config))
 
         def start_runtime(plan):
-            self.strategy = runtime.configure(plan, config.seed, config.deterministic)
+            return runtime.configure(plan, config.seed, config.deterministic)
 
-        self.plan, self.source, problems = review(config, self.env, start_runtime)
+        checked = review(config, self.env, start_runtime)
+        self.plan, self.source, self.strategy, problems = (
+            checked.plan,
+            checked.source,
+            checked.strategy,
+            checked.problems,
+        )
         self._arm_fault(problems)
         if config.checkpoint.enabled and not config.explain:
-            _collecting(problems, check_writable, self.checkpoint_dir)
+            collecting(problems, check_writable, self.checkpoint_dir)
         self.tracking_uri = config.tracking.uri
         if config.tracking.enabled and not config.explain:
             self._check_tracking_server(problems)
@@ -165,7 +169,7 @@ class Launch:
     def _arm_fault(self, problems: list) -> None:
         """A test's injected fault: checked now (a malformed one is refused with the rest) and put in the Plan,
         so plan.yaml and the MLflow tags say the run was sabotaged on purpose."""
-        fault = _collecting(problems, armed)
+        fault = collecting(problems, armed)
         if fault is not None:
             why = f"test-only fault injection (LAUNCHER_FAULT with {OPT_IN})"
             self.plan = self.plan.with_record(FaultPlan.of(armed=(fault.describe(), why)))
@@ -179,7 +183,7 @@ class Launch:
 
         tr = self.config.tracking
         unreachable = []
-        _collecting(unreachable, check_reachable, tr.uri)
+        collecting(unreachable, check_reachable, tr.uri)
         if not unreachable:
             return
         if tr.on_unreachable != Unreachable.local:
@@ -255,12 +259,12 @@ class Launch:
             self.tracker = NullTracker()
         else:
             name = run_name(self.config, self.choices)
-            self.tracker = Tracker(
-                resolve_uri(self.tracking_uri, self.launch_dir),
+            self.tracker = open_run(
+                self.tracking_uri,
+                self.launch_dir,
                 tr.experiment,
                 name,
-                self.launch_dir / "outputs" / "mlartifacts",
-                self.sidecar.get("mlflow_run_id"),
+                resume_run_id=self.sidecar.get("mlflow_run_id"),
                 parent_run_id=tr.parent_run_id or None,
                 run_dir=self.run_dir,
                 outage_wait=tr.outage_wait,
@@ -447,55 +451,6 @@ class Launch:
 
     def _write_plan(self) -> None:
         (self.run_dir / PLAN_FILE).write_text(self.plan.to_yaml())
-
-
-def review(config: Config, env, start_runtime=None) -> tuple[Plan, Any, list]:
-    """Every check of the config and its data, collected: resolver rules, the data, the schedule.
-
-    Returns the Plan (complete; a refused value decided as asked), the data source (None when it could not load) and
-    every problem. `start_runtime(plan)` runs between the rules and the data when the rules
-    pass (TensorFlow's devices must be set before anything touches them).
-    """
-    from launcher.plan.resolve import resolve_all
-    from launcher.plan.schedule import schedule
-
-    plan, problems = resolve_all(config, env)
-    if not problems and start_runtime is not None:
-        start_runtime(plan)
-    broken = {p.key.split(".")[0] for p in problems}  # a group with a refused value is not used further
-    source = None if "dataset" in broken else _collecting(problems, _load_data, config)
-    if source is not None and "model" not in broken:
-        _collecting(problems, _check_model, config, source)
-    if source is not None:
-        plan, num_train = decide_sharding(plan, source.train_shards, source.num_train)
-        plan = _collecting(problems, schedule, config, plan, num_train, source.num_val) or plan
-    return plan, source, problems
-
-
-def _collecting(problems: list, check, *args):
-    """`check(*args)`, with a ConfigError's violations added to `problems` (then None)."""
-    try:
-        return check(*args)
-    except ConfigError as err:
-        problems.extend(err.violations)
-        return None
-
-
-def _load_data(config):
-    """The dataset, its labels checked against the task (a loader that takes `task` makes labels for it)."""
-
-    from launcher.train.registry import DATASETS
-
-    task = config.task.name.value
-    load = DATASETS.get(config.dataset.name).load
-    source = load(config.dataset, task=task) if "task" in inspect.signature(load).parameters else load(config.dataset)
-    return fit_to_task(source, task, int(getattr(config.dataset, "num_classes", 0) or 0), config.task.pad_id)
-
-
-def _check_model(config, source) -> None:
-    from launcher.train.registry import MODELS
-
-    MODELS.get(config.model.name).check(config.model, source)
 
 
 def numerics_guard(config, plan):

@@ -20,7 +20,7 @@ from launcher.sweep import study_storage
 from launcher.sweep.job import swept_keys
 from launcher.sweep.summary import summarise
 from launcher.tracking.client import with_retry
-from launcher.tracking.tracker import Tracker
+from launcher.tracking.tracker import open_run
 from launcher.tracking.uri import check_reachable, resolve_uri
 
 
@@ -60,9 +60,7 @@ class SweepCallback(Callback):
             uri = resolve_uri(config.tracking.uri, Path.cwd())
             check_reachable(uri)
             overrides = list(config.hydra.overrides.task)
-            parent = Tracker(
-                uri, config.tracking.experiment, f"sweep-{state['sweep_id']}", Path.cwd() / "outputs" / "mlartifacts"
-            )
+            parent = open_run(uri, Path.cwd(), config.tracking.experiment, f"sweep-{state['sweep_id']}")
             parent.set_tags(
                 {
                     "sweep_id": state["sweep_id"],

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from launcher.tracking.client import BATCH_LIMIT, PARAM_LIMIT, TAG_LIMIT, experiment_id, quiet_client, with_retry
 from launcher.tracking.delivery import Delivery
 from launcher.tracking.spool import Spool
-from launcher.tracking.uri import redact
+from launcher.tracking.uri import redact, resolve_uri
 from launcher.tracking.writes import Artifact, Artifacts, Inputs, Metrics, Params, Register, Tags, Terminate, Write
 
 
@@ -190,6 +190,34 @@ class Tracker:
         if self.uri.startswith("sqlite:///"):
             return f"mlflow ui --backend-store-uri {self.uri}  (run {self.run_id})"
         return f"{redact(self.uri).rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+
+
+ARTIFACT_ROOT = Path("outputs") / "mlartifacts"  # a local store's artifacts, under the launch directory
+
+
+def open_run(
+    uri: str,
+    launch_dir: Path,
+    experiment: str,
+    run_name: str,
+    *,
+    run_dir: Path | None = None,
+    resume_run_id: str | None = None,
+    parent_run_id: str | None = None,
+    outage_wait: float = 0.0,
+) -> Tracker:
+    """The one way a launch, an evaluation, a doctor or a sweep opens its MLflow run: the URI resolved against
+    the launch directory, a local store's artifacts under <launch dir>/outputs/mlartifacts."""
+    return Tracker(
+        resolve_uri(uri, launch_dir),
+        experiment,
+        run_name,
+        launch_dir / ARTIFACT_ROOT,
+        resume_run_id,
+        parent_run_id=parent_run_id,
+        run_dir=run_dir,
+        outage_wait=outage_wait,
+    )
 
 
 class NullTracker:

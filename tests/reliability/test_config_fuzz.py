@@ -2,7 +2,7 @@
 
 Every outcome is a Plan or a refusal that names the offending keys; never another exception.
 Review is what a launch runs before it writes anything: the resolver's rules, the data and the
-schedule (`launcher.run.runner.review`), on a fake 2-core AVX-512 machine.
+schedule (`launcher.run.review.review`), on a fake 2-core AVX-512 machine.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from launcher.config.errors import ConfigError
 from launcher.config.schema import register_configs, to_config
-from launcher.run.runner import review
+from launcher.run.review import review
 
 GROUPS = {
     group.name: sorted(p.stem for p in group.glob("*.yaml"))
@@ -179,7 +179,8 @@ def _check_one(compose, keys, chosen):
         return "compose"
     try:
         config = to_config(node)
-        plan, source, problems = review(config, EPYC_AVX512_BF16)
+        checked = review(config, EPYC_AVX512_BF16)
+        plan, source, problems = checked.plan, checked.source, checked.problems
         if problems:
             raise ConfigError(problems)
     except ConfigError as err:

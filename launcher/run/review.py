@@ -1,0 +1,72 @@
+"""Every check of a config and its data before anything is written: the resolver's rules, the data, the model
+against the data, the schedule, collected into one list so a refusal names every problem at once.
+
+A launch, an evaluation, the doctor and its trials all review the same way; the review returns a typed
+`Review`, with the strategy when the caller asked for the runtime to be started.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.config.errors import ConfigError, Violation
+from launcher.config.schema import Config
+from launcher.plan.decisions import Plan
+from launcher.plan.resolve import resolve_all
+from launcher.plan.schedule import schedule
+from launcher.plan.sharding import decide_sharding
+from launcher.train.labels import fit_to_task
+
+
+@dataclass
+class Review:
+    """The Plan (complete: a refused value is decided as asked), the data (None when it could not load), every
+    problem found, and the strategy the runtime callback made (None when it was not asked for, or not reached)."""
+
+    plan: Plan
+    source: Any = None
+    problems: list[Violation] = field(default_factory=list)
+    strategy: Any = None
+
+
+def review(config: Config, env, start_runtime: Callable[[Plan], Any] | None = None) -> Review:
+    """Check everything; `start_runtime(plan)` runs between the rules and the data when the rules pass
+    (TensorFlow's devices must be set before anything touches them) and its result is the Review's strategy."""
+    plan, problems = resolve_all(config, env)
+    strategy = start_runtime(plan) if not problems and start_runtime is not None else None
+    broken = {p.key.split(".")[0] for p in problems}  # a group with a refused value is not used further
+    source = None if "dataset" in broken else collecting(problems, load_data, config)
+    if source is not None and "model" not in broken:
+        collecting(problems, check_model, config, source)
+    if source is not None:
+        plan, num_train = decide_sharding(plan, source.train_shards, source.num_train)
+        plan = collecting(problems, schedule, config, plan, num_train, source.num_val) or plan
+    return Review(plan, source, problems, strategy)
+
+
+def collecting(problems: list, check, *args):
+    """`check(*args)`, with a ConfigError's violations added to `problems` (then None)."""
+    try:
+        return check(*args)
+    except ConfigError as err:
+        problems.extend(err.violations)
+        return None
+
+
+def load_data(config):
+    """The dataset, its labels checked against the task (a loader that takes `task` makes labels for it)."""
+    from launcher.train.registry import DATASETS
+
+    task = config.task.name.value
+    load = DATASETS.get(config.dataset.name).load
+    source = load(config.dataset, task=task) if "task" in inspect.signature(load).parameters else load(config.dataset)
+    return fit_to_task(source, task, int(getattr(config.dataset, "num_classes", 0) or 0), config.task.pad_id)
+
+
+def check_model(config, source) -> None:
+    from launcher.train.registry import MODELS
+
+    MODELS.get(config.model.name).check(config.model, source)
