@@ -68,6 +68,7 @@ TF_FREE_MODULES = [
     "launcher.doctor.diagnose",
     "launcher.outcome",
     "launcher.run.shell",
+    "launcher.run.review",
     "launcher.run.launch",
     "launcher.run.evaluate",
     "launcher.run.local_workers",
