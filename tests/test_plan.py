@@ -178,3 +178,13 @@ def test_the_rules_ask_the_tables_not_name_lists():
         assert resolve(config("precision=bf16"), CPU_PLAIN).loss_scale.mode == "dynamic"
     finally:
         rule.PRECISIONS = original
+
+
+def test_a_custom_or_plugin_model_declares_what_it_is_in_its_config():
+    """model=custom (or a plugin's YAML) fills the same facts the table holds for built-in models."""
+    custom = ["model=custom", "model.builder=user_parts:linear", "xla=auto"]
+    assert resolve(config(*custom), CPU_PLAIN).step.xla is True  # not convolutional: by the matmul rates
+    plan = resolve(config(*custom, "model.convolutional=true"), CPU_PLAIN)
+    assert plan.step.xla is False and "is convolutional" in plan.step.reason("xla")
+    with pytest.raises(Exception, match="model=transformer"):
+        resolve(config(*custom, "model.per_token=false", "task=sequence"), CPU_PLAIN)

@@ -75,6 +75,10 @@ class CustomModelConfig:
     Plan's dtype policy; returns an unbuilt-or-built keras.Model whose output is logits. "" = the plugin `name`."""
     params: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the builder, e.g. model.params='{units: 64}'."""
+    convolutional: bool = False
+    """Your model is mostly convolutions (xla=auto then keeps XLA off on CPU, as for the built-in convnets)."""
+    per_token: bool = True
+    """Your model can predict a token per position (task=sequence); its output shape is checked when built."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,16 @@ MODEL_KINDS: dict[str, ModelKind] = {
 }
 
 
-def model_kind(name: str) -> ModelKind:
-    """The table's entry, or the generic kind of `custom` and installed plugins (per-token output possible;
-    the built model's output is checked against the task)."""
-    return MODEL_KINDS.get(name) or ModelKind(name, CustomModelConfig, None, per_token=True)
+def model_kind(model_cfg: Any) -> ModelKind:
+    """What the configured model is: its table entry, or for `model=custom` and installed plugins what their
+    config declares (`model.convolutional`, `model.per_token`; a plugin's own YAML can set them)."""
+    name = str(getattr(model_cfg, "name", model_cfg))
+    if name in MODEL_KINDS:
+        return MODEL_KINDS[name]
+    return ModelKind(
+        name,
+        CustomModelConfig,
+        None,
+        convolutional=bool(getattr(model_cfg, "convolutional", False)),
+        per_token=bool(getattr(model_cfg, "per_token", True)),
+    )

@@ -127,7 +127,7 @@ def build(cfg, plan, source, strategy) -> Built:
 
     with strategy.scope():
         model, output = float32_output(MODELS.get(cfg.model.name).build(cfg.model, source), plan.precision.mixed)
-        custom = not model_kind(cfg.model.name).builtin
+        custom = not model_kind(cfg.model).builtin
         check_in_scope(
             model, strategy, "model.builder" if custom else "model", cfg.model.builder if custom else cfg.model.name
         )

@@ -3,7 +3,7 @@ optimizer applies its update."""
 
 from __future__ import annotations
 
-from launcher.config.models import model_kind
+from launcher.config.models import ModelKind, model_kind
 from launcher.config.schema import Config, OptimizerUpdate
 from launcher.plan.decisions import PrecisionPlan, StepPlan, StrategyPlan
 from launcher.plan.environment import Environment
@@ -42,16 +42,16 @@ def _decide_xla(cfg: Config, env: Environment, found: Findings, precision: Preci
         raw = "false"
     if raw != "auto":
         return raw == "true", "requested"
-    xla, reason = auto_xla(env, precision, str(cfg.model.name))
+    xla, reason = auto_xla(env, precision, model_kind(cfg.model))
     return xla, f"xla=auto: {reason}"
 
 
-def auto_xla(env: Environment, precision: PrecisionPlan, model: str) -> tuple[bool, str]:
+def auto_xla(env: Environment, precision: PrecisionPlan, model: ModelKind) -> tuple[bool, str]:
     if env.gpus:
         return True, "GPU: XLA fuses elementwise ops around the matmuls"
-    if model_kind(model).convolutional:
+    if model.convolutional:
         return False, (
-            f"CPU, model={model}: XLA's CPU convolutions are slower than oneDNN's "
+            f"CPU, model={model.name} is convolutional: XLA's CPU convolutions are slower than oneDNN's "
             "(measured on the benchmark convnet: the XLA step trains at 0.53x the graph step on a Xeon, "
             "0.62x on an AMD EPYC, both without AMX)"
         )

@@ -21,7 +21,7 @@ from launcher.plan.rules.findings import Findings
 def decide_task(cfg: Config, found: Findings, precision: PrecisionPlan) -> TaskPlan:
     task = cfg.task.name.value
     spec = TASKS[task]
-    kind = model_kind(cfg.model.name)
+    kind = model_kind(cfg.model)
     loss = _loss(cfg, found, task, precision.mixed)
     metrics = _metrics(cfg, found, task)
     if task == "sequence" and not kind.per_token:
