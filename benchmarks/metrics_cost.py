@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/metrics_cost.py                        # vs 1896c55 (accuracy counted in the
                                                                        # step's stats tensor), 3 repetitions
     .venv/bin/python benchmarks/metrics_cost.py --baseline <commit> --reps 5
+    .venv/bin/python benchmarks/metrics_cost.py --baseline <commit> --reps 6 --epochs 10 --configs "mlp fp32 default"
 
 Each measurement is a fresh `python -m launcher` subprocess with the same overrides; the baseline runs from a
 git worktree of the given commit (its own launcher, models and datasets packages first on the path). Prints
@@ -50,7 +51,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--baseline", default="1896c55")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=5, help="epochs per run (the first, compiling one excluded)")
+    parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
     args = parser.parse_args()
+    COMMON[COMMON.index("train.epochs=5")] = f"train.epochs={args.epochs}"
+    configs = {name: CONFIGS[name] for name in args.configs}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         base = tmp / "baseline"
@@ -65,10 +70,10 @@ def main() -> None:
                 (shim / "launcher_models").symlink_to(tree / "models")
                 (shim / "launcher_datasets").symlink_to(tree / "datasets")
                 paths[name] = f"{tree}:{shim}"
-            results: dict[str, dict[str, list[float]]] = {c: {"this": [], "baseline": []} for c in CONFIGS}
+            results: dict[str, dict[str, list[float]]] = {c: {"this": [], "baseline": []} for c in configs}
             runs = itertools.count()
             for rep in range(args.reps):
-                for config, overrides in CONFIGS.items():
+                for config, overrides in configs.items():
                     for name, tree in (
                         (("baseline", base), ("this", ROOT)) if rep % 2 else (("this", ROOT), ("baseline", base))
                     ):
