@@ -83,7 +83,9 @@ def main() -> None:
             print(f"\n{'config':<24} {'this':>10} {'baseline':>10} {'ratio':>7}   (examples/s, median of {args.reps})")
             for config, pair in results.items():
                 this, baseline = statistics.median(pair["this"]), statistics.median(pair["baseline"])
-                print(f"{config:<24} {this:10.0f} {baseline:10.0f} {this / baseline:7.3f}")
+                spread = f"this {min(pair['this']):.0f}-{max(pair['this']):.0f}, "
+                spread += f"baseline {min(pair['baseline']):.0f}-{max(pair['baseline']):.0f}"
+                print(f"{config:<24} {this:10.0f} {baseline:10.0f} {this / baseline:7.3f}   ({spread})")
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, capture_output=True)
 
