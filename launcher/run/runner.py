@@ -56,7 +56,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class Outcome:
-    """What one launch produced (tests and sweeps read it; the CLI turns it into an exit code)."""
+    """What one launch produced, in this process (tests read it; `run.launch.train` turns it into the typed
+    outcome record and the exit code)."""
 
     plan: Plan
     result: FitResult | None = None  # None for explain=true
@@ -73,7 +74,7 @@ def execute(cfg_node, run_dir: Path, launch_dir: Path, choices: dict | None = No
     from launcher.config.schema import Mode, to_config
 
     config = to_config(cfg_node)
-    if config.mode == Mode.doctor:  # the CLI sends a single doctor run elsewhere; a sweep job ends here
+    if config.mode == Mode.doctor:  # __main__ routes mode=doctor to the doctor; execute() only trains
         raise ConfigError.single(
             "mode",
             "doctor",
