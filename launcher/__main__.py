@@ -13,8 +13,9 @@ from omegaconf import DictConfig
 from launcher.config.help import register_help
 from launcher.config.imports import config_packages
 from launcher.config.schema import register_configs
-from launcher.doctor.launch import run
+from launcher.doctor.launch import run as run_doctor
 from launcher.run.evaluate import evaluate
+from launcher.run.launch import run as run_training
 from launcher.run.local_workers import run_local_workers
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -56,19 +57,15 @@ def mode_of(cfg: DictConfig, multirun: bool) -> str:
 
 
 def _train(cfg, at: Invocation) -> int:
-    from launcher.run.launch import run
-
-    return run(cfg, at.run_dir, at.launch_dir, at.choices)
+    return run_training(cfg, at.run_dir, at.launch_dir, at.choices)
 
 
 def _evaluate(cfg, at: Invocation) -> int:
-
     return evaluate(cfg, at.run_dir, at.launch_dir, at.overrides)
 
 
 def _doctor(cfg, at: Invocation) -> int:
-
-    return run(cfg, at.run_dir, at.launch_dir, " ".join(o for o in at.overrides if not o.startswith("mode=")))
+    return run_doctor(cfg, at.run_dir, at.launch_dir, " ".join(o for o in at.overrides if not o.startswith("mode=")))
 
 
 def _local_workers(cfg, at: Invocation) -> int:
@@ -77,7 +74,8 @@ def _local_workers(cfg, at: Invocation) -> int:
     return run_local_workers(at.overrides, int(cfg.strategy.local_workers), at.run_dir, at.launch_dir)
 
 
-# mode -> handler; each returns the process's exit code (imports stay inside: a sweep never loads TensorFlow).
+# mode -> handler; each returns the process's exit code. None of these modules loads TensorFlow when imported
+# (the sweep process imports this one and never loads it; tests/test_architecture.py checks).
 MODES: dict[str, Callable[[DictConfig, Invocation], int]] = {
     "train": _train,
     "eval": _evaluate,

@@ -69,6 +69,7 @@ TF_FREE_MODULES = [
     "launcher.outcome",
     "launcher.run.shell",
     "launcher.run.review",
+    "launcher.__main__",
     "launcher.run.launch",
     "launcher.run.evaluate",
     "launcher.run.local_workers",

@@ -109,7 +109,6 @@ def _finite(t) -> bool:
 
 
 def _describe(t) -> str:
-
     values = np.asarray(t, dtype=np.float32)
     return f"{int(np.isnan(values).sum())} NaN, {int(np.isinf(values).sum())} inf of {values.size}"
 

@@ -22,7 +22,6 @@ def verdict(exam) -> str:
 
 
 def _overrides(fix) -> str:
-
     return render_overrides(fix.overrides)
 
 

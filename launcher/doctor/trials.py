@@ -192,7 +192,6 @@ def run_trial(
 
 
 def _weights_finite(model) -> bool:
-
     return all(np.isfinite(w).all() for w in model.get_weights() if np.issubdtype(w.dtype, np.floating))
 
 

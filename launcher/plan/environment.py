@@ -65,7 +65,6 @@ class Environment:
         return self.has_amx
 
     def best_matmul_rate(self, dtype: str) -> float | None:
-
         return best_rate(self.matmul_gflops, dtype)
 
     @property

@@ -219,7 +219,6 @@ class Evaluation:
         return engine.evaluate(split=split)
 
     def _predict(self, split: str) -> tuple[dict[str, float], list[Path]]:
-
         from launcher.train.tasks import make_task
 
         model = self._load(in_scope=False)  # on this process: no collective for every worker to join
@@ -286,7 +285,6 @@ class Evaluation:
 
 
 def _violation(key, value, expected, fix):
-
     return Violation(key, value, expected, fix)
 
 

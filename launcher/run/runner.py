@@ -428,7 +428,6 @@ class Launch:
         return HookList(h for h in hooks if h is not None)
 
     def _utilization_hook(self):
-
         flops, peak = _utilization_inputs(self.config, self.plan, self.built.model, self.tracker, self.env)
         return UtilizationHook(flops, peak, process_age_seconds)
 
@@ -487,7 +486,6 @@ def _utilization_inputs(config, plan, model, tracker, env) -> tuple[float, float
 
 
 def _worker_difference(key: str, values: list):
-
     others = ", ".join(f"worker {rank} has {value!r}" for rank, value in enumerate(values) if rank)
     fix = (
         "checkpoint.directory must be a path every worker reads (a shared filesystem): they resume from the "

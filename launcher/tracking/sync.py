@@ -52,7 +52,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _configured_uri(run_dir: Path) -> str | None:
-
     try:
         return yaml.safe_load((run_dir / "config.yaml").read_text())["tracking"]["uri"]
     except (OSError, KeyError, TypeError):
