@@ -211,14 +211,40 @@ E2E_FIXTURES = {"cli", "mlflow_server"}
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """`e2e`: the test starts processes (the real CLI, a server, workers); `unit`: everything else that is not
-    `slow` (in-process logic and small in-process runs). `make test-fast` runs the unit tests; CI runs all."""
+    """`e2e`: the test starts processes (the real CLI, a server, workers: by its fixtures, its own code or a helper
+    of its module that does); `unit`: everything else that is not `slow` (in-process logic and small in-process
+    runs). `make test-fast` runs the unit tests; CI runs all."""
     import inspect
 
+    def source_of(function) -> str:
+        try:
+            return inspect.getsource(function)
+        except (OSError, TypeError):  # made at run time (no file behind it): nothing to read
+            return ""
+
+    spawning: dict[str, set[str]] = {}  # per module: its helpers that start processes
     for item in items:
         function = getattr(item, "function", None)
-        source = inspect.getsource(function) if function is not None else ""
-        if E2E_FIXTURES & set(getattr(item, "fixturenames", ())) or "subprocess" in source or "Popen" in source:
+        source = source_of(function) if function is not None else ""
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__ not in spawning:
+            spawning[module.__name__] = {
+                name
+                for name, helper in vars(module).items()
+                if inspect.isfunction(helper)
+                and helper.__module__ == module.__name__
+                and not name.startswith("test_")
+                and any(word in source_of(helper) for word in ("subprocess", "Popen"))
+            }
+        helpers = spawning.get(module.__name__, set()) if module is not None else set()
+        if item.get_closest_marker("e2e") is not None:
+            continue  # marked by hand (its process is started by the launcher code it calls)
+        if (
+            E2E_FIXTURES & set(getattr(item, "fixturenames", ()))
+            or "subprocess" in source
+            or "Popen" in source
+            or any(f"{helper}(" in source for helper in helpers)
+        ):
             item.add_marker(pytest.mark.e2e)
         elif item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.unit)

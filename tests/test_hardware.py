@@ -54,6 +54,7 @@ def test_the_machine_key_changes_with_the_cpu(tmp_path):
     assert hardware.machine_key(one).startswith("CPU A|") and "|tf" in hardware.machine_key(one)
 
 
+@pytest.mark.e2e  # the launcher measures in a child process of its own
 def test_measuring_in_a_child_process_gives_every_dtype_and_backend(cache):
     rates = hardware.measured_rates()  # the real thing: `python -m launcher.plan.hardware`, ~10 s
     assert set(rates) == {f"{d}_{b}" for d in hardware.DTYPES for b in hardware.BACKENDS}

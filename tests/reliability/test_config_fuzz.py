@@ -204,6 +204,7 @@ def _check_one(compose, keys, chosen):
 EXAMPLES = int(os.environ.get("LAUNCHER_FUZZ_EXAMPLES", 300))
 
 
+@pytest.mark.slow  # 300 composed and reviewed configs, about a minute
 def test_random_overrides_give_a_plan_or_a_refusal_naming_the_keys(hydra_compose):
     """Every random example composes, plans or is refused naming its keys; and the examples reach every outcome
     (examples that were all refusals would prove little)."""
