@@ -65,8 +65,3 @@ PRECISIONS: dict[str, Precision] = {
         Precision("bf16", "mixed_bfloat16", "bfloat16", False, _bf16_fast),
     )
 }
-
-
-def precision_of_policy(policy: str) -> Precision:
-    """The table entry of a Keras policy name (as a Plan or a checkpoint records it)."""
-    return next(p for p in PRECISIONS.values() if p.policy == policy)

@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from launcher.config.precisions import PRECISIONS
+
 S = TypeVar("S", bound="Section")
 
 
@@ -116,8 +118,8 @@ class PrecisionPlan(Section):
 
     @property
     def mixed(self) -> bool:
-        """Computes below float32 (the output layer and the loss stay float32)."""
-        return self.compute_dtype != "float32"
+        """Computes below float32 (the output layer and the loss stay float32): the precision table says."""
+        return PRECISIONS[self.name].mixed
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,6 +26,7 @@ from launcher.files import OUTCOME_FILE
 from launcher.outcome import EXIT_FINISHED, FINISHED, OutcomeRecord
 from launcher.plan.environment import probe
 from launcher.run.shell import run_in_shell
+from launcher.tracking.client import with_retry
 from launcher.tracking.tracker import open_run
 from launcher.tracking.uri import resolve_uri
 from launcher.train import runtime
@@ -245,12 +246,9 @@ class Evaluation:
         tr = self.config.tracking
         if not tr.enabled:
             return None
-        from mlflow.tracking import MlflowClient
-
-        uri = resolve_uri(tr.uri, self.launch_dir)
         parent = self.training.run_id if self.training else None
         name = f"{self.mode}-{self.train_dir.name}-{self.config.eval.model}-{split}"
-        tracker = open_run(uri, self.launch_dir, tr.experiment, name, parent_run_id=parent, run_dir=self.run_dir)
+        tracker = open_run(tr.uri, self.launch_dir, tr.experiment, name, parent_run_id=parent, run_dir=self.run_dir)
         try:
             tracker.log_params(
                 {
@@ -279,7 +277,7 @@ class Evaluation:
         finally:
             tracker.end("FINISHED")
         if parent:
-            MlflowClient(uri).set_tag(parent, f"{self.mode}.latest_run_id", tracker.run_id)
+            with_retry(tracker.client.set_tag, parent, f"{self.mode}.latest_run_id", tracker.run_id)
         print(f"  MLflow: run {tracker.run_id} (child of the training run {parent})", flush=True)
         return tracker.run_id
 
