@@ -128,6 +128,8 @@ def plugin_search_path(argv: list[str]) -> list[str]:
 
 def entry() -> None:
     """Run Hydra; when composing the config fails, add the fix to Hydra's message."""
+    global _task_started
+    _task_started = False  # a fresh start for each call (the test suite calls it in-process)
     sys.argv[1:] = plugin_search_path(sys.argv[1:])
     try:
         main()

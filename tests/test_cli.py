@@ -1,4 +1,8 @@
-"""The real CLI in a subprocess: default run into MLflow, explain, and every kind of bad input."""
+"""The real CLI: default run into MLflow, explain, and every kind of bad input.
+
+The default run, explain, `--help` and each exit code start a real `python -m launcher` process (`cli`); the
+other checks run the same entry in-process (`cli_here`), where the process itself is not what they test.
+"""
 
 from __future__ import annotations
 
@@ -72,8 +76,8 @@ def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
     assert (tmp_path / "run" / "plan.yaml").read_text().startswith("decisions:")
 
 
-def test_exported_model_loads_and_predicts(cli, tmp_path):
-    done = cli(*TINY, "tracking.enabled=false", "precision=fp32")
+def test_exported_model_loads_and_predicts(cli_here, tmp_path):
+    done = cli_here(*TINY, "tracking.enabled=false", "precision=fp32")
     assert done.returncode == 0, done.stderr[-3000:]
     import keras
 
@@ -82,10 +86,10 @@ def test_exported_model_loads_and_predicts(cli, tmp_path):
     assert out.shape == (2, 10) and out.dtype == np.float32
 
 
-def test_mixed_mirrored_xla_trains_like_the_non_xla_run(cli, tmp_path):
+def test_mixed_mirrored_xla_trains_like_the_non_xla_run(cli_here, tmp_path):
     losses = {}
     for xla in ("true", "false"):
-        done = cli(
+        done = cli_here(
             *TINY,
             "precision=mixed",
             "strategy=mirrored",
@@ -150,8 +154,8 @@ def test_explain_prints_the_plan_and_trains_nothing(cli, tmp_path):
         "unreachable-tracking",
     ],
 )
-def test_bad_input_is_a_clear_error_not_a_traceback(cli, tmp_path, overrides, expected):
-    done = cli(*overrides)
+def test_bad_input_is_a_clear_error_not_a_traceback(cli_here, tmp_path, overrides, expected):
+    done = cli_here(*overrides)
     # Hydra's compose errors (unknown option, wrong type, enum typo) exit 1; the launcher's refusals exit 2.
     hydra_error = any(t.startswith(("Could not find", "train.epochs", "dataset.kind")) for t in expected)
     assert done.returncode == (1 if hydra_error else 2)
@@ -163,9 +167,9 @@ def test_bad_input_is_a_clear_error_not_a_traceback(cli, tmp_path, overrides, ex
     assert not (tmp_path / "mlflow.db").exists()
 
 
-def test_refused_config_keeps_earlier_runs(cli, tmp_path):
-    assert cli(*TINY, "precision=fp32", "train.epochs=1").returncode == 0
-    bad = cli("precision=fp32", "train.epochs=1", "model=transformer", "model.num_heads=3", "model.embed_dim=32")
+def test_refused_config_keeps_earlier_runs(cli_here, tmp_path):
+    assert cli_here(*TINY, "precision=fp32", "train.epochs=1").returncode == 0
+    bad = cli_here("precision=fp32", "train.epochs=1", "model=transformer", "model.num_heads=3", "model.embed_dim=32")
     assert bad.returncode == 2
     assert "model.embed_dim=32: expected a multiple of model.num_heads (3)" in bad.stderr
     assert "fix: model.embed_dim=30" in bad.stderr
@@ -176,10 +180,10 @@ def test_refused_config_keeps_earlier_runs(cli, tmp_path):
     assert [r.info.status for r in runs] == ["FINISHED"]
 
 
-def test_rerun_in_the_same_run_dir_resumes_the_same_mlflow_run(cli, tmp_path):
-    first = cli(*TINY, "precision=fp32", "train.epochs=2")
+def test_rerun_in_the_same_run_dir_resumes_the_same_mlflow_run(cli_here, tmp_path):
+    first = cli_here(*TINY, "precision=fp32", "train.epochs=2")
     assert first.returncode == 0, first.stderr[-2000:]
-    second = cli(*TINY, "precision=fp32", "train.epochs=4")
+    second = cli_here(*TINY, "precision=fp32", "train.epochs=4")
     assert second.returncode == 0, second.stderr[-2000:]
     assert "Resuming at epoch 3, step 0 (global step " in second.stdout
     assert "epoch 1/4" not in second.stdout and "epoch 3/4" in second.stdout
@@ -192,13 +196,13 @@ def test_rerun_in_the_same_run_dir_resumes_the_same_mlflow_run(cli, tmp_path):
     assert steps == [0, 1, 2, 3]
 
 
-def test_resuming_with_a_different_model_is_refused(cli, tmp_path):
-    assert cli(*TINY, "precision=fp32", "train.epochs=1").returncode == 0
-    other = cli("model=cnn", "precision=fp32", "train.epochs=2")
+def test_resuming_with_a_different_model_is_refused(cli_here, tmp_path):
+    assert cli_here(*TINY, "precision=fp32", "train.epochs=1").returncode == 0
+    other = cli_here("model=cnn", "precision=fp32", "train.epochs=2")
     assert other.returncode == 2
     assert "model='cnn': expected 'mlp', the model of the checkpoint being resumed" in other.stderr
     assert "fix: checkpoint.resume=never" in other.stderr
-    wider = cli("model.hidden_units=[48]", "precision=fp32", "train.epochs=2")
+    wider = cli_here("model.hidden_units=[48]", "precision=fp32", "train.epochs=2")
     assert "model.hidden_units=[48]: expected [32]" in wider.stderr
     assert list((tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))
 
@@ -221,11 +225,15 @@ def test_exit_code_1_for_a_config_hydra_cannot_compose(cli):
     done = cli("model=foo")
     assert done.returncode == 1
     assert "Could not find 'model/foo'" in done.stderr
+    assert "Traceback" not in done.stderr and "tensorflow" not in done.stderr.lower()
 
 
 def test_exit_code_2_for_a_refused_config(cli, tmp_path):
     done = cli("precision=mixed", "loss_scale=none")
     assert done.returncode == 2
+    # In a fresh process (the in-process refusal tests load TensorFlow beforehand): no start-up noise, no traceback.
+    assert "Traceback" not in done.stderr and "tensorflow" not in done.stderr.lower()
+    assert "loss_scale='none': expected dynamic or fixed" in done.stderr and "fix: loss_scale=dynamic" in done.stderr
     assert '"status": "REFUSED"' in (tmp_path / "run" / "outcome.json").read_text()
 
 
@@ -239,12 +247,12 @@ def test_exit_code_1_for_a_training_failure_with_the_error_on_the_failed_run(cli
     assert run.data.tags["plan.fault"] == "RAISE@steps:5"  # a sabotaged run says so
 
 
-def test_fault_injection_is_checked_at_launch_and_needs_its_opt_in(cli, tmp_path):
-    bad = cli(*QUICK_RUN, env={"LAUNCHER_FAULT": "KILL@step:5"})
+def test_fault_injection_is_checked_at_launch_and_needs_its_opt_in(cli_here, tmp_path):
+    bad = cli_here(*QUICK_RUN, env={"LAUNCHER_FAULT": "KILL@step:5"})
     assert bad.returncode == 2 and "LAUNCHER_FAULT='KILL@step:5'" in bad.stderr and "unset LAUNCHER_FAULT" in bad.stderr
-    pause = cli(*QUICK_RUN, env={"LAUNCHER_FAULT": "PAUSE@steps:5", "LAUNCHER_FAULT_RESUME": ""})
+    pause = cli_here(*QUICK_RUN, env={"LAUNCHER_FAULT": "PAUSE@steps:5", "LAUNCHER_FAULT_RESUME": ""})
     assert pause.returncode == 2 and "LAUNCHER_FAULT_RESUME" in pause.stderr
-    leftover = cli(*QUICK_RUN, env={"LAUNCHER_FAULT": "RAISE@steps:5", "LAUNCHER_TEST_FAULTS": ""})
+    leftover = cli_here(*QUICK_RUN, env={"LAUNCHER_FAULT": "RAISE@steps:5", "LAUNCHER_TEST_FAULTS": ""})
     assert leftover.returncode == 0, leftover.stderr[-2000:]
     assert "LAUNCHER_FAULT=RAISE@steps:5 is set but ignored" in leftover.stdout
     assert "plan.fault" not in mlflow_run(tmp_path).data.tags

@@ -60,6 +60,15 @@ def chains(page) -> list[list[str]]:
     return found
 
 
+def needs_a_process(args: list[str]) -> bool:
+    """A sweep or local workers start processes; a command that splits the CPU differently needs a fresh runtime."""
+    return any(
+        a in ("-m", "--multirun")
+        or a.startswith(("strategy=multi_worker", "strategy.local_workers", "strategy.devices"))
+        for a in args
+    )
+
+
 CHAINS = [(page, chain) for page in PAGES for chain in chains(page)]
 
 
@@ -89,15 +98,20 @@ def test_a_command_that_uses_an_earlier_run_runs_after_it_in_its_directory():
 @pytest.mark.parametrize(
     ("page", "chain"), CHAINS, ids=[f"{p.name}:{c[0][19:60] or 'the default job'}" for p, c in CHAINS]
 )
-def test_every_runnable_command_runs(page, chain, tmp_path):
+def test_every_runnable_command_runs(page, chain, tmp_path, launcher_here):
+    """Each command as typed, through the launcher's entry: in this process, or in a process of its own when it
+    starts processes (a sweep, local workers)."""
     for command in chain:
         args = shlex.split(command)[3:]  # after "python -m launcher"
-        done = subprocess.run(
-            [sys.executable, "-m", "launcher", *args, *SHRINK],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        if needs_a_process(args):
+            done = subprocess.run(
+                [sys.executable, "-m", "launcher", *args, *SHRINK],
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+        else:
+            done = launcher_here([*args, *SHRINK], tmp_path)
         assert done.returncode == 0, f"{page.name}: {command}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
         assert "Plan:" in done.stdout or "mode=" in command, command
