@@ -152,12 +152,17 @@ def launcher_here(capfd, monkeypatch):
             for key, value in (env or {}).items():
                 patch.setenv(key, value)
             patch.chdir(cwd)
+            patch.syspath_prepend(str(cwd))  # as `python -m` does: the person's packages import from there
+            imported = set(sys.modules)
             try:
                 cli_module.entry()
                 code = 0
             except SystemExit as exit_:
                 code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
             finally:
+                for name in set(sys.modules) - imported:  # the person's modules: the next launch imports its own
+                    if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(cwd)):
+                        del sys.modules[name]
                 for handler in root.handlers:  # Hydra configured logging for its job: undo it
                     if handler not in handlers:
                         handler.close()

@@ -49,6 +49,13 @@ def run_to_end(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
     return done
 
 
+def run_here(launcher_here, run_dir: Path, *overrides: str):
+    """`run_to_end` through the same entry in this process, for tests that kill nothing."""
+    done = launcher_here(command(run_dir, *overrides)[3:], run_dir.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 def checkpoint_tensors(run_dir: Path, step: int | None = None) -> dict[str, np.ndarray]:
     import tensorflow as tf
 
@@ -219,12 +226,13 @@ def test_sigterm_saves_at_that_step_marks_killed_and_resumes_the_same_run(tmp_pa
 
 
 @pytest.mark.slow
-def test_keep_n_best_model_and_export(tmp_path):
+def test_keep_n_best_model_and_export(tmp_path, launcher_here):
     import keras
 
     run_dir = tmp_path / "run"
     # "Best" = highest val_loss: the first epoch (val_loss falls while training), so best != last.
-    run_to_end(
+    run_here(
+        launcher_here,
         run_dir,
         *EXACT,
         "precision=fp32",
@@ -265,21 +273,14 @@ def test_exported_model_predicts_like_the_trained_one(tmp_path):
     ("resume", "message"),
     [("/nonexistent/ckpt-3", "existing checkpoint prefix"), ("sometimes", "existing checkpoint prefix")],
 )
-def test_bad_resume_values_are_clear_errors(tmp_path, resume, message):
-    done = subprocess.run(
-        command(tmp_path / "run", "train.epochs=1", f"checkpoint.resume={resume}"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ),
-    )
+def test_bad_resume_values_are_clear_errors(tmp_path, resume, message, launcher_here):
+    done = launcher_here(command(tmp_path / "run", "train.epochs=1", f"checkpoint.resume={resume}")[3:], tmp_path)
     assert done.returncode == 2
     assert f"checkpoint.resume='{resume}'" in done.stderr and message in done.stderr
     assert "fix: checkpoint.resume=auto" in done.stderr
 
 
-def test_resume_from_a_given_checkpoint_path(tmp_path):
+def test_resume_from_a_given_checkpoint_path(tmp_path, launcher_here):
     run_dir = tmp_path / "run"
     args = [
         "model.hidden_units=[16]",
@@ -290,8 +291,8 @@ def test_resume_from_a_given_checkpoint_path(tmp_path):
         "checkpoint.interval_steps=20",
         "checkpoint.max_to_keep=10",
     ]
-    run_to_end(run_dir, *args)
-    again = run_to_end(run_dir, *args, f"checkpoint.resume={run_dir}/checkpoints/ckpt-20")
+    run_here(launcher_here, run_dir, *args)
+    again = run_here(launcher_here, run_dir, *args, f"checkpoint.resume={run_dir}/checkpoints/ckpt-20")
     assert "Resuming at epoch 1, step 20 (global step 20)" in again.stdout
     assert "epoch 1/2:" in again.stdout and "epoch 2/2:" in again.stdout
 
@@ -342,22 +343,19 @@ def test_the_frequent_preset_saves_every_50_steps_and_every_epoch_and_keeps_5(tm
     assert (tmp_path / "run" / "best.keras").exists()
 
 
-def test_resume_never_moves_old_checkpoints_aside(tmp_path):
+def test_resume_never_moves_old_checkpoints_aside(tmp_path, launcher_here):
     run_dir = tmp_path / "run"
-    run_to_end(run_dir, "model.hidden_units=[16]", "train.epochs=1", "precision=fp32")
-    again = run_to_end(
-        run_dir, "model.hidden_units=[16]", "train.epochs=1", "precision=fp32", "checkpoint.resume=never"
+    run_here(launcher_here, run_dir, "model.hidden_units=[16]", "train.epochs=1", "precision=fp32")
+    again = run_here(
+        launcher_here, run_dir, "model.hidden_units=[16]", "train.epochs=1", "precision=fp32", "checkpoint.resume=never"
     )
     assert "moved to" in again.stderr
     assert list((tmp_path / "run" / "checkpoints.replaced").glob("ckpt-*.index"))
     assert list((tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))
 
 
-def test_named_run_resumes_under_another_strategy_and_the_plan_says_so(tmp_path):
+def test_named_run_resumes_under_another_strategy_and_the_plan_says_so(tmp_path, launcher_here):
     common = [
-        sys.executable,
-        "-m",
-        "launcher",
         "name=my-run",
         "model.hidden_units=[16]",
         "precision=fp32",
@@ -365,12 +363,10 @@ def test_named_run_resumes_under_another_strategy_and_the_plan_says_so(tmp_path)
         "scaling.batch_size=64",
         f"tracking.uri=sqlite:///{tmp_path}/m.db",
     ]
-    first = subprocess.run([*common, "train.epochs=1"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    first = launcher_here([*common, "train.epochs=1"], tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
     assert (tmp_path / "outputs" / "runs" / "my-run" / "checkpoints").is_dir()
-    second = subprocess.run(
-        [*common, "train.epochs=2", "strategy=mirrored"], cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
+    second = launcher_here([*common, "train.epochs=2", "strategy=mirrored"], tmp_path)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "allowed: checkpoint written with strategy=default, replicas=1" in second.stdout
     import yaml

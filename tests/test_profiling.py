@@ -82,8 +82,8 @@ def test_profiler_window_rounds_to_boundaries_and_ends_with_training(tmp_path):
     assert profiler.steps_until_boundary(5) is None and profiler.stop(6) is False
 
 
-def test_profiled_run_writes_a_trace_and_an_op_table_to_the_run_dir_and_mlflow(cli, tmp_path):
-    done = cli(*TINY, "precision=fp32", "xla=false", "train.profile.steps=4", "train.profile.skip_steps=2")
+def test_profiled_run_writes_a_trace_and_an_op_table_to_the_run_dir_and_mlflow(cli_here, tmp_path):
+    done = cli_here(*TINY, "precision=fp32", "xla=false", "train.profile.steps=4", "train.profile.skip_steps=2")
     assert done.returncode == 0, done.stderr[-3000:]
     profile = tmp_path / "run" / "profile"
     assert list(profile.rglob("*.xplane.pb"))
@@ -100,8 +100,8 @@ def test_profiled_run_writes_a_trace_and_an_op_table_to_the_run_dir_and_mlflow(c
     assert "profile/top_ops.txt" in {a.path for a in client.list_artifacts(run.info.run_id, "profile")}
 
 
-def test_profiled_xla_run_names_the_compiled_instructions(cli, tmp_path):
-    done = cli(
+def test_profiled_xla_run_names_the_compiled_instructions(cli_here, tmp_path):
+    done = cli_here(
         *TINY,
         "precision=fp32",
         "xla=true",

@@ -50,9 +50,9 @@ CASES = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", sorted(CASES))
-def test_task_trains_under_float16_mirrored_xla_to_its_threshold(cli, tmp_path, task):
+def test_task_trains_under_float16_mirrored_xla_to_its_threshold(cli_here, tmp_path, task):
     overrides, logged, absent, bounds = CASES[task]
-    done = cli(*HARD, *overrides, "scaling.batch_size=32")
+    done = cli_here(*HARD, *overrides, "scaling.batch_size=32")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     from mlflow.tracking import MlflowClient

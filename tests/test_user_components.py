@@ -77,7 +77,9 @@ def project(tmp_path):
 
 
 @pytest.mark.slow
-def test_example_project_trains_from_its_readme_then_evaluates_and_predicts(project):
+def test_example_project_trains_from_its_readme_then_evaluates_and_predicts(project, launcher_here):
+    """The README's training command in a process of its own, as a person runs it; evaluation, prediction and
+    loading the export through the same entry in this process."""
     args = readme_command()
     assert {"precision=mixed", "strategy=mirrored", "xla=true"} <= set(args)
     done = run_cli(args, project)
@@ -103,20 +105,12 @@ def test_example_project_trains_from_its_readme_then_evaluates_and_predicts(proj
     # Exported, logged and loadable where my_project imports (its custom layer registers itself).
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "model")}
     assert {"model/model.keras", "model/best.keras"} <= artifacts
-    load = (
-        "import keras, numpy as np, my_project.models as m, my_project.data as d;"
-        "x, y = d.load()['val'];"
-        "p = keras.saving.load_model('outputs/runs/baseline/model.keras').predict(x, verbose=0);"
-        "print('ACC', float((p.argmax(-1) == y).mean()))"
-    )
-    loaded = subprocess.run([sys.executable, "-c", load], cwd=project, capture_output=True, text=True, timeout=200)
-    assert loaded.returncode == 0, loaded.stderr[-2000:]
-    accuracy = float(re.search(r"ACC ([0-9.]+)", loaded.stdout).group(1))
+    accuracy = exported_accuracy(project)
     assert accuracy == pytest.approx(run.data.metrics["val_accuracy"], abs=0.015)  # at most 2 of 143 flip
 
     # The custom metric as checkpoint.monitor kept the best epoch: evaluating best.keras (under the training
     # run's mirrored + XLA config) gives the best val_balanced_accuracy of the history.
-    done = run_cli(["--config-dir", "conf", "mode=eval", "eval.run=baseline", "eval.model=best"], project)
+    done = launcher_here(["--config-dir", "conf", "mode=eval", "eval.run=baseline", "eval.model=best"], project)
     assert done.returncode == 0, done.stderr[-3000:]
     (evaluation,) = [
         r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("launcher.mode") == "eval"
@@ -127,7 +121,7 @@ def test_example_project_trains_from_its_readme_then_evaluates_and_predicts(proj
     assert evaluation.data.metrics["val_balanced_accuracy"] == pytest.approx(best, abs=1e-4)
     assert client.get_run(run.info.run_id).data.tags["eval.latest_run_id"] == evaluation.info.run_id
 
-    done = run_cli(
+    done = launcher_here(
         [
             "--config-dir",
             "conf",
@@ -149,6 +143,27 @@ def test_example_project_trains_from_its_readme_then_evaluates_and_predicts(proj
         "predictions/predictions.npz"
     }
     assert run_dir.is_dir()
+
+
+def exported_accuracy(project: Path) -> float:
+    """model.keras loaded where my_project imports (its custom layer registers itself), on the val split."""
+    import importlib
+
+    import keras
+
+    sys.path.insert(0, str(project))
+    try:
+        data = importlib.import_module("my_project.data")
+        importlib.import_module("my_project.models")
+        x, y = data.load()["val"]
+        predicted = keras.saving.load_model(project / "outputs" / "runs" / "baseline" / "model.keras").predict(
+            x, verbose=0
+        )
+        return float((predicted.argmax(-1) == y).mean())
+    finally:
+        sys.path.remove(str(project))
+        for name in [n for n in sys.modules if n == "my_project" or n.startswith("my_project.")]:
+            del sys.modules[name]
 
 
 BROKEN = """
@@ -205,32 +220,18 @@ def slug(case: str) -> str:
 
 
 @pytest.mark.slow
-def test_bad_plugin_inputs_are_refused_with_exit_2_and_no_traceback(project):
-    """Each case in its own CLI process (all at once): exit 2, the key and the fix, no traceback, no MLflow run."""
+def test_bad_plugin_inputs_are_refused_with_exit_2_and_no_traceback(project, launcher_here):
+    """Each case through the CLI's entry (in this process; `test_cli` runs exit 2 in a process of its own): exit 2,
+    the key and the fix, no traceback, no MLflow run."""
     (project / "my_project" / "broken.py").write_text(BROKEN)
     base = ["--config-dir", "conf", "experiment=baseline", "train.epochs=1"]
-    procs = {}
-    for case, (overrides, _, _) in REFUSALS.items():
+    for case, (overrides, key, said) in REFUSALS.items():
         name = slug(case)
-        procs[case] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "launcher",
-                *base,
-                *overrides,
-                f"name={name}",
-                f"tracking.uri=sqlite:///{project}/outputs/{name}.db",
-            ],
-            cwd=project,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        done = launcher_here(
+            [*base, *overrides, f"name={name}", f"tracking.uri=sqlite:///{project}/outputs/{name}.db"], project
         )
-    for case, proc in procs.items():
-        out, err = proc.communicate(timeout=400)
-        _, key, said = REFUSALS[case]
-        assert proc.returncode == 2, (case, err[-2000:])
+        err = done.stderr
+        assert done.returncode == 2, (case, err[-2000:])
         assert "Traceback" not in err and "Invalid configuration" in err, case
         assert f"- {key}=" in err and said in err and "fix:" in err, (case, err[-1500:])
     from mlflow.tracking import MlflowClient

@@ -19,6 +19,12 @@ class ResidualBlock(keras.layers.Layer):
         self.drop = keras.layers.Dropout(dropout, dtype=policy)
         self.norm = keras.layers.LayerNormalization(dtype=policy)
 
+    def build(self, input_shape):
+        """Builds the sublayers, so a reloaded .keras file restores their weights into built layers."""
+        self.inner.build(input_shape)
+        self.outer.build((*input_shape[:-1], self.units))
+        self.norm.build(input_shape)
+
     def call(self, x, training=False):
         return self.norm(x + self.drop(self.outer(self.inner(x)), training=training))
 
