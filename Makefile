@@ -22,11 +22,11 @@ explain: $(STAMP)
 	$(PY) -m launcher explain=true $(ARGS)
 
 test: lint
-	$(PY) -m pytest tests -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The inner loop: unit tests only (no subprocess, no multi-process run).
 test-fast: lint
-	$(PY) -m pytest tests -n $(TEST_WORKERS) -m unit $(PYTEST_ARGS)
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup -m unit $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(SOURCES)

@@ -62,6 +62,36 @@ def _fixed_matmul_rates() -> None:
 _fixed_matmul_rates()
 
 
+_STORE_TEMPLATE: list[Path] = []
+
+
+def store(path: Path) -> str:
+    """The URI of a SQLite MLflow store at `path`, made from an empty store migrated once per test process:
+    MLflow's first open of a new store runs its schema migrations (~1.5 s a launch). A test of a first run on a
+    truly new store gives a path that does not exist instead."""
+    if not _STORE_TEMPLATE:
+        from mlflow.tracking import MlflowClient
+
+        folder = Path(tempfile.mkdtemp(prefix="launcher-test-store-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        MlflowClient(f"sqlite:///{folder}/empty.db").search_experiments()
+        _STORE_TEMPLATE.append(folder / "empty.db")
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_STORE_TEMPLATE[0], path)
+    return f"sqlite:///{path}"
+
+
+def runs_in(path: Path) -> list:
+    """Every MLflow run in the SQLite store at `path`, of every experiment (none when there is no store)."""
+    if not path.exists():
+        return []
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{path}")
+    return client.search_runs([e.experiment_id for e in client.search_experiments()])
+
+
 def _split_cpu() -> None:
     from launcher.train.runtime import split_cpu
 
@@ -105,13 +135,15 @@ def config(*overrides: str):
 def cli(tmp_path):
     """Run the real `python -m launcher` in a subprocess with a temp run dir and MLflow store."""
 
-    def run(*overrides: str, timeout: int = 300, env: dict | None = None, cwd: Path = ROOT):
+    def run(*overrides: str, timeout: int = 300, env: dict | None = None, cwd: Path = ROOT, new_store: bool = False):
+        """`new_store`: the launch creates its MLflow store (else it opens an empty one made for the test)."""
+        db = tmp_path / "mlflow.db"
         args = [
             sys.executable,
             "-m",
             "launcher",
             f"hydra.run.dir={tmp_path}/run",
-            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+            f"tracking.uri={f'sqlite:///{db}' if new_store else store(db)}",
             *overrides,
         ]
         full_env = {**os.environ, **(env or {})}
@@ -178,7 +210,7 @@ def cli_here(tmp_path, launcher_here):
     """`cli`'s launch (a temp run dir and MLflow store) through `launcher_here`: in this process."""
 
     def run(*overrides: str, env: dict | None = None) -> Ran:
-        args = [f"hydra.run.dir={tmp_path}/run", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", *overrides]
+        args = [f"hydra.run.dir={tmp_path}/run", f"tracking.uri={store(tmp_path / 'mlflow.db')}", *overrides]
         return launcher_here(args, tmp_path, env)
 
     return run
@@ -281,9 +313,10 @@ E2E_FIXTURES = {
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """`e2e`: the test starts processes (the real CLI, a server, workers: by its fixtures, its own code or a helper
-    of its module that does); `unit`: everything else that is not `slow` (in-process logic and small in-process
-    runs). `make test-fast` runs the unit tests; CI runs all."""
+    """`e2e`: the test runs the CLI or starts processes (the real CLI in a subprocess or in-process, a server,
+    workers: by its fixtures, its own code or a helper of its module that does); `slow`: multi-process or
+    multi-device runs (by hand, and every case whose parameters name `mirrored`); `unit`: everything else
+    (in-process logic and small one-device runs). `make test-fast` runs the unit tests; CI runs all."""
     import inspect
 
     def source_of(function) -> str:
@@ -316,5 +349,27 @@ def pytest_collection_modifyitems(config, items):
             or any(f"{helper}(" in source for helper in helpers)
         ):
             item.add_marker(pytest.mark.e2e)
+        elif "mirrored" in getattr(getattr(item, "callspec", None), "id", ""):
+            item.add_marker(pytest.mark.slow)  # an in-process run on two replicas: a multi-device run
         elif item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.unit)
+    # The longest first: on two workers the suite then ends on short tests, not on one long one.
+    items.sort(key=lambda item: 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("e2e") else 2)
+
+
+class LoadgroupGuard:
+    """Tests marked `xdist_group` share a module fixture (a reference run, a sweep against a server) and must run in
+    one worker under `--dist loadgroup`. pytest-xdist marks them by editing the node id, which pytest >= 9.2 ignores
+    (pytest-xdist#1386): the fixture would then be made in each worker, silently. Refuse to run like that."""
+
+    @pytest.hookimpl(trylast=True)  # after xdist's own hook in the worker
+    def pytest_collection_modifyitems(self, config, items):
+        if not getattr(config.option, "loadgroup", False):  # set in xdist workers only
+            return
+        lost = [item.nodeid for item in items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+        if lost:
+            raise pytest.UsageError(f"--dist loadgroup is not grouping {lost[0]} (pytest-xdist#1386): pin pytest<9.2")
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(LoadgroupGuard(), "launcher-loadgroup-guard")

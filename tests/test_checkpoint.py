@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, digits_shards
+from conftest import ROOT, digits_shards, store
 
 from launcher.contract import Position
 
@@ -38,7 +38,7 @@ def command(run_dir: Path, *overrides: str) -> list[str]:
         "-m",
         "launcher",
         f"hydra.run.dir={run_dir}",
-        f"tracking.uri=sqlite:///{run_dir.parent}/{run_dir.name}.db",
+        f"tracking.uri={store(run_dir.parent / f'{run_dir.name}.db')}",
         *overrides,
     ]
 
@@ -102,6 +102,7 @@ def newest_checkpoint(run_dir: Path, suffix: str = ".index") -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("checkpoint-reference")  # one worker makes the module's reference run once
 @pytest.mark.parametrize(
     ("fault", "newest", "resumed_from"),
     [
@@ -144,6 +145,7 @@ def test_sigkill_and_resume_reaches_identical_state(reference, tmp_path, fault, 
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("checkpoint-reference")
 def test_negative_control_without_the_data_position_the_weights_differ(reference, tmp_path):
     run_dir = tmp_path / "run"
     assert run_with_fault(run_dir, "KILL@steps:22", *EXACT, "precision=mixed").returncode == -signal.SIGKILL

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import TINY
+from conftest import TINY, runs_in
 
 
 def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
-    done = cli(*TINY, "+tracking.tags.team=vision", "tracking.register_model=digits-mlp")
+    done = cli(*TINY, "+tracking.tags.team=vision", "tracking.register_model=digits-mlp", new_store=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Plan:" in done.stdout and "Done." in done.stdout
     assert "\x1b[" not in done.stdout  # not a terminal: no progress bar escape codes
@@ -115,7 +115,7 @@ def test_explain_prints_the_plan_and_trains_nothing(cli, tmp_path):
     assert "loss_scale.optimizer" in done.stdout
     assert "explain=true: nothing trained" in done.stdout
     assert "Epoch" not in done.stdout
-    assert not (tmp_path / "mlflow.db").exists()
+    assert not runs_in(tmp_path / "mlflow.db")
     assert (tmp_path / "run" / "plan.yaml").exists()
 
 
@@ -164,7 +164,7 @@ def test_bad_input_is_a_clear_error_not_a_traceback(cli_here, tmp_path, override
     for text in expected:
         assert text in done.stderr, (text, done.stderr)
     # Nothing was started in MLflow for a refused config.
-    assert not (tmp_path / "mlflow.db").exists()
+    assert not runs_in(tmp_path / "mlflow.db")
 
 
 def test_refused_config_keeps_earlier_runs(cli_here, tmp_path):

@@ -11,7 +11,7 @@ from fakes import CPU_PLAIN, ONE_V100
 from launcher.config.errors import ConfigError
 from launcher.plan.cluster import expand_counts, expand_hostlist, find_cluster
 from launcher.plan.resolve import resolve
-from launcher.train.agreement import comparable, differences
+from launcher.train.agreement import comparable, differences, disagreement
 
 
 def strategy(**fields):
@@ -125,6 +125,26 @@ def test_workers_compare_plans_and_configs_but_not_their_own_index():
     )
     assert differences([chief, other]) == {"config.optimizer.learning_rate": [0.1, 0.2], "plan.lr": [0.1, 0.2]}
     assert differences([chief, chief]) == {}
+
+
+def test_a_worker_that_cannot_read_the_chiefs_checkpoints_is_refused_naming_the_shared_directory():
+    """A worker resumes from what it finds in checkpoint.directory: one that does not see the chief's checkpoints
+    (not a shared filesystem) has no resume point, so the workers' Plans differ and the job is refused with the
+    fix, instead of that worker training from scratch. (The rule; the two-process case is not run end to end.)"""
+    settings = {"checkpoint": {"directory": "ckpt"}, "strategy": {"task_index": 0, "kind": "multi_worker"}}
+    resumed = "epoch 2, step 0 (global step 90)"
+    chief = comparable({"resume": resumed, "strategy": "multi_worker"}, settings)
+    blind = comparable(
+        {"strategy": "multi_worker"}, {**settings, "strategy": {"task_index": 1, "kind": "multi_worker"}}
+    )
+    differing = differences([chief, blind])
+    assert differing == {"plan.resume": [resumed, "<missing>"]}
+    refusal = ConfigError([disagreement(key, values) for key, values in differing.items()])
+    (violation,) = refusal.violations
+    assert violation.key == "plan.resume" and violation.value == resumed
+    assert "worker 1 has '<missing>'" in violation.expected
+    assert "checkpoint.directory must be a path every worker reads" in violation.fix
+    assert disagreement("config.optimizer.learning_rate", [0.1, 0.2]).fix.startswith("start every worker")
 
 
 def test_file_sharding_needs_a_file_per_worker_and_an_epoch_is_the_smallest_share():

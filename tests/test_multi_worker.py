@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, TINY, compose, digits_shards, free_ports
+from conftest import ROOT, TINY, compose, digits_shards, free_ports, runs_in, store
 
 QUIET = ["tracking.system_metrics=false"]
 
@@ -27,7 +27,7 @@ def launcher(*overrides, run_dir, db):
         *QUIET,
         *overrides,
         f"hydra.run.dir={run_dir}",
-        f"tracking.uri=sqlite:///{db}",
+        f"tracking.uri={store(db)}",
     ]
 
 
@@ -250,4 +250,4 @@ def test_bad_cluster_specs_are_refused_before_any_wait_and_a_missing_peer_is_nam
 
 
 def mlflow_runs_exist(db) -> bool:
-    return db.exists() and bool(mlflow_runs(db))
+    return bool(runs_in(db))

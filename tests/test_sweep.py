@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, store
 
 SMALL = ["model.hidden_units=[16]", "train.epochs=2", "scaling.batch_size=64", "checkpoint.enabled=false"]
 
 
 def sweep(tmp_path: Path, *overrides: str, uri: str | None = None) -> subprocess.CompletedProcess:
-    uri = uri or f"sqlite:///{tmp_path}/mlflow.db"
+    uri = uri or store(tmp_path / "mlflow.db")
     args = [
         sys.executable,
         "-m",
@@ -123,6 +123,7 @@ def server_sweep(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("server-sweep")  # one worker runs the module's sweep against a server once
 def test_sweep_against_a_real_tracking_server(server_sweep):
     tmp_path, url, done = server_sweep
     assert done.returncode == 0, done.stderr[-3000:]
@@ -149,6 +150,7 @@ def test_sweep_against_a_real_tracking_server(server_sweep):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("server-sweep")
 def test_the_compare_page_in_a_real_browser_shows_the_swept_params_and_final_metrics(server_sweep):
     """Chromium (headless, from the OS packages) renders MLflow's compare page of the sweep's runs."""
     from browser import chromium_or_skip, render

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
-from launcher.config.errors import ConfigError, Violation, raise_if_any
+from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.schema import Config, as_dict
 from launcher.config.tasks import known_epoch_metrics, monitor_problems
 from launcher.contract import FitResult, HookList, Position, Preempted, headline
@@ -47,7 +47,7 @@ from launcher.run.utilization import matmul_peak, process_age_seconds, training_
 from launcher.tracking.tracker import NullTracker, RunTracker, open_run
 from launcher.tracking.uri import check_reachable, redact
 from launcher.train import runtime
-from launcher.train.agreement import Agreement, comparable, differences, weights_digest
+from launcher.train.agreement import Agreement, comparable, differences, disagreement, weights_digest
 from launcher.train.numerics import NumericsGuard, NumericsStop
 
 if TYPE_CHECKING:
@@ -249,7 +249,7 @@ class Launch:
         payloads = [json.loads(text) for text in self.agreement.gather_text(json.dumps(mine, default=str))]
         differing = differences(payloads)
         if differing:
-            raise ConfigError([_worker_difference(key, values) for key, values in list(differing.items())[:20]])
+            raise ConfigError([disagreement(key, values) for key, values in list(differing.items())[:20]])
         print(f"  workers  {len(payloads)} worker(s) resolved the same Plan", flush=True)
 
     def start_tracking(self) -> None:
@@ -483,17 +483,6 @@ def _utilization_inputs(config, plan, model, tracker, env) -> tuple[float, float
             }
         )
     return flops, peak
-
-
-def _worker_difference(key: str, values: list):
-    others = ", ".join(f"worker {rank} has {value!r}" for rank, value in enumerate(values) if rank)
-    fix = (
-        "checkpoint.directory must be a path every worker reads (a shared filesystem): they resume from the "
-        "chief's checkpoints"
-        if key == "plan.resume"
-        else "start every worker with the same overrides (only strategy.task_index differs)"
-    )
-    return Violation(key.removeprefix("config."), values[0], f"the chief's value on every worker; {others}", fix)
 
 
 def _print_summary(result: FitResult, run_dir: Path, tracking_hint: str, metrics: list[str]) -> None:

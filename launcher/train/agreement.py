@@ -13,6 +13,8 @@ import json
 
 import numpy as np
 
+from launcher.config.errors import Violation
+
 
 class Agreement:
     """Collectives over the job's workers; one value per worker, in rank order."""
@@ -78,6 +80,19 @@ def differences(payloads: list[dict]) -> dict[str, list]:
         for key in keys
         if any(p.get(key, "<missing>") != payloads[0].get(key, "<missing>") for p in payloads[1:])
     }
+
+
+def disagreement(key: str, values: list) -> Violation:
+    """The refusal for one key where workers differ. A different resume point means a worker did not find the
+    chief's checkpoints (a checkpoint.directory that is not shared): it is refused, not started from scratch."""
+    others = ", ".join(f"worker {rank} has {value!r}" for rank, value in enumerate(values) if rank)
+    fix = (
+        "checkpoint.directory must be a path every worker reads (a shared filesystem): they resume from the "
+        "chief's checkpoints"
+        if key == "plan.resume"
+        else "start every worker with the same overrides (only strategy.task_index differs)"
+    )
+    return Violation(key.removeprefix("config."), values[0], f"the chief's value on every worker; {others}", fix)
 
 
 def weights_digest(weights) -> str:

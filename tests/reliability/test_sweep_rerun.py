@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, store
 
 from launcher.files import OUTCOME_FILE, read_json
 
@@ -26,7 +26,7 @@ def _command(tmp_path, *overrides):
         "launcher",
         *overrides,
         f"hydra.sweep.dir={tmp_path}/sweep",
-        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"tracking.uri={store(tmp_path / 'mlflow.db')}",
     ]
 
 
