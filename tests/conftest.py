@@ -256,7 +256,7 @@ class MlflowServer:
                 "--workers",
                 "1",
                 "--backend-store-uri",
-                f"sqlite:///{self.folder}/server.db",
+                store(self.folder / "server.db"),
                 "--artifacts-destination",
                 str(self.artifacts),
             ],

@@ -85,6 +85,7 @@ def test_accumulation_below_one_is_refused_with_the_fix():
 # ------------------------------------------------------ clipping and EMA
 
 
+@pytest.mark.slow  # two replicas: a multi-device run
 @pytest.mark.parametrize(
     "precision", [["precision=mixed", "xla=true"], ["precision=fp32", "xla=false"]], ids=["float16-xla", "float32"]
 )
@@ -110,6 +111,7 @@ def test_global_clipnorm_clips_the_all_reduced_gradient_as_one_device_does(tmp_p
     assert other > 20 * tolerance
 
 
+@pytest.mark.slow  # two replicas: a multi-device run
 def test_the_exported_model_holds_the_moving_average_of_the_weights(tmp_path):
     """float16 + mirrored + XLA (replica-safe loss scaling): after two steps the average is m*w1 + (1-m)*w2
     (Keras starts it at the first step's weights), the same on both replicas, and it is what model.keras holds."""

@@ -34,11 +34,11 @@ def test_an_unreachable_server_error_does_not_print_the_password():
     assert "alice:***@127.0.0.1" in str(err.value)
 
 
-def test_a_run_against_a_server_with_credentials_in_its_uri_shows_them_nowhere(cli, tmp_path, mlflow_server):
+def test_a_run_against_a_server_with_credentials_in_its_uri_shows_them_nowhere(cli_here, tmp_path, mlflow_server):
     """The server ignores basic auth; the launcher must still never write or print the password."""
     url, _artifacts = mlflow_server
     with_credentials = url.replace("http://", "http://alice:s3cret@")
-    done = cli(*TINY, "train.epochs=1", f"tracking.uri={with_credentials}")
+    done = cli_here(*TINY, "train.epochs=1", f"tracking.uri={with_credentials}")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "s3cret" not in done.stdout + done.stderr
     assert "alice:***@" in done.stdout  # the run's URL, credentials hidden

@@ -147,6 +147,7 @@ def test_an_exploding_learning_rate_is_the_baseline_s_and_a_lower_rate_fixes_it(
     trains_with(tmp_path, broken, fix)
 
 
+@pytest.mark.slow  # two replicas: a multi-device run
 def test_a_learning_rate_that_diverges_only_with_two_replicas_names_the_strategy(tmp_path):
     # tanh MLP, plain SGD: lr 1.0 trains on one device; the linear rule doubles it for 2 replicas.
     setup = [

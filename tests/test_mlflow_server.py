@@ -7,9 +7,9 @@ from conftest import TINY
 
 
 @pytest.mark.slow
-def test_run_logs_to_a_real_tracking_server(cli, mlflow_server):
+def test_run_logs_to_a_real_tracking_server(cli_here, mlflow_server):
     url, artifacts = mlflow_server
-    done = cli(
+    done = cli_here(
         *TINY, "precision=fp32", f"tracking.uri={url}", "tracking.experiment=remote", "tracking.run_name=over-http"
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -168,23 +168,20 @@ def test_a_killed_worker_stops_the_job_a_signal_stops_every_worker_and_reruns_re
 
 
 @pytest.mark.slow
-def test_bad_cluster_specs_are_refused_before_any_wait_and_a_missing_peer_is_named(tmp_path):
+def test_bad_cluster_specs_are_refused_before_any_wait_and_a_missing_peer_is_named(tmp_path, launcher_here):
     """Malformed, duplicate and out-of-range specs: refused by the resolver, before any waiting. A peer that
     never comes: killed after strategy.connect_timeout (5 s here) naming its address. Workers started with
     different overrides: every worker stops, naming the keys."""
     db = tmp_path / "mlflow.db"
-    bad = subprocess.run(
+    bad = launcher_here(  # the entry in this process: a refusal that made a strategy would hang or fail here
         launcher(
             "strategy=multi_worker",
             "strategy.workers=[127.0.0.1:7000,127.0.0.1:7000,nohost]",
             "strategy.task_index=3",
             run_dir=tmp_path / "bad",
             db=db,
-        ),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        )[3:],
+        ROOT,
     )
     assert bad.returncode == 2
     assert "Plan:" not in bad.stdout  # refused by the resolver: no strategy made, nothing joined or waited for

@@ -166,6 +166,7 @@ def evaluated(tmp_path, strategy, weights=None):
     return engine, engine.evaluate()
 
 
+@pytest.mark.slow  # two replicas: a multi-device run
 def test_metrics_over_two_replicas_equal_one_device_on_every_example(tmp_path):
     """41 validation examples in batches of 16 split over 2 replicas (the last batch ragged): AUC, precision and
     recall summed over the replicas equal one device's and sklearn's over all 41 (a mean of per-replica or

@@ -125,10 +125,10 @@ def test_image_folder_names_empty_classes_and_broken_files(tmp_path):
     assert "1 file(s)" in message and str(tmp_path / "dog" / "bad.png") in message
 
 
-def test_data_problems_come_with_the_config_problems_in_one_refusal(cli, tmp_path):
+def test_data_problems_come_with_the_config_problems_in_one_refusal(cli_here, tmp_path):
     path = tmp_path / "data.npz"
     np.savez(path, x=_nan_rows(), y=GOOD_Y)
-    done = cli(*TINY, "dataset=npz", f"dataset.path={path}", "xla=maybe")
+    done = cli_here(*TINY, "dataset=npz", f"dataset.path={path}", "xla=maybe")
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Invalid configuration (2 problems)" in done.stderr, done.stderr[-2000:]
     assert "xla='maybe'" in done.stderr and "finite inputs" in done.stderr

@@ -76,9 +76,9 @@ def test_a_full_checkpoint_disk_stops_the_run_and_keeps_what_was_written(cli, tm
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "val_loss")) == [0, 1, 2, 3]
 
 
-def test_a_read_only_checkpoint_directory_is_refused_before_anything_is_logged(cli, tmp_path, small_disk):
+def test_a_read_only_checkpoint_directory_is_refused_before_anything_is_logged(cli_here, tmp_path, small_disk):
     small_disk(tmp_path / "run" / "checkpoints", "size=1m,ro")
-    done = cli(*TINY)
+    done = cli_here(*TINY)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "a writable checkpoint directory (Read-only file system)" in done.stderr
     assert "checkpoint=off" in done.stderr and "Traceback" not in done.stderr

@@ -130,12 +130,12 @@ def test_writes_kept_in_the_run_dir_when_the_server_stays_away_then_synced(tmp_p
     assert points == _expected(tmp_path), points
 
 
-def test_unreachable_at_start_fails_fast_by_default_or_falls_back_to_the_local_store(cli, tmp_path):
+def test_unreachable_at_start_fails_fast_by_default_or_falls_back_to_the_local_store(cli_here, tmp_path):
     dead = f"http://127.0.0.1:{free_port()}"
-    refused = cli(*TINY, f"tracking.uri={dead}")
+    refused = cli_here(*TINY, f"tracking.uri={dead}")
     assert refused.returncode == 2 and "a reachable MLflow tracking server" in refused.stderr
     local = f"sqlite:///{tmp_path}/fallback.db"
-    done = cli(*TINY, f"tracking.uri={dead}", "tracking.on_unreachable=local", f"tracking.fallback_uri={local}")
+    done = cli_here(*TINY, f"tracking.uri={dead}", "tracking.on_unreachable=local", f"tracking.fallback_uri={local}")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "unreachable at start" in done.stdout and "logging to" in done.stdout
     from mlflow.tracking import MlflowClient
