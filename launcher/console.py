@@ -1,4 +1,5 @@
-"""What the console shows: TensorFlow's C++ and absl start-up noise is quieted by default.
+"""What the console shows: TensorFlow's C++ and absl start-up noise and MLflow's store set-up lines are quieted
+by default (tf_logs=true shows everything).
 
 A leaf (no launcher imports, no TensorFlow at import time): the entry point calls
 `quiet_tensorflow_logs` before TensorFlow loads, and the environment probe and the
@@ -17,10 +18,19 @@ import warnings
 _QUIET = False
 
 
+def quiet_tracking_logs() -> None:
+    """MLflow announces at INFO level that it creates or migrates a new store's tables: every first run's console
+    said so, and nothing there is for the person. Warnings and errors still show."""
+    for name in ("mlflow.store.db.utils", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def quiet_tensorflow_logs(enabled: bool) -> None:
-    """Hide TensorFlow's C++/absl start-up noise unless tf_logs=true (must run before import)."""
+    """Hide TensorFlow's C++/absl start-up noise and MLflow's store set-up lines unless tf_logs=true (must run
+    before import)."""
     if enabled:
         return
+    quiet_tracking_logs()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "2")

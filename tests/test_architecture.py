@@ -20,7 +20,7 @@ ALLOWED = {
     "train": {"config", "plan", "contract", "console"},
     "tracking": {"config"},
     "run": {"config", "plan", "train", "tracking", "contract", "files", "console", "outcome"},
-    "sweep": {"config", "tracking", "contract", "files", "outcome"},
+    "sweep": {"config", "tracking", "contract", "files", "console", "outcome"},
     "doctor": {"config", "plan", "train", "run", "tracking", "contract", "files", "console", "outcome"},
     "__main__": {"config", "run", "sweep", "doctor"},
     **{leaf: set() for leaf in LEAVES},

@@ -21,8 +21,9 @@ def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
     assert "Plan:" in done.stdout and "Done." in done.stdout
     assert "\x1b[" not in done.stdout  # not a terminal: no progress bar escape codes
     assert "Traceback" not in done.stderr
-    # TensorFlow's C++ start-up lines are quieted by default.
-    assert "oneDNN custom operations" not in done.stderr
+    # TensorFlow's C++ start-up lines and MLflow's new-store lines are quieted by default.
+    assert "oneDNN custom operations" not in done.stderr and not NATIVE_LOG_LINE.search(done.stderr)
+    assert "INFO mlflow" not in done.stderr
 
     from mlflow.tracking import MlflowClient
 
@@ -74,6 +75,23 @@ def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"plan.yaml", "config.yaml", "model"} <= artifacts
     assert (tmp_path / "run" / "plan.yaml").read_text().startswith("decisions:")
+
+
+# A TensorFlow C++ log line: severity, date, time, thread, file:line]
+NATIVE_LOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w./-]+:\d+\]", re.M)
+
+
+def test_the_doctor_s_first_float16_launch_on_a_new_store_prints_no_library_noise(cli, tmp_path):
+    """What the person reads is the launcher's: no MLflow INFO lines about creating a new store's tables, no
+    TensorFlow C++ lines (oneDNN's float16 fallback, which landed in the middle of the doctor's report), in a real
+    first launch. (The default run's test checks the same on a new store in train mode.)"""
+    done = cli("mode=doctor", "precision=mixed", "doctor.steps=8", "model.hidden_units=[16]", new_store=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    console = done.stdout + done.stderr
+    assert "Doctor:" in done.stdout
+    assert not NATIVE_LOG_LINE.search(console), NATIVE_LOG_LINE.search(console).group(0)
+    assert "INFO mlflow" not in console and "alembic" not in console.lower(), console[-3000:]
+    assert "All log messages before absl::InitializeLog()" not in console
 
 
 def test_exported_model_loads_and_predicts(cli_here, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -151,18 +152,32 @@ def test_sweep_against_a_real_tracking_server(server_sweep):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("server-sweep")
-def test_the_compare_page_in_a_real_browser_shows_the_swept_params_and_final_metrics(server_sweep):
-    """Chromium (headless, from the OS packages) renders MLflow's compare page of the sweep's runs."""
+def printed_links(console: str) -> dict[str, str]:
+    """The MLflow addresses a sweep prints at its end, by what they open."""
+    found = re.findall(r"^  the (\d+ jobs side by side|sweep's parent run|experiment's runs)\s+(\S+)$", console, re.M)
+    return {("compare" if "side by side" in what else what.split("'")[0]): link for what, link in found}
+
+
+def test_the_pages_a_sweep_prints_open_in_a_real_browser_on_its_runs_and_their_comparison(server_sweep):
+    """Chromium (headless, from the OS packages) opens the addresses the sweep printed: the experiment's runs
+    table with the sweep's parent row (not MLflow's GenAI overview), and the compare page of its jobs with the
+    swept params and final metrics. Screenshots are test artifacts, never written into the repository."""
     from browser import chromium_or_skip, render
 
     chromium = chromium_or_skip()
     folder, url, done = server_sweep
     assert done.returncode == 0, done.stderr[-3000:]
     client, parent, kids = parent_and_children(url)
-    ids = json.dumps([kid.info.run_id for kid in kids]).replace(" ", "")
-    page = f"{url}/#/compare-runs?runs={ids}&experiments={json.dumps([parent.info.experiment_id])}"
-    shot = folder / "mlflow_compare_sweep.png"  # a test artifact, never written into the repository
-    dom = render(chromium, page, screenshot=shot, wanted=("derived.precision.policy", "val_accuracy"))
+    links = printed_links(done.stdout)
+    assert set(links) == {"compare", "sweep", "experiment"}, done.stdout[-2000:]
+    assert all(link.startswith(f"{url}/#/") for link in links.values())
+    table = render(chromium, links["experiment"], screenshot=folder / "mlflow_runs.png", wanted=(parent.info.run_name,))
+    assert parent.info.run_name in table  # the runs table, with the sweep's parent row
+    assert "Token Usage" not in table and "Detect Issues" not in table  # not the GenAI overview
+    note = client.get_run(parent.info.run_id).data.tags["mlflow.note.content"]
+    assert links["compare"].removeprefix(url + "/") in note  # the parent's description links the comparison
+    shot = folder / "mlflow_compare_sweep.png"
+    dom = render(chromium, links["compare"], screenshot=shot, wanted=("derived.precision.policy", "val_accuracy"))
     assert f"Comparing {len(kids)} Runs" in dom
     for value in ("mixed_bfloat16", "float32"):  # the swept precision, as the runs' derived policy
         assert value in dom

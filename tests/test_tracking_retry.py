@@ -23,10 +23,10 @@ class LockedThenFine:
     def get_experiment_by_name(self, name):
         self._maybe_locked("get")
         if self.created:
-            return type("Experiment", (), {"experiment_id": "7"})()
+            return type("Experiment", (), {"experiment_id": "7", "tags": {"mlflow.experimentKind": "x"}})()
         return None
 
-    def create_experiment(self, name, artifact_location=None):
+    def create_experiment(self, name, artifact_location=None, tags=None):
         self._maybe_locked("create")
         if self.race:  # another job created it between our lookup and our create
             self.created = True
@@ -52,8 +52,24 @@ def test_another_error_is_raised_not_hidden(monkeypatch):
     monkeypatch.setattr("time.sleep", lambda _: None)
 
     class Broken(LockedThenFine):
-        def create_experiment(self, name, artifact_location=None):
+        def create_experiment(self, name, artifact_location=None, tags=None):
             raise PermissionError("read-only store")
 
     with pytest.raises(PermissionError, match="read-only"):
         experiment_id(Broken(locked=0), "launcher", None)
+
+
+def test_the_experiment_is_made_of_the_model_training_kind_and_an_older_one_gets_the_tag(tmp_path):
+    """MLflow 3's UI opens an experiment in its GenAI view unless it is of the model-training kind; a kind someone
+    set is kept."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/m.db")
+    made = experiment_id(client, "launcher", None)
+    assert client.get_experiment(made).tags["mlflow.experimentKind"] == "custom_model_development"
+    older = client.create_experiment("older")
+    assert experiment_id(client, "older", None) == older
+    assert client.get_experiment(older).tags["mlflow.experimentKind"] == "custom_model_development"
+    chosen = client.create_experiment("chosen", tags={"mlflow.experimentKind": "genai_development"})
+    experiment_id(client, "chosen", None)
+    assert client.get_experiment(chosen).tags["mlflow.experimentKind"] == "genai_development"

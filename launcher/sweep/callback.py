@@ -15,6 +15,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from launcher.config.tasks import objective
+from launcher.console import quiet_tracking_logs
 from launcher.files import SWEEP_FILE, read_json, write_json_atomic
 from launcher.sweep import study_storage
 from launcher.sweep.job import swept_keys
@@ -48,6 +49,8 @@ class SweepCallback(Callback):
     """Creates the parent MLflow run before the jobs start and summarises the sweep after."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not config.get("tf_logs", False):
+            quiet_tracking_logs()
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         study_storage.prepare(config.hydra.sweeper.get("storage"))

@@ -9,6 +9,7 @@ from pathlib import Path
 from launcher.contract import SUMMARY_METRICS
 from launcher.files import JOB_FILE, read_json
 from launcher.tracking.client import PARAM_LIMIT, with_retry
+from launcher.tracking.links import MlflowUi, SweepLinks
 
 PARAMS = (
     "derived.precision.policy",
@@ -181,6 +182,9 @@ def summarise(
     failed = sum(r["status"] != "FINISHED" for r in rows)
     with_retry(client.set_tag, parent_run_id, "sweep.jobs", str(len(rows)))
     with_retry(client.set_tag, parent_run_id, "sweep.failed_jobs", str(failed))
+    links = SweepLinks(MlflowUi.of(uri), parent.info.experiment_id, parent_run_id, tuple(r.info.run_id for r in runs))
+    with_retry(client.set_tag, parent_run_id, "mlflow.note.content", links.note())
     with_retry(client.set_terminated, parent_run_id, status="FINISHED")
     print((out / "summary.md").read_text(), flush=True)
+    print(links.console(), flush=True)
     return rows

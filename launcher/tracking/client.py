@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import time
 
+from launcher.tracking.links import EXPERIMENT_KIND
+
 PARAM_LIMIT = 500  # MLflow's value length limits
 TAG_LIMIT = 5000
 BATCH_LIMIT = 100  # params or tags per log_batch call
@@ -40,13 +42,16 @@ def with_retry(call, *args, attempts: int = 8, **kwargs):
 
 
 def experiment_id(client, name: str, artifact_location: str | None) -> str:
-    """The experiment's id, created when missing; a locked database is retried, and a parallel job that created
-    it first is no error."""
+    """The experiment's id, created when missing (of the model-training kind, so MLflow's UI opens its runs
+    table); a locked database is retried, and a parallel job that created it first is no error."""
+    key, kind = EXPERIMENT_KIND
     found = with_retry(client.get_experiment_by_name, name)
     if found is not None:
+        if key not in found.tags:  # made before the launcher set it; a kind someone chose is kept
+            with_retry(client.set_experiment_tag, found.experiment_id, key, kind)
         return found.experiment_id
     try:
-        return with_retry(client.create_experiment, name, artifact_location=artifact_location)
+        return with_retry(client.create_experiment, name, artifact_location=artifact_location, tags={key: kind})
     except Exception:
         found = with_retry(client.get_experiment_by_name, name)
         if found is None:

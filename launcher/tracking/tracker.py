@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from launcher.tracking.client import BATCH_LIMIT, PARAM_LIMIT, TAG_LIMIT, experiment_id, quiet_client, with_retry
 from launcher.tracking.delivery import Delivery
+from launcher.tracking.links import MlflowUi
 from launcher.tracking.spool import Spool
 from launcher.tracking.uri import redact, resolve_uri
 from launcher.tracking.writes import Artifact, Artifacts, Inputs, Metrics, Params, Register, Tags, Terminate, Write
@@ -187,9 +188,11 @@ class Tracker:
 
     @property
     def ui_hint(self) -> str:
-        if self.uri.startswith("sqlite:///"):
-            return f"mlflow ui --backend-store-uri {self.uri}  (run {self.run_id})"
-        return f"{redact(self.uri).rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        """Where the person opens this run: its page in MLflow's UI (and, for a local store, the command that
+        serves it)."""
+        ui = MlflowUi.of(self.uri)
+        page = ui.run(self.experiment_id, self.run_id)
+        return f"{page}  ({ui.serving()})" if ui.serve else page
 
 
 ARTIFACT_ROOT = Path("outputs") / "mlartifacts"  # a local store's artifacts, under the launch directory

@@ -6,6 +6,7 @@ import random
 
 import numpy as np
 
+from launcher.console import quiet_stderr
 from launcher.train.cluster_watchdog import joining
 
 
@@ -20,6 +21,7 @@ def configure(plan, seed: int, deterministic: bool):
 
     split_cpu(plan.strategy.logical_cpus)
     strategy = make_strategy(plan)
+    _check_float16_kernels()
     keras.utils.set_random_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
@@ -27,6 +29,18 @@ def configure(plan, seed: int, deterministic: bool):
         tf.config.experimental.enable_op_determinism()
     keras.mixed_precision.set_global_policy(plan.precision.policy)
     return strategy
+
+
+def _check_float16_kernels() -> None:
+    """oneDNN checks once per process, at the first float16 op, whether this CPU computes float16 natively, and on
+    most CPUs logs at ERROR level that it falls back to Eigen: expected (the Plan says float16 has no fast path
+    here), not an error, and it landed in the middle of the doctor's report. The check runs here, after the
+    strategy exists (no op may run before a multi-worker one), in the quiet window that replays what it hid if
+    anything fails."""
+    import tensorflow as tf
+
+    with quiet_stderr():
+        tf.ones((1,), tf.float16)
 
 
 def make_strategy(plan):
