@@ -485,6 +485,9 @@ class TrackingConfig:
     """Register the logged MLflow model under this name in the model registry ("" = do not)."""
     log_model: bool = True
     """Log the final model as an MLflow model (signature, input example; loads with mlflow.pyfunc)."""
+    tensorboard: bool = False
+    """Also write the epoch and step/* scalars and the Plan as a TensorBoard event log in <run dir>/tensorboard,
+    logged to the MLflow run as the `tensorboard` artifact."""
 
 
 @dataclass

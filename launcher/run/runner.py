@@ -44,6 +44,7 @@ from launcher.run.params import run_name, run_params, run_tags
 from launcher.run.profiling import StepProfiler
 from launcher.run.review import collecting, review
 from launcher.run.utilization import matmul_peak, process_age_seconds, training_flops_per_example
+from launcher.tracking.tensorboard import TensorBoardMirror
 from launcher.tracking.tracker import NullTracker, RunTracker, open_run
 from launcher.tracking.uri import check_reachable, redact
 from launcher.train import runtime
@@ -285,6 +286,8 @@ class Launch:
             self.tracker.flush()  # a write MLflow refuses stops the launch here, before training
             if tr.system_metrics:
                 self.tracker.start_system_metrics(tr.system_metrics_interval)
+            if tr.tensorboard:
+                self.tracker = TensorBoardMirror(self.tracker, self.run_dir, (self.run_dir / PLAN_FILE).read_text())
         if self.checkpointer:
             self.checkpointer.record(self.tracker.run_id, layout_of(plan))
 
