@@ -150,14 +150,14 @@ def test_sweep_against_a_real_tracking_server(server_sweep):
     assert f"{url}/#/experiments/{kids[0].info.experiment_id}/runs/" in log  # the console shows the run's URL
 
 
-@pytest.mark.slow
-@pytest.mark.xdist_group("server-sweep")
 def printed_links(console: str) -> dict[str, str]:
     """The MLflow addresses a sweep prints at its end, by what they open."""
     found = re.findall(r"^  the (\d+ jobs side by side|sweep's parent run|experiment's runs)\s+(\S+)$", console, re.M)
     return {("compare" if "side by side" in what else what.split("'")[0]): link for what, link in found}
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("server-sweep")
 def test_the_pages_a_sweep_prints_open_in_a_real_browser_on_its_runs_and_their_comparison(server_sweep):
     """Chromium (headless, from the OS packages) opens the addresses the sweep printed: the experiment's runs
     table with the sweep's parent row (not MLflow's GenAI overview), and the compare page of its jobs with the

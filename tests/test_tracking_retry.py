@@ -4,6 +4,7 @@ database, and a parallel job that created the experiment first is no error."""
 from __future__ import annotations
 
 import pytest
+from conftest import store
 
 from launcher.tracking.client import experiment_id
 
@@ -64,7 +65,7 @@ def test_the_experiment_is_made_of_the_model_training_kind_and_an_older_one_gets
     set is kept."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(f"sqlite:///{tmp_path}/m.db")
+    client = MlflowClient(store(tmp_path / "m.db"))
     made = experiment_id(client, "launcher", None)
     assert client.get_experiment(made).tags["mlflow.experimentKind"] == "custom_model_development"
     older = client.create_experiment("older")
