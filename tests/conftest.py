@@ -192,7 +192,10 @@ def launcher_here(capfd, monkeypatch):
             except SystemExit as exit_:
                 code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
             finally:
-                for name in set(sys.modules) - imported:  # the person's modules: the next launch imports its own
+                # The person's modules: the next launch imports its own. Never the launcher's own (first imported
+                # lazily during a launch from the repository root): a second copy would break isinstance checks.
+                own = (ROOT / "launcher").resolve().is_relative_to(Path(cwd).resolve())
+                for name in set(sys.modules) - imported if not own else ():
                     if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(cwd)):
                         del sys.modules[name]
                 for handler in root.handlers:  # Hydra configured logging for its job: undo it

@@ -83,8 +83,8 @@ class SweepLinks:
     def note(self) -> str:
         """The parent run's description (Markdown); links relative to the page, so they work wherever the UI
         is served."""
-        base = len(self.ui.base)
+        page = self.ui.base + "/"
         return (
-            f"[Compare the {len(self.child_run_ids)} jobs side by side]({self.compare[base + 1 :]}) · "
-            f"[the experiment's runs]({self.runs[base + 1 :]})"
+            f"[Compare the {len(self.child_run_ids)} jobs side by side]({self.compare.removeprefix(page)}) · "
+            f"[the experiment's runs]({self.runs.removeprefix(page)})"
         )
