@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import store
 
-from launcher.tracking.client import experiment_id
+from launcher.tracking.client import experiment_id, with_retry
 
 
 class LockedThenFine:
@@ -74,3 +74,22 @@ def test_the_experiment_is_made_of_the_model_training_kind_and_an_older_one_gets
     chosen = client.create_experiment("chosen", tags={"mlflow.experimentKind": "genai_development"})
     experiment_id(client, "chosen", None)
     assert client.get_experiment(chosen).tags["mlflow.experimentKind"] == "genai_development"
+
+
+def test_a_dataset_a_parallel_job_inserted_first_is_retried_not_a_failure(monkeypatch):
+    """Parallel sweep jobs log the same dataset into one SQLite store: the loser of the insert race got SQLite's
+    UNIQUE error and its job failed (seen once in the suite); a retry finds the dataset and links it."""
+    monkeypatch.setattr("time.sleep", lambda _: None)
+    calls = []
+
+    def log_inputs():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError(
+                "(sqlite3.IntegrityError) UNIQUE constraint failed: datasets.experiment_id, datasets.name"
+            )
+        return "linked"
+
+    assert with_retry(log_inputs) == "linked" and len(calls) == 2
+    with pytest.raises(RuntimeError, match="UNIQUE constraint failed: runs"):
+        with_retry(lambda: (_ for _ in ()).throw(RuntimeError("UNIQUE constraint failed: runs.run_uuid")))

@@ -30,13 +30,19 @@ OUTAGE_SIGNS = (
 )
 
 
+# SQLite errors a retry resolves: the database locked by another writer, or a parallel job inserting the same
+# dataset row first (MLflow inserts a dataset it did not find; on retry it finds it and only links it).
+RETRYABLE = ("database is locked", "UNIQUE constraint failed: datasets.")
+
+
 def with_retry(call, *args, attempts: int = 8, **kwargs):
-    """`call(*args, **kwargs)`, retried with backoff while SQLite says the database is locked."""
+    """`call(*args, **kwargs)`, retried with backoff while SQLite says the database is locked (or a parallel job
+    won the race to insert the same dataset)."""
     for attempt in range(attempts):
         try:
             return call(*args, **kwargs)
         except Exception as err:
-            if "database is locked" not in str(err) or attempt == attempts - 1:
+            if not any(sign in str(err) for sign in RETRYABLE) or attempt == attempts - 1:
                 raise
             time.sleep(0.2 * 2**attempt)
 
