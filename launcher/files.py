@@ -20,6 +20,9 @@ OUTCOME_FILE = "outcome.json"
 SWEEP_FILE = "sweep.json"
 # One sweep job's overrides, in its job dir: how a re-run sweep finds the job again.
 JOB_FILE = "job.json"
+# The MLflow run a training run dir belongs to, written the moment the run is created: a rerun that finds no
+# checkpoint continues it (or settles it) instead of leaving it RUNNING forever.
+RUN_FILE = "mlflow_run.json"
 
 
 def read_json(path: Path, default: Any = None) -> Any:

@@ -18,7 +18,7 @@ ALLOWED = {
     "config": set(),
     "plan": {"config", "contract", "console"},
     "train": {"config", "plan", "contract", "console"},
-    "tracking": {"config"},
+    "tracking": {"config", "files"},
     "run": {"config", "plan", "train", "tracking", "contract", "files", "console", "outcome"},
     "sweep": {"config", "tracking", "contract", "files", "console", "outcome"},
     "doctor": {"config", "plan", "train", "run", "tracking", "contract", "files", "console", "outcome"},

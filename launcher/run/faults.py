@@ -5,6 +5,7 @@ is the crash it names (not wherever a timer happened to land).
     LAUNCHER_FAULT=KILL@before_sidecar:65  SIGKILL with ckpt-65's TF files written, its sidecar not
     LAUNCHER_FAULT=KILL@after_save:45    SIGKILL right after ckpt-45 is complete (before its metrics
                                          reach MLflow)
+    LAUNCHER_FAULT=KILL@run_created:0    SIGKILL right after the MLflow run is created (before any training)
     LAUNCHER_FAULT=TERM@steps:50         SIGTERM to itself there (preemption: save and stop)
     LAUNCHER_FAULT=RAISE@steps:3         raise an error there (a training failure)
     LAUNCHER_FAULT=PAUSE@steps:50        wait there until the file $LAUNCHER_FAULT_RESUME exists (a test
@@ -31,7 +32,7 @@ ENV = "LAUNCHER_FAULT"
 RESUME_ENV = "LAUNCHER_FAULT_RESUME"
 # The second opt-in: without it a LAUNCHER_FAULT left in a shell is ignored (with a Plan warning), never fired.
 OPT_IN = "LAUNCHER_TEST_FAULTS"
-POINTS = ("steps", "before_sidecar", "after_save")
+POINTS = ("steps", "before_sidecar", "after_save", "run_created")
 ACTIONS = ("KILL", "TERM", "INT", "RAISE", "PAUSE")
 PAUSE_LIMIT_SECONDS = 600
 

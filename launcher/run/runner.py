@@ -29,7 +29,7 @@ from launcher.plan.resume import decide_resume, layout_of
 from launcher.run.checkpoint import Checkpointer, CheckpointWriteError, check_writable, set_aside
 from launcher.run.checkpoint_policy import SavePolicy
 from launcher.run.export import export_model
-from launcher.run.faults import OPT_IN, FaultHook, armed, ignored
+from launcher.run.faults import OPT_IN, FaultHook, armed, fault_point, ignored
 from launcher.run.hooks.best_model import BestModelHook
 from launcher.run.hooks.callback_state import EarlyStoppingStateHook
 from launcher.run.hooks.checkpoint import CheckpointHook
@@ -44,6 +44,7 @@ from launcher.run.params import run_name, run_params, run_tags
 from launcher.run.profiling import StepProfiler
 from launcher.run.review import collecting, review
 from launcher.run.utilization import matmul_peak, process_age_seconds, training_flops_per_example
+from launcher.tracking.succession import remember_run, remembered_run
 from launcher.tracking.tensorboard import TensorBoardMirror
 from launcher.tracking.tracker import NullTracker, RunTracker, open_run
 from launcher.tracking.uri import check_reachable, redact
@@ -261,6 +262,7 @@ class Launch:
             self.tracker = NullTracker()
         else:
             name = run_name(self.config, self.choices)
+            params = run_params(self.settings, plan)
             self.tracker = open_run(
                 self.tracking_uri,
                 self.launch_dir,
@@ -270,14 +272,20 @@ class Launch:
                 parent_run_id=tr.parent_run_id or None,
                 run_dir=self.run_dir,
                 outage_wait=tr.outage_wait,
+                earlier_run_id=remembered_run(self.run_dir),
+                params=params,
             )
+            remember_run(self.run_dir, self.tracker.run_id, self.tracker.experiment_id)
+            if self.tracker.decision is not None:
+                print(f"  mlflow   {self.tracker.decision.reason}", flush=True)
+            fault_point("run_created", 0)
             self.tracker.deliver_spool()  # what an outage kept from an earlier launch in this run dir
             if self.tracking_uri != tr.uri:
                 self.tracker.set_tags({"tracking.intended_uri": redact(tr.uri)})
             if self.tracker.resumed:
                 self.tracker.set_tags({"plan.resume": plan.record(ResumePlan).position})
             else:
-                self.tracker.log_params(run_params(self.settings, plan))
+                self.tracker.log_params(params)
                 self.tracker.set_tags(run_tags(plan, self.env, self.run_dir, tr, name))
                 self.tracker.log_artifact(self.run_dir / PLAN_FILE)
                 self.tracker.log_artifact(self.run_dir / CONFIG_FILE)

@@ -23,6 +23,7 @@ from launcher.config.tasks import objective
 from launcher.files import JOB_FILE, SWEEP_FILE, read_json, write_json_atomic
 from launcher.outcome import FINISHED, OutcomeRecord
 from launcher.tracking.client import with_retry
+from launcher.tracking.succession import remembered_run
 from launcher.tracking.uri import redact
 
 
@@ -77,7 +78,10 @@ def run_job(cfg: DictConfig, hydra_cfg) -> float:
         )
     outcome = OutcomeRecord.read(job_dir)
     if done.returncode != 0 and state.get("parent_run_id") and not (outcome and outcome.run_id):
-        _record_failed_child(state, name, overrides, log_path, done.returncode)
+        if remembered_run(job_dir):  # the job's own run exists, its process is gone (killed): settle it
+            _settle_killed_child(state, remembered_run(job_dir), name, log_path, done.returncode)
+        else:
+            _record_failed_child(state, name, overrides, log_path, done.returncode)
     status = "ok" if done.returncode == 0 else f"failed (exit {done.returncode}, see {log_path})"
     value = outcome.objective(objective(cfg)) if done.returncode == 0 and outcome else float("nan")
     print(f"[sweep job {hydra_cfg.job.num}] {name}: {status}; {objective(cfg)}={value:.4g}", flush=True)
@@ -138,6 +142,26 @@ def _record_failed_child(state: dict, name: str, overrides: list[str], log_path:
         tags=[RunTag("sweep.role", "child")],
     )
     with_retry(client.log_artifact, run_id, str(log_path))
+    with_retry(client.set_terminated, run_id, status="FAILED")
+
+
+def _settle_killed_child(state: dict, run_id: str, name: str, log_path: Path, code: int) -> None:
+    """A job whose process died without ending its MLflow run (a signal, the OOM killer): the run is FAILED
+    with the exit code and the tags of a child (it may have died before setting them), not left RUNNING; a
+    re-run of the sweep continues it."""
+    from mlflow.entities import RunTag
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(state["uri"])
+    reason = _error_reason(log_path.read_text()[-4000:])
+    tags = {
+        "error": f"the job's process ended with exit code {code}\n{reason}"[:4900],
+        "exit_code": str(code),
+        "sweep.role": "child",
+        "sweep_id": state["sweep_id"],
+        "sweep.overrides": name,
+    }
+    with_retry(client.log_batch, run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     with_retry(client.set_terminated, run_id, status="FAILED")
 
 

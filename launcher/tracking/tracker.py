@@ -19,6 +19,15 @@ from launcher.tracking.client import BATCH_LIMIT, PARAM_LIMIT, TAG_LIMIT, experi
 from launcher.tracking.delivery import Delivery
 from launcher.tracking.links import MlflowUi
 from launcher.tracking.spool import Spool
+from launcher.tracking.succession import (
+    PREDECESSOR_TAG,
+    STARTS_TAG,
+    SUCCESSOR_TAG,
+    Decision,
+    EarlierRun,
+    Succession,
+    succession,
+)
 from launcher.tracking.uri import redact, resolve_uri
 from launcher.tracking.writes import Artifact, Artifacts, Inputs, Metrics, Params, Register, Tags, Terminate, Write
 
@@ -27,7 +36,9 @@ class RunTracker(Protocol):
     """What a launch writes to its run; `Tracker` sends it to MLflow, `NullTracker` nowhere."""
 
     run_id: str | None
-    resumed: bool
+    resumed: bool  # continues a checkpoint's run
+    adopted: bool  # trains from step 0 again in the run dir's earlier run (it ended before its first checkpoint)
+    decision: Decision | None  # what became of the run dir's earlier run
 
     def log_params(self, params: dict[str, Any]) -> None: ...
     def set_tags(self, tags: dict[str, Any]) -> None: ...
@@ -59,7 +70,12 @@ class Tracker:
         parent_run_id: str | None = None,
         run_dir: Path | None = None,
         outage_wait: float = 0.0,
+        earlier_run_id: str | None = None,
+        params: dict[str, Any] | None = None,
     ):
+        """`resume_run_id`: the run a checkpoint belongs to (continued as it is). Otherwise `earlier_run_id`, the
+        run the run dir remembers, is continued from step 0, succeeded or left alone (`succession`), comparing
+        its params with `params`, the ones this launch will log."""
         quiet_client()
         from mlflow.tracking import MlflowClient
 
@@ -71,15 +87,56 @@ class Tracker:
         location = None if uri.startswith("http") else (artifact_root / experiment).resolve().as_uri()
         self.experiment_id = experiment_id(self.client, experiment, location)
         self.resumed = bool(resume_run_id) and self._exists(resume_run_id)
+        self.decision: Decision | None = None  # what became of the run dir's earlier run (no checkpoint)
         if self.resumed:
             # A resumed launch continues the same MLflow run (same params, one metric history).
             with_retry(self.client.update_run, resume_run_id, status="RUNNING")
             self.run_id = resume_run_id
         else:
-            tags = {"mlflow.parentRunId": parent_run_id} if parent_run_id else None
-            run = with_retry(self.client.create_run, self.experiment_id, run_name=run_name or None, tags=tags)
-            self.run_id = run.info.run_id
+            self.run_id = self._start(run_name, parent_run_id, earlier_run_id, params or {})
         self.delivery = Delivery(lambda write: write.apply(self.client, self.run_id), redact(uri))
+
+    @property
+    def adopted(self) -> bool:
+        """Training starts over in the run dir's earlier run (it ended before its first checkpoint)."""
+        return self.decision is not None and self.decision.succession is Succession.ADOPT
+
+    def _start(self, run_name: str, parent_run_id: str | None, earlier_run_id: str | None, params: dict) -> str:
+        """The run this launch trains from step 0 in: the earlier one again, or a new one (linked to it)."""
+        earlier = self._earlier(earlier_run_id)
+        shown = {k: str(v)[:PARAM_LIMIT] for k, v in params.items()}
+        self.decision = succession(earlier, shown) if earlier is not None else None
+        if self.adopted:
+            with_retry(self.client.update_run, earlier.run_id, status="RUNNING")
+            with_retry(self.client.set_tag, earlier.run_id, STARTS_TAG, str(earlier.starts + 1))
+            return earlier.run_id
+        tags = {"mlflow.parentRunId": parent_run_id} if parent_run_id else {}
+        succeeding = self.decision is not None and self.decision.succession is Succession.SUCCEED
+        if succeeding:
+            tags[PREDECESSOR_TAG] = earlier.run_id
+        run = with_retry(self.client.create_run, self.experiment_id, run_name=run_name or None, tags=tags or None)
+        if succeeding:
+            if earlier.status == "RUNNING":  # its process is gone (this launch holds the run dir's lock)
+                with_retry(self.client.set_terminated, earlier.run_id, status="KILLED")
+            with_retry(self.client.set_tag, earlier.run_id, SUCCESSOR_TAG, run.info.run_id)
+        return run.info.run_id
+
+    def _earlier(self, run_id: str | None) -> EarlierRun | None:
+        from mlflow.exceptions import MlflowException
+
+        if not run_id:
+            return None
+        try:
+            run = with_retry(self.client.get_run, run_id)
+        except MlflowException:
+            return None  # another store, or deleted
+        if run.info.experiment_id != self.experiment_id or run.info.lifecycle_stage != "active":
+            return None
+        epochs = len(with_retry(self.client.get_metric_history, run_id, "loss"))
+        starts = run.data.tags.get(STARTS_TAG, "1")
+        return EarlierRun(
+            run_id, run.info.status, epochs, dict(run.data.params), int(starts) if starts.isdigit() else 1
+        )
 
     def _exists(self, run_id: str) -> bool:
         from mlflow.exceptions import MlflowException
@@ -208,6 +265,8 @@ def open_run(
     resume_run_id: str | None = None,
     parent_run_id: str | None = None,
     outage_wait: float = 0.0,
+    earlier_run_id: str | None = None,
+    params: dict[str, Any] | None = None,
 ) -> Tracker:
     """The one way a launch, an evaluation, a doctor or a sweep opens its MLflow run: the URI resolved against
     the launch directory, a local store's artifacts under <launch dir>/outputs/mlartifacts."""
@@ -220,6 +279,8 @@ def open_run(
         parent_run_id=parent_run_id,
         run_dir=run_dir,
         outage_wait=outage_wait,
+        earlier_run_id=earlier_run_id,
+        params=params,
     )
 
 
@@ -228,6 +289,8 @@ class NullTracker:
 
     run_id = None
     resumed = False
+    adopted = False
+    decision = None
     ui_hint = "tracking disabled (tracking.enabled=false)"
 
     def log_params(self, params):
