@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,16 @@ from launcher.config.schema import register_configs
 from launcher.doctor.launch import run as run_doctor
 from launcher.run.evaluate import evaluate
 from launcher.run.launch import run as run_training
-from launcher.run.local_workers import run_local_workers
+from launcher.run.local_workers import local_workers_attempt
+from launcher.run.restarts import (
+    REASON_ENV,
+    RESTART_ENV,
+    Attempt,
+    attempt_number,
+    child_attempts,
+    supervise,
+    supervised,
+)
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 COMPOSE_FIX = (
@@ -53,6 +63,8 @@ def mode_of(cfg: DictConfig, multirun: bool) -> str:
         and strategy.get("local_workers", 0) > 0
     ):
         return "local_workers"
+    if mode == "train" and cfg.train.get("max_restarts", 0) > 0 and not supervised() and not cfg.get("explain"):
+        return "supervised"  # the training runs in a child this process restarts when it fails
     return mode
 
 
@@ -69,9 +81,24 @@ def _doctor(cfg, at: Invocation) -> int:
 
 
 def _local_workers(cfg, at: Invocation) -> int:
-    """Not in the run dir's shell: the chief worker, a process of its own, locks the run dir."""
+    """Not in the run dir's shell: the chief worker, a process of its own, locks the run dir. With
+    train.max_restarts the whole job restarts when a worker fails."""
 
-    return run_local_workers(at.overrides, int(cfg.strategy.local_workers), at.run_dir, at.launch_dir)
+    def attempt(restart: int, reason: str | None) -> Attempt:
+        os.environ[RESTART_ENV] = str(restart)  # the workers' tags; and they never supervise themselves
+        if reason:
+            os.environ[REASON_ENV] = reason[:2000]
+        return local_workers_attempt(at.overrides, int(cfg.strategy.local_workers), at.run_dir, at.launch_dir)
+
+    if supervised():
+        return attempt(attempt_number(), None).exit_code
+    return supervise(attempt, int(cfg.train.max_restarts), float(cfg.train.restart_backoff))
+
+
+def _supervised(cfg, at: Invocation) -> int:
+    """train.max_restarts > 0: this process only watches; each attempt trains in a child process."""
+    attempts = child_attempts(at.overrides, at.run_dir, at.launch_dir)
+    return supervise(attempts, int(cfg.train.max_restarts), float(cfg.train.restart_backoff))
 
 
 # mode -> handler; each returns the process's exit code. None of these modules loads TensorFlow when imported
@@ -82,6 +109,7 @@ MODES: dict[str, Callable[[DictConfig, Invocation], int]] = {
     "predict": _evaluate,
     "doctor": _doctor,
     "local_workers": _local_workers,
+    "supervised": _supervised,
 }
 
 

@@ -25,6 +25,10 @@ def exit_for_signal(signum: int) -> int:
     return 128 + signum
 
 
+# What a FAILED launch failed at. Only a training failure may be restarted (`train.max_restarts`): the others would
+# fail the same way again (the numerics, the disk) or are the person's to fix (refusals have their own status).
+TRAINING_FAILURE, NUMERICS_STOP, CHECKPOINT_WRITE = "training", "numerics", "checkpoint_write"
+
 # Statuses as MLflow names a run's end, plus REFUSED (nothing ran, nothing in MLflow).
 FINISHED, FAILED, KILLED, REFUSED = "FINISHED", "FAILED", "KILLED", "REFUSED"
 
@@ -41,6 +45,7 @@ class OutcomeRecord:
     history: list[dict[str, float]] = field(default_factory=list)
     weights_sha256: str | None = None  # multi-worker: of the final weights, the same on every worker
     mode: str = "train"  # eval / predict / doctor: not a training run
+    failure: str | None = None  # TRAINING_FAILURE, NUMERICS_STOP or CHECKPOINT_WRITE, when FAILED
     pid: int = field(default_factory=os.getpid)
 
     @property

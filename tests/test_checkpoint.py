@@ -162,6 +162,33 @@ def test_negative_control_without_the_data_position_the_weights_differ(reference
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("checkpoint-reference")
+def test_a_training_process_that_dies_restarts_by_itself_and_reaches_identical_state(reference, tmp_path):
+    run_dir = tmp_path / "run"
+    # SIGKILL at global step 22 (saves every 5) in the first two attempts: two restarts, both from ckpt-20.
+    restarts = ["train.max_restarts=2", "train.restart_backoff=0.1"]
+    done = run_with_fault(run_dir, "KILL@steps:22#2", *EXACT, "precision=mixed", *restarts)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for k in (1, 2):
+        assert f"Restart {k} of 2 in {0.1 * 2 ** (k - 1):g} s (the training process was killed by SIGKILL)" in (
+            done.stderr
+        )
+    assert done.stdout.count("Resuming at epoch 1, step 20 (global step 20)") == 2
+    assert_identical(checkpoint_tensors(run_dir, TOTAL), reference)
+    client, runs = mlflow_runs(run_dir)
+    assert [r.info.status for r in runs] == ["FINISHED"]  # one run through three processes
+    tags = runs[0].data.tags
+    assert tags["restart.count"] == "2"
+    assert (
+        tags["restart.1.error"]
+        == tags["restart.2.error"]
+        == tags["error"]
+        == ("the training process was killed by SIGKILL")
+    )
+    assert [m.step for m in client.get_metric_history(runs[0].info.run_id, "val_loss")] == list(range(EPOCHS))
+
+
+@pytest.mark.slow
 def test_mirrored_resume_from_tfrecord_shards_reaches_identical_state(tmp_path):
     """Streamed data: the digits as 6 TFRecord shards (the converter's output), killed mid-epoch under mirrored,
     resumed exactly (the epoch's first batches re-read and skipped)."""

@@ -416,6 +416,12 @@ class TrainConfig:
     """Cap on validation steps per epoch, >= 0 (0 = every validation example)."""
     limit_fraction: float = limited(1.0, "(0, 1]")
     """Run this fraction of each epoch's training and validation steps, in (0, 1] (debug=limit)."""
+    max_restarts: int = limited(0, ">= 0")
+    """Restart a failed training this many times, >= 0, each in a fresh process from the newest checkpoint
+    (a crash, a dead worker, a process killed by the OOM killer); never a refusal, a numerics stop, a full
+    disk or a signal from you. 0 = fail as is."""
+    restart_backoff: float = limited(10.0, ">= 0")
+    """Seconds before the first restart, >= 0; doubled for each further one (at most 600)."""
     callbacks: list[str] = field(default_factory=list)
     """Your Keras callbacks as module.path:Name (a keras.callbacks.Callback class or a function returning one)."""
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)

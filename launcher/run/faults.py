@@ -8,6 +8,7 @@ is the crash it names (not wherever a timer happened to land).
     LAUNCHER_FAULT=KILL@run_created:0    SIGKILL right after the MLflow run is created (before any training)
     LAUNCHER_FAULT=TERM@steps:50         SIGTERM to itself there (preemption: save and stop)
     LAUNCHER_FAULT=RAISE@steps:3         raise an error there (a training failure)
+    LAUNCHER_FAULT=KILL@steps:22#2       ... only in the first 2 attempts of a run train.max_restarts restarts
     LAUNCHER_FAULT=PAUSE@steps:50        wait there until the file $LAUNCHER_FAULT_RESUME exists (a test
                                          changes the world, e.g. stops the tracking server, meanwhile)
 
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from launcher.config.errors import ConfigError
 from launcher.contract import Hook, Position
+from launcher.run.restarts import attempt_number
 
 ENV = "LAUNCHER_FAULT"
 RESUME_ENV = "LAUNCHER_FAULT_RESUME"
@@ -48,20 +50,23 @@ class Fault:
     action: str
     point: str
     step: int
+    attempts: int | None = None  # fire only in restarts 0 .. attempts - 1 (None: in every one)
 
     def describe(self) -> str:
-        return f"{self.action}@{self.point}:{self.step}"
+        limit = f"#{self.attempts}" if self.attempts is not None else ""
+        return f"{self.action}@{self.point}:{self.step}{limit}"
 
 
 def parse(spec: str) -> Fault:
     """`KILL@steps:20` -> Fault("KILL", "steps", 20); a malformed value is a ConfigError naming the variable."""
     action, _, where = spec.partition("@")
     point, _, step = where.partition(":")
-    if point not in POINTS or not step.isdigit() or action not in ACTIONS:
+    step, limited, attempts = step.partition("#")
+    if point not in POINTS or not step.isdigit() or action not in ACTIONS or (limited and not attempts.isdigit()):
         raise ConfigError.single(
             ENV,
             spec,
-            f"ACTION@POINT:STEP with ACTION in {list(ACTIONS)} and POINT in {list(POINTS)}",
+            f"ACTION@POINT:STEP[#ATTEMPTS] with ACTION in {list(ACTIONS)} and POINT in {list(POINTS)}",
             f"unset {ENV} (it is for tests), or e.g. {ENV}=KILL@steps:20",
         )
     if action == "PAUSE" and not os.environ.get(RESUME_ENV):
@@ -71,7 +76,7 @@ def parse(spec: str) -> Fault:
             f"a PAUSE fault with {RESUME_ENV} naming the file that ends the pause",
             f"export {RESUME_ENV}=<a path the test creates>",
         )
-    return Fault(action, point, int(step))
+    return Fault(action, point, int(step), int(attempts) if limited else None)
 
 
 def armed() -> Fault | None:
@@ -94,6 +99,8 @@ def fault_point(point: str, global_step: int) -> None:
     """Fire the armed fault if this is its point and step."""
     fault = armed()
     if fault is None or fault.point != point or fault.step != global_step:
+        return
+    if fault.attempts is not None and attempt_number() >= fault.attempts:
         return
     if fault.action == "RAISE":
         raise InjectedFault(f"{ENV}: injected failure at {point} {global_step}")

@@ -50,6 +50,7 @@ def train(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict) -> Ou
         metrics=final,
         history=history,
         weights_sha256=outcome.weights_sha256,
+        failure=outcome.failure,
     )
 
 

@@ -29,6 +29,7 @@ from collections import deque
 from pathlib import Path
 
 from launcher.outcome import OutcomeRecord
+from launcher.run.restarts import Attempt
 
 GRACE_SECONDS = 5.0
 TAIL_LINES = 25
@@ -110,8 +111,9 @@ class Worker:
         return f"exited with code {code}"
 
 
-def run_local_workers(overrides: list[str], count: int, run_dir: Path, launch_dir: Path) -> int:
-    """Start, stream and watch the workers; the job's exit code (the failing worker's, 0 when all finish)."""
+def local_workers_attempt(overrides: list[str], count: int, run_dir: Path, launch_dir: Path) -> Attempt:
+    """Start, stream and watch the workers; how the job ended: the failing worker's exit code and outcome record
+    (0 and the chief's when all finish), and whether the person signalled it."""
     run_dir.mkdir(parents=True, exist_ok=True)
     commands = worker_commands(overrides, count, run_dir)
     print(f"Starting {count} local workers (multi-worker job in {run_dir}; logs in {run_dir / 'workers'})", flush=True)
@@ -129,13 +131,22 @@ def run_local_workers(overrides: list[str], count: int, run_dir: Path, launch_di
             worker.thread.join(timeout=5)
     if code == 0:
         _report_weights(run_dir, count)
-    return code
+    failed = job.failed
+    where = run_dir if failed is None or failed.index == 0 else run_dir / "workers" / f"worker{failed.index}"
+    outcome = OutcomeRecord.read(where)
+    pid = failed.process.pid if failed is not None else workers[0].process.pid
+    if outcome is not None and outcome.pid != pid:  # an earlier launch's record: this worker died first
+        outcome = None
+    raw = failed.process.returncode if failed is not None else None  # negative when a signal killed it
+    killed_by = -raw if raw is not None and raw < 0 else None
+    return Attempt(code, outcome, job.signalled is not None, killed_by)
 
 
 class _Job:
     def __init__(self, workers: list[Worker]):
         self.workers = workers
         self.signalled: int | None = None
+        self.failed: Worker | None = None  # the first worker to fail, when one did
 
     def forward(self, signum, _frame) -> None:
         if self.signalled is not None:  # a second signal: no more waiting for a clean stop
@@ -164,6 +175,7 @@ class _Job:
             time.sleep(0.1)
 
     def _fail(self, failed: Worker) -> int:
+        self.failed = failed
         failed.thread.join(timeout=2)  # its last lines
         others = [w for w in self.workers if w is not failed and w.process.poll() is None]
         for worker in others:

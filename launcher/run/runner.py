@@ -10,6 +10,7 @@ checkpoint from another model) runs before MLflow hears of the launch, and a ref
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from launcher.config.schema import Config, as_dict
 from launcher.config.tasks import known_epoch_metrics, monitor_problems
 from launcher.contract import FitResult, HookList, Position, Preempted, headline
 from launcher.files import CONFIG_FILE, PLAN_FILE
+from launcher.outcome import CHECKPOINT_WRITE, NUMERICS_STOP, TRAINING_FAILURE
 from launcher.plan.decisions import FaultPlan, Plan, ResumePlan, render_record
 from launcher.plan.environment import probe
 from launcher.plan.resume import decide_resume, layout_of
@@ -42,6 +44,7 @@ from launcher.run.hooks.utilization import UtilizationHook
 from launcher.run.mlflow_record import MODEL_ARTIFACT, dataset_inputs, save_mlflow_model
 from launcher.run.params import run_name, run_params, run_tags
 from launcher.run.profiling import StepProfiler
+from launcher.run.restarts import REASON_ENV, attempt_number
 from launcher.run.review import collecting, review
 from launcher.run.utilization import matmul_peak, process_age_seconds, training_flops_per_example
 from launcher.tracking.succession import remember_run, remembered_run
@@ -51,6 +54,8 @@ from launcher.tracking.uri import check_reachable, redact
 from launcher.train import runtime
 from launcher.train.agreement import Agreement, comparable, differences, disagreement, weights_digest
 from launcher.train.numerics import NumericsGuard, NumericsStop
+
+TAG_TEXT = 4900  # an error's text in a tag (MLflow's limit is 5000)
 
 if TYPE_CHECKING:
     from launcher.train.build import Built
@@ -66,6 +71,7 @@ class Outcome:
     run_id: str | None = None
     run_dir: Path | None = None
     error: str | None = None
+    failure: str | None = None  # launcher.outcome's TRAINING_FAILURE, NUMERICS_STOP or CHECKPOINT_WRITE
     exit_code: int | None = None
     model: Any = None
     weights_sha256: str | None = None  # multi-worker: of the final weights, the same on every worker
@@ -291,6 +297,9 @@ class Launch:
                 self.tracker.log_artifact(self.run_dir / CONFIG_FILE)
             if not self.tracker.resumed:
                 self.tracker.log_inputs(dataset_inputs(self.source, self.config.dataset))
+            if restart := attempt_number():  # train.max_restarts: the supervisor says why this process exists
+                why = os.environ.get(REASON_ENV, "")[:TAG_TEXT]
+                self.tracker.set_tags({"restart.count": restart, f"restart.{restart}.error": why, "error": why})
             self.tracker.flush()  # a write MLflow refuses stops the launch here, before training
             if tr.system_metrics:
                 self.tracker.start_system_metrics(tr.system_metrics_interval)
@@ -344,6 +353,7 @@ class Launch:
                     flush=True,
                 )
                 outcome.error = f"NumericsStop: {stop.kind} at global step {stop.step}"
+                outcome.failure = NUMERICS_STOP
                 self.tracker.set_tags(
                     {
                         "error": outcome.error,
@@ -354,12 +364,12 @@ class Launch:
                 )
             except CheckpointWriteError as err:  # the message says it all: no traceback
                 print(f"\n{err}\nThe MLflow run is marked FAILED.", file=sys.stderr, flush=True)
-                outcome.error = f"CheckpointWriteError: {err}"
+                outcome.error, outcome.failure = f"CheckpointWriteError: {err}", CHECKPOINT_WRITE
                 self.tracker.set_tags({"error": outcome.error})
             except Exception as err:
                 traceback.print_exc()
                 print("\nTraining failed; the MLflow run is marked FAILED.", file=sys.stderr)
-                outcome.error = f"{type(err).__name__}: {err}"
+                outcome.error, outcome.failure = f"{type(err).__name__}: {err}", TRAINING_FAILURE
                 self.tracker.set_tags({"error": outcome.error})
             finally:
                 self.tracker.end(status)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from launcher.config.errors import ConfigError
 from launcher.console import quiet_tensorflow_logs
-from launcher.outcome import EXIT_FAILED, EXIT_REFUSED, FAILED, REFUSED, OutcomeRecord
+from launcher.outcome import EXIT_FAILED, EXIT_REFUSED, FAILED, REFUSED, TRAINING_FAILURE, OutcomeRecord
 from launcher.run.lock import RunDirBusy, RunDirLock
 
 
@@ -40,4 +40,5 @@ def _guarded(body: Callable[[], OutcomeRecord], mode: str) -> OutcomeRecord:
     except Exception as err:
         traceback.print_exc()
         print(f"\n{mode} failed.", file=sys.stderr, flush=True)
-        return OutcomeRecord(status=FAILED, exit_code=EXIT_FAILED, error=f"{type(err).__name__}: {err}", mode=mode)
+        error = f"{type(err).__name__}: {err}"
+        return OutcomeRecord(status=FAILED, exit_code=EXIT_FAILED, error=error, mode=mode, failure=TRAINING_FAILURE)
