@@ -292,6 +292,9 @@ class StrategyConfig:
     """multi_worker collectives: auto (ring on CPU, NCCL on GPUs), ring or nccl (GPUs only)."""
     connect_timeout: float = limited(300.0, "> 0")
     """multi_worker: seconds to wait for every peer at start-up before stopping with their addresses, > 0."""
+    slurm_requeue: bool = False
+    """Under Slurm: SIGUSR1 (sbatch --signal=USR1@<seconds before the time limit>) saves a checkpoint and
+    requeues the job (scontrol requeue), which resumes from it when it starts again (give the run a name=)."""
 
 
 @dataclass

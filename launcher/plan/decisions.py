@@ -131,6 +131,12 @@ class StrategyPlan(Section):
     devices: list[str] = decision("strategy.devices")
     logical_cpus: int = decision("strategy.logical_cpus")
     replicas: int = decision("replicas")
+    slurm_requeue: str | None = decision("strategy.slurm_requeue", optional=True)
+
+    @property
+    def requeues(self) -> bool:
+        """SIGUSR1 saves and requeues this Slurm job (strategy.slurm_requeue under Slurm)."""
+        return self.slurm_requeue is not None and self.slurm_requeue != "off"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,6 +7,7 @@ is the crash it names (not wherever a timer happened to land).
                                          reach MLflow)
     LAUNCHER_FAULT=KILL@run_created:0    SIGKILL right after the MLflow run is created (before any training)
     LAUNCHER_FAULT=TERM@steps:50         SIGTERM to itself there (preemption: save and stop)
+    LAUNCHER_FAULT=USR1@steps:50         SIGUSR1 there (Slurm's time-limit warning, strategy.slurm_requeue)
     LAUNCHER_FAULT=RAISE@steps:3         raise an error there (a training failure)
     LAUNCHER_FAULT=KILL@steps:22#2       ... only in the first 2 attempts of a run train.max_restarts restarts
     LAUNCHER_FAULT=PAUSE@steps:50        wait there until the file $LAUNCHER_FAULT_RESUME exists (a test
@@ -35,7 +36,7 @@ RESUME_ENV = "LAUNCHER_FAULT_RESUME"
 # The second opt-in: without it a LAUNCHER_FAULT left in a shell is ignored (with a Plan warning), never fired.
 OPT_IN = "LAUNCHER_TEST_FAULTS"
 POINTS = ("steps", "before_sidecar", "after_save", "run_created")
-ACTIONS = ("KILL", "TERM", "INT", "RAISE", "PAUSE")
+ACTIONS = ("KILL", "TERM", "INT", "USR1", "RAISE", "PAUSE")
 PAUSE_LIMIT_SECONDS = 600
 
 
@@ -118,7 +119,17 @@ def fault_point(point: str, global_step: int) -> None:
 
 
 class FaultHook(Hook):
-    """First in the hook list, so a signal it sends is seen by the hooks after it at the same step."""
+    """First in the hook list, so a signal it sends is seen by the hooks after it at the same step. A chunk of
+    steps ends at the fault's step, so it fires there whatever the chunking."""
+
+    def __init__(self):
+        self.fault = armed()
+
+    def steps_until_boundary(self, position: Position) -> int | None:
+        fault = self.fault
+        if fault is None or fault.point != "steps" or fault.step <= position.global_step:
+            return None
+        return fault.step - position.global_step
 
     def after_steps(self, position: Position, logs: dict) -> None:
         fault_point("steps", position.global_step)

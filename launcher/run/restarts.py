@@ -118,6 +118,10 @@ def child_attempts(overrides: list[str], run_dir: Path, launch_dir: Path) -> Cal
         signalled = []
 
         def forward(signum, _frame):
+            if signum == signal.SIGUSR1:  # Slurm's time-limit warning: the child saves (and requeues)
+                with contextlib.suppress(ProcessLookupError):
+                    child.send_signal(signum)
+                return
             if signalled:  # a second signal: no more waiting for a clean stop
                 child.kill()
                 return
@@ -125,7 +129,8 @@ def child_attempts(overrides: list[str], run_dir: Path, launch_dir: Path) -> Cal
             with contextlib.suppress(ProcessLookupError):
                 child.send_signal(signum)
 
-        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+        watched = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+        previous = {sig: signal.signal(sig, forward) for sig in watched}
         try:
             code = child.wait()
         finally:

@@ -46,6 +46,7 @@ from launcher.run.params import run_name, run_params, run_tags
 from launcher.run.profiling import StepProfiler
 from launcher.run.restarts import REASON_ENV, attempt_number
 from launcher.run.review import collecting, review
+from launcher.run.slurm import REQUEUE_SIGNAL, requeue
 from launcher.run.utilization import matmul_peak, process_age_seconds, training_flops_per_example
 from launcher.tracking.succession import remember_run, remembered_run
 from launcher.tracking.tensorboard import TensorBoardMirror
@@ -314,8 +315,10 @@ class Launch:
 
         config = self.config
         outcome = Outcome(plan=self.plan, run_id=self.tracker.run_id, run_dir=self.run_dir, model=self.built.model)
-        status = "FAILED"
-        with PreemptionGuard(config.checkpoint.save_on_preemption) as guard:
+        status, requeue_job = "FAILED", False
+        requeues = self.plan.strategy.requeues
+        extra = (REQUEUE_SIGNAL,) if requeues else ()
+        with PreemptionGuard(config.checkpoint.save_on_preemption or requeues, extra) as guard:
             hooks = self._hooks(guard)
             if self.position is not None:
                 hooks.load_state(self.sidecar)
@@ -341,8 +344,12 @@ class Launch:
                 status = "FINISHED"
             except Preempted as stop:
                 status = "KILLED"
-                print(f"\nPreempted: {stop}. Checkpoint saved; re-run the same command to resume.", flush=True)
+                requeue_job = requeues and stop.signum == REQUEUE_SIGNAL and self.plan.is_chief
+                then = "Slurm requeues the job" if requeue_job else "re-run the same command to resume"
+                print(f"\nPreempted: {stop}. Checkpoint saved; {then}.", flush=True)
                 outcome.error, outcome.exit_code = str(stop), 128 + stop.signum
+                if requeue_job:
+                    self.tracker.set_tags({"slurm.requeue": os.environ.get("SLURM_JOB_ID", "")})
             except KeyboardInterrupt:
                 status = "KILLED"
                 raise
@@ -373,6 +380,11 @@ class Launch:
                 self.tracker.set_tags({"error": outcome.error})
             finally:
                 self.tracker.end(status)
+        if requeue_job:  # last: Slurm stops this job as it requeues it
+            done, said = requeue()
+            print(said, flush=True)
+            if not done:
+                outcome.error = f"{outcome.error}; {said}"
         return outcome
 
     def finish(self, result: FitResult) -> None:

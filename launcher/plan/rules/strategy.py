@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from launcher.config.schema import Config, StrategyKind
 from launcher.plan.cluster import Cluster, find_cluster
 from launcher.plan.decisions import ClusterPlan, StrategyPlan
@@ -15,13 +17,36 @@ NO_SPLIT = (0, "no CPU split needed")
 def decide_strategy(cfg: Config, env: Environment, found: Findings) -> tuple[StrategyPlan, ClusterPlan | None]:
     kind = cfg.strategy.kind
     if kind == StrategyKind.multi_worker:
-        return _multi_worker(cfg, env, found)
-    handler = {
-        StrategyKind.default: _default,
-        StrategyKind.one_device: _one_device,
-        StrategyKind.mirrored: _mirrored,
-    }[kind]
-    return handler(cfg, env, found), None
+        plan, cluster = _multi_worker(cfg, env, found)
+    else:
+        handler = {
+            StrategyKind.default: _default,
+            StrategyKind.one_device: _one_device,
+            StrategyKind.mirrored: _mirrored,
+        }[kind]
+        plan, cluster = handler(cfg, env, found), None
+    if cfg.strategy.slurm_requeue:
+        value, reason = _slurm_requeue(cfg, env, found)
+        plan = replace(plan, slurm_requeue=value, why={**plan.why, "slurm_requeue": reason})
+    return plan, cluster
+
+
+def _slurm_requeue(cfg: Config, env: Environment, found: Findings) -> tuple[str, str]:
+    """What SIGUSR1 does under Slurm: save, then requeue this job (only when Slurm runs this process)."""
+    job = env.slurm.get("SLURM_JOB_ID")  # an array task has its own, which scontrol requeue takes
+    if not job:
+        found.warn("strategy.slurm_requeue=true outside a Slurm job (no SLURM_JOB_ID): nothing to requeue")
+        return "off", "requested, but this process does not run under Slurm (no SLURM_JOB_ID)"
+    if not cfg.name:
+        found.warn(
+            "strategy.slurm_requeue=true without name=: the requeued job resumes only if it finds this run dir "
+            "again (name=<run> or a fixed hydra.run.dir)"
+        )
+    return (
+        f"SIGUSR1: save, then scontrol requeue {job}",
+        "strategy.slurm_requeue=true under Slurm (sbatch --signal=USR1@<seconds> --requeue): the time-limit "
+        "warning saves a checkpoint and puts the job back in the queue; it resumes from that checkpoint",
+    )
 
 
 def _default(cfg: Config, env: Environment, found: Findings) -> StrategyPlan:

@@ -1,4 +1,5 @@
-"""Preemption: SIGTERM / SIGINT stop training at the next step boundary, after a save.
+"""Preemption: SIGTERM / SIGINT (and SIGUSR1 with strategy.slurm_requeue) stop training at the next step
+boundary, after a save.
 
 `PreemptionGuard` turns the first signal into a request; `CheckpointHook` saves on it and
 `PreemptionHook`, last in the list, raises `Preempted` so the runner marks the run KILLED
@@ -19,8 +20,9 @@ class PreemptionGuard:
     A second signal falls through to the previous handler (Ctrl-C twice still kills).
     """
 
-    def __init__(self, enabled: bool = True):
+    def __init__(self, enabled: bool = True, extra_signals: tuple[int, ...] = ()):
         self.enabled = enabled
+        self.signals = (signal.SIGTERM, signal.SIGINT, *extra_signals)  # SIGUSR1: Slurm's time-limit warning
         self.received: int | None = None  # set by the handler, at any moment
         self.agreed: int | None = None  # what every worker saw at the last boundary (multi-worker)
         self.agree = None  # multi-worker: callable(received) -> the signal any worker received, or None
@@ -41,6 +43,8 @@ class PreemptionGuard:
             self.agreed = self.agree(self.received)
 
     def _handle(self, signum, frame):
+        if self.received is not None and signum not in (signal.SIGTERM, signal.SIGINT):
+            return  # a warning repeated (Slurm may signal a step's every process): the stop is already on
         if self.received is not None:
             previous = self._previous.get(signum)
             if callable(previous):
@@ -51,7 +55,7 @@ class PreemptionGuard:
 
     def __enter__(self):
         if self.enabled and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in self.signals:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
