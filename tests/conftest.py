@@ -306,11 +306,41 @@ def mlflow_server(tmp_path):
     server.stop()
 
 
+@pytest.fixture
+def s3_server(tmp_path, monkeypatch):
+    """An S3-compatible server (moto) on 127.0.0.1 with an empty bucket `ckpts`; this process and the launches it
+    starts reach it through the environment variables boto reads (never the person's ~/.aws)."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    endpoint = "http://{}:{}".format(*server.get_host_and_port())
+    # moto keeps its buckets per process, across servers: start each test from an empty store.
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10).read()
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "launcher-test-key",
+        "AWS_SECRET_ACCESS_KEY": "launcher-test-secret-do-not-log",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+        "MLFLOW_S3_ENDPOINT_URL": endpoint,
+        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+    }.items():
+        monkeypatch.setenv(key, value)
+    import fsspec
+
+    fs, _ = fsspec.core.url_to_fs("s3://ckpts", skip_instance_cache=True)
+    fs.mkdir("ckpts")
+    yield endpoint
+    server.stop()
+
+
 E2E_FIXTURES = {
     "cli",
     "cli_here",
     "launcher_here",
     "mlflow_server",
+    "s3_server",
 }  # the CLI end to end (in a subprocess or in-process)
 
 

@@ -73,11 +73,13 @@ class Checkpointer:
     Multi-worker: every worker saves (TensorFlow needs them all), the chief into the real directory, the others
     into a temporary one of their own removed after each save; everyone restores the chief's."""
 
-    def __init__(self, cfg, directory: Path, built, model_config: dict, worker: int = 0):
+    def __init__(self, cfg, directory: Path, built, model_config: dict, worker: int = 0, mirror=None):
+        """`mirror`: a `remote.RemoteCheckpoints` the chief uploads every complete save to (None: local only)."""
         import tensorflow as tf
 
         self.cfg = cfg
         self.directory = directory
+        self.mirror = mirror if worker == 0 else None
         self.worker = worker
         self.is_chief = worker == 0
         self.built = built
@@ -114,6 +116,7 @@ class Checkpointer:
         self.directory.mkdir(parents=True, exist_ok=True)
         state = {"model": self.model_config, "mlflow_run_id": mlflow_run_id, "layout": layout}
         write_json_atomic(self.state_path, state)
+        self._upload("state", lambda m: m.push_file(self.state_path))
 
     # ------------------------------------------------------------- saving
 
@@ -131,8 +134,9 @@ class Checkpointer:
             fault_point("before_sidecar", position.global_step)
             sidecar = {"position": vars(position).copy(), **extra}
             write_json_atomic(Path(f"{path}.json"), sidecar)
-        fault_point("after_save", position.global_step)
         self._drop_orphan_sidecars()
+        self._upload(Path(path).name, lambda m: m.push_checkpoint(path, self.manager.checkpoints))
+        fault_point("after_save", position.global_step)
         if not self.verified and self.cfg.verify_restore:
             self.verify(path)
         return path
@@ -165,7 +169,22 @@ class Checkpointer:
         if not self.is_chief:
             return self._save_and_discard(position, verify=False)
         with self._writing(self.best_dir, position):
-            return self.best_manager.save(checkpoint_number=position.global_step)
+            path = self.best_manager.save(checkpoint_number=position.global_step)
+        self._upload(f"best/{Path(path).name}", lambda m: m.push_best(path))
+        return path
+
+    def _upload(self, what: str, push) -> None:
+        """`push(mirror)` when checkpoints are mirrored to an object store; a failed upload stops the run (the
+        local copy is complete; a rerun resumes from it and uploads again at its next save)."""
+        if self.mirror is None:
+            return
+        try:
+            push(self.mirror)
+        except Exception as err:  # the store's own error types differ per library
+            raise CheckpointUploadError(
+                f"{what} could not be uploaded to {self.mirror.url}: {str(err)[:300]}. The local copy in "
+                f"{self.directory} is complete; re-run the same command to resume from it."
+            ) from err
 
     @contextmanager
     def _writing(self, directory: Path, position: Position):
@@ -311,6 +330,11 @@ class _Corrupt(Exception):
 
 class CheckpointVerifyError(RuntimeError):
     """The first save does not restore into fresh objects: resuming from it would fail after a crash."""
+
+
+class CheckpointUploadError(RuntimeError):
+    """An upload to checkpoint.directory's object store failed: a training failure train.max_restarts may retry
+    (a network is often back a minute later), unlike a full local disk."""
 
 
 class CheckpointWriteError(RuntimeError):

@@ -5,6 +5,8 @@ is the crash it names (not wherever a timer happened to land).
     LAUNCHER_FAULT=KILL@before_sidecar:65  SIGKILL with ckpt-65's TF files written, its sidecar not
     LAUNCHER_FAULT=KILL@after_save:45    SIGKILL right after ckpt-45 is complete (before its metrics
                                          reach MLflow)
+    LAUNCHER_FAULT=KILL@before_remote_sidecar:46  SIGKILL with ckpt-46's TF files uploaded to the object store,
+                                         its sidecar not (checkpoint.directory=s3://...)
     LAUNCHER_FAULT=KILL@run_created:0    SIGKILL right after the MLflow run is created (before any training)
     LAUNCHER_FAULT=TERM@steps:50         SIGTERM to itself there (preemption: save and stop)
     LAUNCHER_FAULT=USR1@steps:50         SIGUSR1 there (Slurm's time-limit warning, strategy.slurm_requeue)
@@ -35,7 +37,7 @@ ENV = "LAUNCHER_FAULT"
 RESUME_ENV = "LAUNCHER_FAULT_RESUME"
 # The second opt-in: without it a LAUNCHER_FAULT left in a shell is ignored (with a Plan warning), never fired.
 OPT_IN = "LAUNCHER_TEST_FAULTS"
-POINTS = ("steps", "before_sidecar", "after_save", "run_created")
+POINTS = ("steps", "before_sidecar", "after_save", "run_created", "before_remote_sidecar")
 ACTIONS = ("KILL", "TERM", "INT", "USR1", "RAISE", "PAUSE")
 PAUSE_LIMIT_SECONDS = 600
 

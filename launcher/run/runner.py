@@ -44,6 +44,7 @@ from launcher.run.hooks.utilization import UtilizationHook
 from launcher.run.mlflow_record import MODEL_ARTIFACT, dataset_inputs, save_mlflow_model
 from launcher.run.params import run_name, run_params, run_tags
 from launcher.run.profiling import StepProfiler
+from launcher.run.remote import RemoteCheckpoints, is_remote
 from launcher.run.restarts import REASON_ENV, attempt_number
 from launcher.run.review import collecting, review
 from launcher.run.slurm import REQUEUE_SIGNAL, requeue
@@ -106,6 +107,8 @@ class Launch:
         self.settings = as_dict(config)
         # What is written and logged (config.yaml, MLflow params): never the tracking URI's credentials.
         self.settings["tracking"]["uri"] = redact(self.settings["tracking"]["uri"])
+        self.settings["checkpoint"]["directory"] = redact(str(self.settings["checkpoint"]["directory"]))
+        self.remote = None  # prepare(): checkpoint.directory's object store, when it names one
         self.position: Position | None = None  # where a resumed run continues; None: from the start
         self.sidecar: dict = {}
         self.checkpointer = None
@@ -136,7 +139,7 @@ class Launch:
     def checkpoint_dir(self) -> Path:
         """checkpoint.directory (relative to the launch dir), else <run dir>/checkpoints."""
         configured = str(self.config.checkpoint.directory).strip()
-        if not configured:
+        if not configured or is_remote(configured):  # an object store's local staging copy is in the run dir
             return self.run_dir / "checkpoints"
         path = Path(configured).expanduser()
         return path if path.is_absolute() else self.launch_dir / path
@@ -167,6 +170,10 @@ class Launch:
         self._arm_fault(problems)
         if config.checkpoint.enabled and not config.explain:
             collecting(problems, check_writable, self.checkpoint_dir)
+            if is_remote(config.checkpoint.directory):
+                self.remote = collecting(problems, RemoteCheckpoints, str(config.checkpoint.directory).strip())
+                if self.remote is not None:
+                    collecting(problems, self.remote.check_writable)
         self.tracking_uri = config.tracking.uri
         if config.tracking.enabled and not config.explain:
             self._check_tracking_server(problems)
@@ -233,7 +240,11 @@ class Launch:
         worker = self.plan.worker_index
         if str(cfg.resume) == "never" and self.plan.is_chief:
             set_aside(directory)
-        self.checkpointer = Checkpointer(cfg, directory, self.built, self.settings["model"], worker)
+            if self.remote is not None and (aside := self.remote.set_aside()):
+                print(f"WARNING: checkpoint.resume=never: remote checkpoints moved to {redact(aside)}", flush=True)
+        elif self.remote is not None and (pulled := self.remote.pull(directory)):
+            print(f"  remote   downloaded ckpt-{pulled[-1]} (and {len(pulled) - 1} older) from {self.remote.url}")
+        self.checkpointer = Checkpointer(cfg, directory, self.built, self.settings["model"], worker, self.remote)
         restored = self.checkpointer.restore()
         if not restored:
             return
@@ -394,6 +405,10 @@ class Launch:
             self.tracker.log_artifact(self.run_dir / "model.keras", "model")
             if self.best_hook is not None and self.best_hook.exported:
                 self.tracker.log_artifact(self.best_hook.exported, "model")
+            if self.remote is not None:  # beside the checkpoints, where a machine without this disk finds them
+                self.remote.push_file(self.run_dir / "model.keras")
+                if self.best_hook is not None and self.best_hook.exported:
+                    self.remote.push_file(Path(self.best_hook.exported))
             self._log_mlflow_model()
         self._final_weights_agree()
         hint = self.tracker.ui_hint if self.plan.is_chief else "logged by the chief (worker 0)"
