@@ -263,6 +263,7 @@ def test_exit_code_1_for_a_training_failure_with_the_error_on_the_failed_run(cli
     assert run.info.status == "FAILED"
     assert "InjectedFault" in run.data.tags["error"] and "injected failure at steps 5" in run.data.tags["error"]
     assert run.data.tags["plan.fault"] == "RAISE@steps:5"  # a sabotaged run says so
+    assert "Restart" not in done.stderr and "restart.count" not in run.data.tags  # train.max_restarts=0: as is
 
 
 def test_fault_injection_is_checked_at_launch_and_needs_its_opt_in(cli_here, tmp_path):

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, TINY, compose, digits_shards, free_ports, runs_in, store
@@ -96,10 +97,11 @@ def test_two_local_workers_train_like_one_process_with_the_same_global_batch(tmp
     assert abs(single.result.final["loss"] - chief["metrics"]["loss"]) < 0.02
 
 
-def start_job(args, log, job, step):
+def start_job(args, log, job, step, err=None):
     """The job running in the background until the chief's checkpoint at `step` exists."""
     out = open(log, "a")  # noqa: SIM115 - a pipe nobody reads would block the workers
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True)
+    errors = open(err, "a") if err else subprocess.PIPE  # noqa: SIM115 - closed with `out` by the caller
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=errors, text=True)
     deadline = time.time() + 180
     while not (job / "checkpoints" / f"ckpt-{step}.json").exists():
         assert proc.poll() is None and time.time() < deadline, f"no checkpoint at step {step}"
@@ -107,12 +109,23 @@ def start_job(args, log, job, step):
     return proc, out
 
 
+def wait_for(path: Path, pattern: str, proc, seconds: float = 180) -> re.Match:
+    deadline = time.time() + seconds
+    while not (found := re.search(pattern, path.read_text() if path.exists() else "")):
+        assert proc.poll() is None and time.time() < deadline, f"{pattern!r} not in {path}"
+        time.sleep(0.2)
+    return found
+
+
 @pytest.mark.slow
-def test_a_killed_worker_stops_the_job_a_signal_stops_every_worker_and_reruns_resume(tmp_path):
+def test_a_killed_worker_stops_the_job_which_restarts_by_itself_a_signal_stops_every_worker_and_reruns_resume(
+    tmp_path,
+):
     """Two workers on their own TFRecord files (file sharding). Worker 1 killed: the job stops within seconds
-    naming it. Rerun: both resume; SIGTERM to the launcher: both workers save at the same step and exit 143.
+    naming it, and (train.max_restarts=1) restarts by itself: both workers resume from the chief's newest
+    checkpoint. SIGTERM to the launcher: both workers save at the same step and exit 143, not restarted.
     Rerun: both resume there and finish, in the chief's MLflow run, with identical weights."""
-    job, db, log = tmp_path / "job", tmp_path / "mlflow.db", tmp_path / "job.out"
+    job, db, log, err = tmp_path / "job", tmp_path / "mlflow.db", tmp_path / "job.out", tmp_path / "job.err"
     args = launcher(
         "strategy=multi_worker",
         "strategy.local_workers=2",
@@ -121,36 +134,34 @@ def test_a_killed_worker_stops_the_job_a_signal_stops_every_worker_and_reruns_re
         "checkpoint.interval_steps=8",
         "dataset=tfrecord",
         f"dataset.train={digits_shards(tmp_path, 6)}",
+        "train.max_restarts=1",
+        "train.restart_backoff=0",
         run_dir=job,
         db=db,
     )
-    proc, out = start_job(args, log, job, 16)
+    proc, out = start_job(args, log, job, 16, err)
     pgrep = subprocess.run(
         ["pgrep", "-f", f"strategy.task_index=1 hydra.run.dir={job} "], capture_output=True, text=True
     ).stdout.split()
     assert len(pgrep) == 1, pgrep
     worker1 = int(pgrep[0])
     os.kill(worker1, signal.SIGKILL)
-    _, err = proc.communicate(timeout=60)  # the others stop (SIGTERM, SIGKILL after GRACE_SECONDS) and it exits
-    out.close()
-    assert proc.returncode == 1
+    wait_for(err, r"Restart 1 of 1 in 0 s \(the training process was killed by SIGKILL\)", proc)
     assert re.search(
-        rf"Worker 1 \(pid {worker1}\) was killed by SIGKILL; the other 1 running worker\(s\) were "
-        "stopped",
-        err,
+        rf"Worker 1 \(pid {worker1}\) was killed by SIGKILL; the other 1 running worker\(s\) were stopped",
+        err.read_text(),
     )
-    assert "Re-run the same command to resume" in err
     assert re.search(r"\[worker 0\]\s+data.sharding\s+file\s+6 training files >= 2 workers", log.read_text())
-
-    saved = max(int(p.stem.split("-")[1]) for p in (job / "checkpoints").glob("ckpt-*.json"))
-    proc, out = start_job(args, log, job, saved + 8)
+    saved = int(wait_for(log, r"\[worker 1\] Resuming at .*global step (\d+)\)", proc)[1])
+    wait_for(log, rf"\[worker 0\] Resuming at .*global step {saved}\)", proc)  # the same step on both
+    while not (job / "checkpoints" / f"ckpt-{saved + 8}.json").exists():
+        assert proc.poll() is None, err.read_text()[-2000:]
+        time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
+    proc.wait(timeout=120)
     out.close()
-    assert proc.returncode == 143, err[-2000:]
-    text = log.read_text()
-    assert re.search(rf"\[worker 0\] Resuming at .*global step {saved}\)", text)
-    assert re.search(rf"\[worker 1\] Resuming at .*global step {saved}\)", text)
+    assert proc.returncode == 143, err.read_text()[-2000:]  # a signal from the person is never restarted
+    assert "Restart 2" not in err.read_text() and "Not restarting" not in err.read_text()
     stops = [outcome(d)["error"] for d in (job, job / "workers" / "worker1")]
     assert all(o["status"] == "KILLED" for o in (outcome(job), outcome(job / "workers" / "worker1")))
     steps = {re.search(r"global step (\d+)", e)[1] for e in stops}
@@ -164,6 +175,7 @@ def test_a_killed_worker_stops_the_job_a_signal_stops_every_worker_and_reruns_re
     assert re.search(rf"\[worker 1\] Resuming at .*global step {stopped}\)", done.stdout)
     (run,) = mlflow_runs(db)  # the chief continued its MLflow run through both interruptions
     assert run.info.status == "FINISHED"
+    assert run.data.tags["restart.1.error"] == "the training process was killed by SIGKILL"
     assert outcome(job)["weights_sha256"] == outcome(job / "workers" / "worker1")["weights_sha256"]
 
 

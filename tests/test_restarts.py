@@ -98,3 +98,19 @@ def test_a_refused_config_is_not_restarted(cli):
     assert done.returncode == EXIT_REFUSED, done.stderr[-2000:]
     assert "scaling.batch_size" in done.stderr
     assert "Restart" not in done.stderr and done.stderr.count("Invalid configuration") == 1
+
+
+def test_a_training_exception_is_restarted_and_the_same_run_finishes(cli, tmp_path):
+    """The outcome record's failure kind and pid reach the supervisor: an exception (not a signal) restarts."""
+    from conftest import TINY
+
+    overrides = [*TINY, "precision=fp32", "xla=false", "train.max_restarts=1", "train.restart_backoff=0"]
+    done = cli(*overrides, env={"LAUNCHER_FAULT": "RAISE@steps:3#1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Restart 1 of 1 in 0 s (InjectedFault: LAUNCHER_FAULT: injected failure at steps 3)" in done.stderr
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
+    assert [r.info.status for r in runs] == ["FINISHED"]
+    assert runs[0].data.tags["restart.1.error"].startswith("InjectedFault")

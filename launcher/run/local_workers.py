@@ -17,7 +17,6 @@ job's run dir exactly as a single process would (MLflow run, checkpoints, model)
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import socket
@@ -29,7 +28,7 @@ from collections import deque
 from pathlib import Path
 
 from launcher.outcome import OutcomeRecord
-from launcher.run.restarts import Attempt
+from launcher.run.restarts import Attempt, die_with_parent
 
 GRACE_SECONDS = 5.0
 TAIL_LINES = 25
@@ -89,7 +88,7 @@ class Worker:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         self.thread = threading.Thread(target=self._stream, name=f"worker{index}-output", daemon=True)
 
@@ -214,9 +213,3 @@ def _report_weights(run_dir: Path, count: int) -> None:
     digests = [r.weights_sha256 if r else None for r in records]
     if None not in digests and len(set(digests)) == 1:
         print(f"All {count} workers finished with identical weights (sha256 {digests[0][:12]}).", flush=True)
-
-
-def _die_with_parent() -> None:
-    """Linux: a worker gets SIGKILL if this launcher dies without passing a signal on (best effort)."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
