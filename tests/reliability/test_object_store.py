@@ -133,7 +133,8 @@ def test_a_run_resumes_on_an_empty_disk_from_the_store_never_from_a_half_uploade
         assert any(p.endswith("/artifacts/model/model.keras") and resumed_run.info.run_id in p for p in stored)
         secret = os.environ["AWS_SECRET_ACCESS_KEY"]
         shown = [json.dumps(resumed_run.data.params), json.dumps(resumed_run.data.tags), resumed.stdout]
-        shown += [(run_dir / name).read_text() for name in ("plan.yaml", "config.yaml")]
+        shown += [resumed.stderr, killed.stdout, killed.stderr]
+        shown += [path.read_text() for path in run_dir.rglob("*") if path.suffix in (".yaml", ".log", ".json")]
         assert not any(secret in text for text in shown)
     finally:
         server.stop()
