@@ -128,13 +128,23 @@ class HookList(Hook):
             hook.load_state(state)
 
 
+# The stop `train.max_time` requests, as the signal number the preemption path (and the workers' agreement on a
+# stop) carries: no real signal is negative.
+TIME_BUDGET = -1
+
+
 class Preempted(Exception):
-    """Training stopped at a step boundary because the process was asked to stop."""
+    """Training stopped at a step boundary because the process was asked to stop (a signal, or its time budget)."""
 
     def __init__(self, signum: int, position: Position):
-        super().__init__(f"stopped by signal {signum} at {position}")
+        why = "train.max_time" if signum == TIME_BUDGET else f"signal {signum}"
+        super().__init__(f"stopped by {why} at {position}")
         self.signum = signum
         self.position = position
+
+    @property
+    def by_budget(self) -> bool:
+        return self.signum == TIME_BUDGET
 
 
 @dataclass

@@ -46,11 +46,13 @@ class OutcomeRecord:
     weights_sha256: str | None = None  # multi-worker: of the final weights, the same on every worker
     mode: str = "train"  # eval / predict / doctor: not a training run
     failure: str | None = None  # TRAINING_FAILURE, NUMERICS_STOP or CHECKPOINT_WRITE, when FAILED
+    stop_reason: str | None = None  # FINISHED: epochs, max_steps, early_stopping, or max_time (more to train)
     pid: int = field(default_factory=os.getpid)
 
     @property
     def finished_training(self) -> bool:
-        return self.status == FINISHED and self.mode == "train"
+        """Training is over (a launch its time budget stopped is FINISHED but has more to train)."""
+        return self.status == FINISHED and self.mode == "train" and self.stop_reason != "max_time"
 
     def write(self, run_dir: Path) -> None:
         Path(run_dir).mkdir(parents=True, exist_ok=True)

@@ -419,6 +419,13 @@ class TrainConfig:
     """Cap on validation steps per epoch, >= 0 (0 = every validation example)."""
     limit_fraction: float = limited(1.0, "(0, 1]")
     """Run this fraction of each epoch's training and validation steps, in (0, 1] (debug=limit)."""
+    max_steps: int = limited(0, ">= 0")
+    """Stop after this many global steps, >= 0 (0 = the epochs decide); the last epoch may be partial (it is
+    validated, checkpointed and logged as an epoch)."""
+    max_time: str = ""
+    """Wall-clock budget of one launch, from its start, e.g. 2h30m, 45m, 90s ("" = none): at the first step
+    boundary past it the run saves, ends FINISHED with tag stop_reason=max_time and exits 0; the same command
+    again continues with a new budget."""
     max_restarts: int = limited(0, ">= 0")
     """Restart a failed training this many times, >= 0, each in a fresh process from the newest checkpoint
     (a crash, a dead worker, a process killed by the OOM killer); never a refusal, a numerics stop, a full

@@ -226,7 +226,13 @@ class SchedulePlan(Section):
     steps_per_epoch: int = decision("train.steps_per_epoch")
     validation_steps: int = decision("train.validation_steps")
     total_steps: int = decision("train.total_steps")
+    epochs: int = decision("train.epochs")  # the last one partial when train.max_steps ends it
     warmup_steps: int = decision("warmup.steps")
+    max_time_seconds: float | None = decision("train.max_time", optional=True)
+
+    def steps_in(self, epoch: int) -> int:
+        """Steps epoch `epoch` (0-based) trains: all of them, but fewer in the last when train.max_steps ends it."""
+        return max(0, min(self.steps_per_epoch, self.total_steps - epoch * self.steps_per_epoch))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,6 +8,7 @@ violations instead of raising, so one ConfigError lists them all.
 from __future__ import annotations
 
 from launcher.config.bounds import out_of_bounds
+from launcher.config.durations import duration_problems
 from launcher.config.errors import Violation, raise_if_any
 from launcher.config.schema import Config, PrecisionName, StrategyKind
 from launcher.plan.decisions import Plan
@@ -47,6 +48,7 @@ def resolve_all(cfg: Config, env: Environment) -> tuple[Plan, list[Violation]]:
     task = decide_task(cfg, found, precision)
     profile = decide_profile(cfg, cluster)
     found.violations.extend(out_of_bounds(cfg))
+    found.violations.extend(duration_problems(cfg))
     plan = Plan(
         precision=precision,
         strategy=strategy,

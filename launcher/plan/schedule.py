@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from launcher.config.durations import parse_duration, show_duration
 from launcher.config.errors import ConfigError
 from launcher.config.schema import Config
 from launcher.plan.decisions import Plan, SchedulePlan
@@ -50,11 +51,33 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int) -> Plan:
         warmup = (round(sc.warmup_epochs * steps), f"{sc.warmup_epochs:g} epoch(s) x {steps} steps")
     else:
         warmup = (sc.warmup_steps, "requested" if sc.warmup_steps else "no warmup")
+    epochs, total = cfg.train.epochs, steps * cfg.train.epochs
+    total_reason, epochs_reason = f"{epochs} epoch(s)", "requested"
+    max_steps = cfg.train.max_steps
+    if max_steps and max_steps < total:
+        total, epochs = max_steps, math.ceil(max_steps / steps)
+        last = max_steps - (epochs - 1) * steps
+        total_reason = f"train.max_steps (train.epochs={cfg.train.epochs} would be {steps * cfg.train.epochs})"
+        epochs_reason = f"train.max_steps={max_steps} ends epoch {epochs}" + (
+            f" after {last} of its {steps} steps" if last < steps else ""
+        )
+    budget = parse_duration(cfg.train.max_time) if str(cfg.train.max_time).strip() else None
+    if budget and not cfg.checkpoint.enabled:
+        plan = plan.with_warning(
+            "train.max_time with checkpoint.enabled=false: the launch stops at its budget without a checkpoint, so "
+            "running it again starts over"
+        )
     return plan.with_record(
         SchedulePlan.of(
             steps_per_epoch=(steps, reason),
             validation_steps=(val_steps, val_reason),
-            total_steps=(steps * cfg.train.epochs, f"{cfg.train.epochs} epoch(s)"),
+            total_steps=(total, total_reason),
+            epochs=(epochs, epochs_reason),
             warmup_steps=warmup,
+            max_time_seconds=(
+                (budget, f"{show_duration(budget)} from the launch's start; then save, stop, exit 0")
+                if budget
+                else None
+            ),
         )
     )

@@ -51,6 +51,7 @@ def train(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict) -> Ou
         history=history,
         weights_sha256=outcome.weights_sha256,
         failure=outcome.failure,
+        stop_reason=outcome.stop_reason,
     )
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
+from launcher.config.durations import show_duration
 from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.schema import Config, as_dict
 from launcher.config.tasks import known_epoch_metrics, monitor_problems
@@ -33,6 +34,7 @@ from launcher.run.checkpoint_policy import SavePolicy
 from launcher.run.export import export_model
 from launcher.run.faults import OPT_IN, FaultHook, armed, fault_point, ignored
 from launcher.run.hooks.best_model import BestModelHook
+from launcher.run.hooks.budget import TimeBudgetHook
 from launcher.run.hooks.callback_state import EarlyStoppingStateHook
 from launcher.run.hooks.checkpoint import CheckpointHook
 from launcher.run.hooks.history import HistoryHook
@@ -74,6 +76,7 @@ class Outcome:
     run_dir: Path | None = None
     error: str | None = None
     failure: str | None = None  # launcher.outcome's TRAINING_FAILURE, NUMERICS_STOP or CHECKPOINT_WRITE
+    stop_reason: str | None = None  # a finished launch: epochs, max_steps, early_stopping or max_time
     exit_code: int | None = None
     model: Any = None
     weights_sha256: str | None = None  # multi-worker: of the final weights, the same on every worker
@@ -349,11 +352,23 @@ class Launch:
                     guard=numerics_guard(config, self.plan),
                     telemetry=config.train.telemetry,
                 )
-                outcome.result = engine.fit(config.train.epochs, start=self.position, hooks=hooks)
+                outcome.result = engine.fit(self.plan.schedule.epochs, start=self.position, hooks=hooks)
+                outcome.stop_reason = self._stop_reason(outcome.result)
+                self.tracker.set_tags({"stop_reason": outcome.stop_reason})
                 self.finish(outcome.result)
                 outcome.weights_sha256 = self.weights_sha256
                 status = "FINISHED"
             except Preempted as stop:
+                if stop.by_budget:  # train.max_time: a planned end of this launch, not a failure
+                    status, outcome.stop_reason = "FINISHED", "max_time"
+                    self.tracker.set_tags({"stop_reason": "max_time", "stop_position": str(stop.position)})
+                    budget = show_duration(self.plan.schedule.max_time_seconds)
+                    print(
+                        f"\ntrain.max_time={budget} reached at {stop.position}. Checkpoint saved; run the same "
+                        "command again to continue.",
+                        flush=True,
+                    )
+                    return outcome
                 status = "KILLED"
                 requeue_job = requeues and stop.signum == REQUEUE_SIGNAL and self.plan.is_chief
                 then = "Slurm requeues the job" if requeue_job else "re-run the same command to resume"
@@ -449,7 +464,7 @@ class Launch:
     def _hooks(self, guard) -> HookList:
         """One hook per job, in the order their work must happen at an epoch end."""
 
-        cfg, steps = self.config.checkpoint, self.plan.schedule.steps_per_epoch
+        cfg, steps_in = self.config.checkpoint, self.plan.schedule.steps_in
         history, early_stopping = HistoryHook(), EarlyStoppingStateHook()
         self.metrics_hook = MetricsHook(self.tracker)
         self.best_hook = None
@@ -461,7 +476,9 @@ class Launch:
         if self.agreement is not None:
             guard.agree = self.agreement.any_stop
             stop_agreement = StopAgreementHook(guard)
+        budget = self.plan.schedule.max_time_seconds
         hooks = [
+            TimeBudgetHook(budget, guard, process_age_seconds) if budget else None,
             stop_agreement,
             FaultHook() if self.plan.has(FaultPlan) else None,
             self._utilization_hook(),
@@ -471,9 +488,16 @@ class Launch:
             early_stopping,
         ]
         if self.checkpointer:
-            hooks.append(CheckpointHook(self.checkpointer, SavePolicy.from_config(cfg), guard, steps, stateful))
-        hooks += [self._step_metrics_hook(), self.metrics_hook, PreemptionHook(guard, steps)]
+            hooks.append(CheckpointHook(self.checkpointer, SavePolicy.from_config(cfg), guard, steps_in, stateful))
+        hooks += [self._step_metrics_hook(), self.metrics_hook, PreemptionHook(guard, steps_in)]
         return HookList(h for h in hooks if h is not None)
+
+    def _stop_reason(self, result: FitResult) -> str:
+        """Why training ended: early stopping, train.max_steps, or its epochs."""
+        if result.stopped_early:
+            return "early_stopping"
+        schedule = self.plan.schedule
+        return "max_steps" if schedule.total_steps < schedule.steps_per_epoch * self.config.train.epochs else "epochs"
 
     def _utilization_hook(self):
         flops, peak = _utilization_inputs(self.config, self.plan, self.built.model, self.tracker, self.env)

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from launcher.config.tasks import objective
 from launcher.files import JOB_FILE, SWEEP_FILE, read_json, write_json_atomic
-from launcher.outcome import FINISHED, OutcomeRecord
+from launcher.outcome import OutcomeRecord
 from launcher.tracking.client import with_retry
 from launcher.tracking.succession import remembered_run
 from launcher.tracking.uri import redact
@@ -54,7 +54,7 @@ def run_job(cfg: DictConfig, hydra_cfg) -> float:
     name = job_name(overrides, state.get("swept_keys"))
     job_dir = _job_dir(sweep_dir, Path(hydra_cfg.runtime.output_dir), overrides)
     earlier = OutcomeRecord.read(job_dir)
-    if earlier is not None and earlier.status == FINISHED:
+    if earlier is not None and earlier.finished_training:  # not one its time budget stopped: that one goes on
         value = earlier.objective(objective(cfg))
         print(
             f"[sweep job {hydra_cfg.job.num}] {name}: finished in an earlier run of this sweep ({job_dir}), "

@@ -343,7 +343,7 @@ class Engine:
         return result
 
     def _train_epoch(self, position: Position, epochs: int, hooks: Hook) -> dict[str, float]:
-        steps = self.plan.schedule.steps_per_epoch
+        steps = self.plan.schedule.steps_in(position.epoch)  # the last epoch is partial under train.max_steps
         chunk = self.plan.step.steps_per_execution
         first = position.step_in_epoch
         iterator = self._iterator("train", position.epoch, skip=first)

@@ -6,16 +6,19 @@ The sidecar state is gathered from the hooks that need something back after a re
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from launcher.contract import Hook, HookList, Position
 from launcher.run.checkpoint_policy import SavePolicy
 
 
 class CheckpointHook(Hook):
-    def __init__(self, checkpointer, policy: SavePolicy, guard, steps_per_epoch: int, stateful: Hook | None = None):
+    def __init__(self, checkpointer, policy: SavePolicy, guard, steps_in: Callable[[int], int], stateful=None):
+        """`steps_in(epoch)`: how many steps that epoch trains (the last is partial under train.max_steps)."""
         self.checkpointer = checkpointer
         self.policy = policy
         self.guard = guard
-        self.steps_per_epoch = steps_per_epoch
+        self.steps_in = steps_in
         self.stateful = stateful or HookList()
 
     def steps_until_boundary(self, position: Position) -> int | None:
@@ -24,7 +27,7 @@ class CheckpointHook(Hook):
     def after_steps(self, position: Position, logs: dict) -> None:
         # A save due on the epoch's last step (or a signal seen there) waits for the epoch end,
         # so the checkpoint holds that epoch's evaluation and history.
-        if position.step_in_epoch >= self.steps_per_epoch:
+        if position.step_in_epoch >= self.steps_in(position.epoch):
             return
         if self.guard.requested or self.policy.step_save_due(position):
             self.save(position)  # once, even when a step save and a signal coincide

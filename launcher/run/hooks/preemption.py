@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 
 from launcher.contract import Hook, Position, Preempted
 
@@ -36,6 +37,11 @@ class PreemptionGuard:
     @property
     def requested(self) -> bool:
         return self.signum is not None
+
+    def request(self, signum: int) -> None:
+        """A stop asked by the launcher itself (train.max_time: TIME_BUDGET), handled as a signal is."""
+        if self.received is None:
+            self.received = signum
 
     def synchronize(self) -> None:
         """Multi-worker: every worker learns whether any of them was signalled (the same step for all)."""
@@ -83,13 +89,14 @@ class PreemptionHook(Hook):
     """Stops training once a stop was requested. Last in the list: the save and the metrics
     of that boundary happen first."""
 
-    def __init__(self, guard: PreemptionGuard, steps_per_epoch: int):
+    def __init__(self, guard: PreemptionGuard, steps_in: Callable[[int], int]):
+        """`steps_in(epoch)`: how many steps that epoch trains (the last is partial under train.max_steps)."""
         self.guard = guard
-        self.steps_per_epoch = steps_per_epoch
+        self.steps_in = steps_in
 
     def after_steps(self, position: Position, logs: dict) -> None:
         # On the epoch's last step the stop waits for the epoch end (evaluation, save, metrics).
-        if self.guard.requested and position.step_in_epoch < self.steps_per_epoch:
+        if self.guard.requested and position.step_in_epoch < self.steps_in(position.epoch):
             raise Preempted(self.guard.signum, position)
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
