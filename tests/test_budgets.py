@@ -7,6 +7,7 @@ from conftest import config
 from fakes import CPU_PLAIN
 
 from launcher.config.durations import parse_duration, show_duration
+from launcher.contract import Position
 from launcher.plan.resolve import resolve, resolve_all
 from launcher.plan.schedule import schedule
 
@@ -34,10 +35,15 @@ def test_max_steps_shortens_the_last_epoch_and_the_schedule_says_so():
     plan = schedule(cfg, resolve(cfg, CPU_PLAIN), DIGITS, 359)
     s = plan.schedule
     assert (s.steps_per_epoch, s.total_steps, s.epochs) == (23, 30, 2)
-    assert [s.steps_in(e) for e in range(3)] == [23, 7, 0]
+    assert [s.steps_in_epoch(Position(epoch=e, global_step=23 * e)) for e in range(3)] == [23, 7, 0]
+    # A later launch with a larger budget after that partial epoch stops at exactly its global step too.
+    later = schedule(config(*SMALL, "train.epochs=5", "train.max_steps=60"), resolve(cfg, CPU_PLAIN), DIGITS, 359)
+    assert later.schedule.steps_in_epoch(Position(epoch=2, global_step=30)) == 23
+    assert later.schedule.steps_in_epoch(Position(epoch=3, global_step=53)) == 7
+    assert later.schedule.steps_in_epoch(Position(epoch=3, step_in_epoch=4, global_step=57)) == 7
     assert "ends epoch 2 after 7 of its 23 steps" in s.reason("epochs")
     full = schedule(config(*SMALL, "train.epochs=5"), resolve(cfg, CPU_PLAIN), DIGITS, 359).schedule
-    assert (full.total_steps, full.epochs, full.steps_in(4)) == (115, 5, 23)
+    assert (full.total_steps, full.epochs, full.steps_in_epoch(Position(epoch=4, global_step=92))) == (115, 5, 23)
     more = schedule(config(*SMALL, "train.epochs=2", "train.max_steps=1000"), resolve(cfg, CPU_PLAIN), DIGITS, 359)
     assert (more.schedule.total_steps, more.schedule.epochs) == (46, 2)  # the epochs end it first
 
@@ -75,6 +81,13 @@ def test_max_steps_trains_exactly_that_many_steps_with_a_partial_last_epoch(cli_
         "ckpt-23.json",
         "ckpt-30.json",
     ]
+    # A larger budget later: training continues from global step 30 and stops at exactly 60.
+    more = cli_here(*SMALL, "train.epochs=5", "train.max_steps=60", "tracking.step_metrics_every=10")
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert _history(tmp_path, "val_loss")[1] == [0, 1, 2, 3]
+    assert _history(tmp_path, "step/loss")[1] == [10, 20, 30, 40, 50, 60]
+    newest = max(int(p.stem.split("-")[1]) for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*.json"))
+    assert newest == 60
 
 
 def test_max_time_saves_stops_finished_exit_0_and_the_same_command_continues(cli_here, tmp_path):

@@ -91,7 +91,7 @@ def test_epoch_save_rule(interval, epochs_done, due):
 def checkpoint_hook(interval_steps=5, interval_epochs=1, signum=None, stateful=()):
     fake = FakeCheckpointer()
     hook = CheckpointHook(
-        fake, SavePolicy(interval_steps, interval_epochs), FakeGuard(signum), lambda epoch: 10, HookList(stateful)
+        fake, SavePolicy(interval_steps, interval_epochs), FakeGuard(signum), lambda position: 10, HookList(stateful)
     )
     return hook, fake
 
@@ -213,10 +213,10 @@ def test_tracker_sends_params_and_tags_in_batches_of_at_most_100(tmp_path):
 
 
 def test_preemption_hook_stops_mid_epoch_and_at_the_epoch_end_but_not_on_the_last_step():
-    quiet = PreemptionHook(FakeGuard(None), lambda epoch: 10)
+    quiet = PreemptionHook(FakeGuard(None), lambda position: 10)
     quiet.after_steps(Position(step_in_epoch=3), {})
     quiet.on_epoch_end(Position(epoch=1), {})
-    hook = PreemptionHook(FakeGuard(15), lambda epoch: 10)
+    hook = PreemptionHook(FakeGuard(15), lambda position: 10)
     hook.after_steps(Position(step_in_epoch=10, global_step=10), {})  # waits for the epoch end
     with pytest.raises(Preempted, match="signal 15 at epoch 1, step 3") as stop:
         hook.after_steps(Position(step_in_epoch=3, global_step=3), {})
@@ -409,8 +409,8 @@ def test_a_signal_on_one_worker_stops_every_worker_at_the_same_boundary():
         HookList(
             [
                 StopAgreementHook(g),
-                CheckpointHook(FakeCheckpointer(), SavePolicy(0, 0), g, lambda e: 10),
-                PreemptionHook(g, lambda e: 10),
+                CheckpointHook(FakeCheckpointer(), SavePolicy(0, 0), g, lambda position: 10),
+                PreemptionHook(g, lambda position: 10),
             ]
         )
         for g in guards

@@ -229,10 +229,19 @@ class SchedulePlan(Section):
     epochs: int = decision("train.epochs")  # the last one partial when train.max_steps ends it
     warmup_steps: int = decision("warmup.steps")
     max_time_seconds: float | None = decision("train.max_time", optional=True)
+    max_steps: int | None = decision("train.max_steps", optional=True)  # set when it ends training early
 
-    def steps_in(self, epoch: int) -> int:
-        """Steps epoch `epoch` (0-based) trains: all of them, but fewer in the last when train.max_steps ends it."""
-        return max(0, min(self.steps_per_epoch, self.total_steps - epoch * self.steps_per_epoch))
+    def steps_in_epoch(self, position) -> int:
+        """Steps the epoch `position` is in trains: all of them, but only up to global step max_steps when
+        train.max_steps ends training (the last epoch is partial). From the position, so a later launch with a
+        larger max_steps after a partial epoch still stops at exactly that global step."""
+        if self.max_steps is None:
+            return self.steps_per_epoch
+        started_at = position.global_step - position.step_in_epoch
+        return max(0, min(self.steps_per_epoch, self.max_steps - started_at))
+
+    def reached_max_steps(self, position) -> bool:
+        return self.max_steps is not None and position.global_step >= self.max_steps
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -52,6 +52,7 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int) -> Plan:
     else:
         warmup = (sc.warmup_steps, "requested" if sc.warmup_steps else "no warmup")
     epochs, total = cfg.train.epochs, steps * cfg.train.epochs
+    total_all = total
     total_reason, epochs_reason = f"{epochs} epoch(s)", "requested"
     max_steps = cfg.train.max_steps
     if max_steps and max_steps < total:
@@ -79,5 +80,6 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int) -> Plan:
                 if budget
                 else None
             ),
+            max_steps=(max_steps, "ends training at that global step") if max_steps and max_steps < total_all else None,
         )
     )

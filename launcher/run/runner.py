@@ -352,7 +352,7 @@ class Launch:
                     guard=numerics_guard(config, self.plan),
                     telemetry=config.train.telemetry,
                 )
-                outcome.result = engine.fit(self.plan.schedule.epochs, start=self.position, hooks=hooks)
+                outcome.result = engine.fit(config.train.epochs, start=self.position, hooks=hooks)
                 outcome.stop_reason = self._stop_reason(outcome.result)
                 self.tracker.set_tags({"stop_reason": outcome.stop_reason})
                 self.finish(outcome.result)
@@ -464,7 +464,7 @@ class Launch:
     def _hooks(self, guard) -> HookList:
         """One hook per job, in the order their work must happen at an epoch end."""
 
-        cfg, steps_in = self.config.checkpoint, self.plan.schedule.steps_in
+        cfg, steps_in = self.config.checkpoint, self.plan.schedule.steps_in_epoch
         history, early_stopping = HistoryHook(), EarlyStoppingStateHook()
         self.metrics_hook = MetricsHook(self.tracker)
         self.best_hook = None

@@ -322,6 +322,8 @@ class Engine:
         self.callbacks.on_train_begin()
         hooks.on_train_begin(position, self.callbacks)
         for epoch in range(position.epoch, epochs):
+            if self.plan.schedule.reached_max_steps(position):
+                break
             position.epoch = epoch
             self.callbacks.on_epoch_begin(epoch)
             logs = self._train_epoch(position, epochs, hooks)
@@ -343,7 +345,7 @@ class Engine:
         return result
 
     def _train_epoch(self, position: Position, epochs: int, hooks: Hook) -> dict[str, float]:
-        steps = self.plan.schedule.steps_in(position.epoch)  # the last epoch is partial under train.max_steps
+        steps = self.plan.schedule.steps_in_epoch(position)  # the last epoch is partial under train.max_steps
         chunk = self.plan.step.steps_per_execution
         first = position.step_in_epoch
         iterator = self._iterator("train", position.epoch, skip=first)

@@ -13,8 +13,8 @@ from launcher.run.checkpoint_policy import SavePolicy
 
 
 class CheckpointHook(Hook):
-    def __init__(self, checkpointer, policy: SavePolicy, guard, steps_in: Callable[[int], int], stateful=None):
-        """`steps_in(epoch)`: how many steps that epoch trains (the last is partial under train.max_steps)."""
+    def __init__(self, checkpointer, policy: SavePolicy, guard, steps_in: Callable[[Position], int], stateful=None):
+        """`steps_in(position)`: how many steps its epoch trains (the last is partial under train.max_steps)."""
         self.checkpointer = checkpointer
         self.policy = policy
         self.guard = guard
@@ -27,7 +27,7 @@ class CheckpointHook(Hook):
     def after_steps(self, position: Position, logs: dict) -> None:
         # A save due on the epoch's last step (or a signal seen there) waits for the epoch end,
         # so the checkpoint holds that epoch's evaluation and history.
-        if position.step_in_epoch >= self.steps_in(position.epoch):
+        if position.step_in_epoch >= self.steps_in(position):
             return
         if self.guard.requested or self.policy.step_save_due(position):
             self.save(position)  # once, even when a step save and a signal coincide

@@ -89,14 +89,14 @@ class PreemptionHook(Hook):
     """Stops training once a stop was requested. Last in the list: the save and the metrics
     of that boundary happen first."""
 
-    def __init__(self, guard: PreemptionGuard, steps_in: Callable[[int], int]):
-        """`steps_in(epoch)`: how many steps that epoch trains (the last is partial under train.max_steps)."""
+    def __init__(self, guard: PreemptionGuard, steps_in: Callable[[Position], int]):
+        """`steps_in(position)`: how many steps its epoch trains (the last is partial under train.max_steps)."""
         self.guard = guard
         self.steps_in = steps_in
 
     def after_steps(self, position: Position, logs: dict) -> None:
         # On the epoch's last step the stop waits for the epoch end (evaluation, save, metrics).
-        if self.guard.requested and position.step_in_epoch < self.steps_in(position.epoch):
+        if self.guard.requested and position.step_in_epoch < self.steps_in(position):
             raise Preempted(self.guard.signum, position)
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
