@@ -22,7 +22,6 @@ from launcher.run.restarts import (
     REASON_ENV,
     RESTART_ENV,
     Attempt,
-    attempt_number,
     child_attempts,
     supervise,
     supervised,
@@ -90,8 +89,6 @@ def _local_workers(cfg, at: Invocation) -> int:
             os.environ[REASON_ENV] = reason[:2000]
         return local_workers_attempt(at.overrides, int(cfg.strategy.local_workers), at.run_dir, at.launch_dir)
 
-    if supervised():
-        return attempt(attempt_number(), None).exit_code
     return supervise(attempt, int(cfg.train.max_restarts), float(cfg.train.restart_backoff))
 
 

@@ -59,8 +59,6 @@ from launcher.train import runtime
 from launcher.train.agreement import Agreement, comparable, differences, disagreement, weights_digest
 from launcher.train.numerics import NumericsGuard, NumericsStop
 
-TAG_TEXT = 4900  # an error's text in a tag (MLflow's limit is 5000)
-
 if TYPE_CHECKING:
     from launcher.train.build import Built
 
@@ -313,7 +311,7 @@ class Launch:
             if not self.tracker.resumed:
                 self.tracker.log_inputs(dataset_inputs(self.source, self.config.dataset))
             if restart := attempt_number():  # train.max_restarts: the supervisor says why this process exists
-                why = os.environ.get(REASON_ENV, "")[:TAG_TEXT]
+                why = os.environ.get(REASON_ENV, "")
                 self.tracker.set_tags({"restart.count": restart, f"restart.{restart}.error": why, "error": why})
             self.tracker.flush()  # a write MLflow refuses stops the launch here, before training
             if tr.system_metrics:
@@ -496,8 +494,7 @@ class Launch:
         """Why training ended: early stopping, train.max_steps, or its epochs."""
         if result.stopped_early:
             return "early_stopping"
-        schedule = self.plan.schedule
-        return "max_steps" if schedule.total_steps < schedule.steps_per_epoch * self.config.train.epochs else "epochs"
+        return "max_steps" if self.plan.schedule.max_steps is not None else "epochs"
 
     def _utilization_hook(self):
         flops, peak = _utilization_inputs(self.config, self.plan, self.built.model, self.tracker, self.env)

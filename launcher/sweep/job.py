@@ -78,8 +78,8 @@ def run_job(cfg: DictConfig, hydra_cfg) -> float:
         )
     outcome = OutcomeRecord.read(job_dir)
     if done.returncode != 0 and state.get("parent_run_id") and not (outcome and outcome.run_id):
-        if remembered_run(job_dir):  # the job's own run exists, its process is gone (killed): settle it
-            _settle_killed_child(state, remembered_run(job_dir), name, log_path, done.returncode)
+        if own_run := remembered_run(job_dir):  # the job's own run exists, its process is gone (killed): settle it
+            _settle_killed_child(state, own_run, name, log_path, done.returncode)
         else:
             _record_failed_child(state, name, overrides, log_path, done.returncode)
     status = "ok" if done.returncode == 0 else f"failed (exit {done.returncode}, see {log_path})"
