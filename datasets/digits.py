@@ -21,4 +21,13 @@ def load(cfg) -> DataSource:
         x, kind = x[..., np.newaxis], "image"
     else:
         x, kind = x.reshape(len(x), -1), "tabular"
-    return split_arrays(x, bunch.target, cfg.validation_split, cfg.shuffle_seed, cfg.limit, kind, num_classes=10)
+    return split_arrays(
+        x,
+        bunch.target,
+        cfg.validation_split,
+        cfg.shuffle_seed,
+        cfg.limit,
+        kind,
+        num_classes=10,
+        test_split=cfg.test_split,
+    )

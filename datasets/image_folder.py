@@ -6,7 +6,7 @@ from pathlib import Path
 
 from launcher.config.errors import ConfigError, raise_if_any
 from launcher.train.data import DataSource
-from launcher.train.data_checks import image_folder_problems, split_problems
+from launcher.train.data_checks import image_folder_problems, split_problems, streamed_test_split
 
 COLOR_MODES = {"rgb": 3, "grayscale": 1, "rgba": 4}
 
@@ -28,6 +28,7 @@ def load(cfg) -> DataSource:
             "dataset.color_mode", cfg.color_mode, f"one of {list(COLOR_MODES)}", "dataset.color_mode=rgb"
         )
     raise_if_any(image_folder_problems(root, classes))
+    streamed_test_split(cfg, "dataset.test_path=<a folder of the same class sub-folders>")
     train, val = keras.utils.image_dataset_from_directory(
         str(root),
         validation_split=cfg.validation_split,
@@ -43,6 +44,7 @@ def load(cfg) -> DataSource:
     raise_if_any(split_problems(num_train, num_val, cfg.validation_split, str(root)))
     if cfg.limit:
         train, num_train = train.take(cfg.limit), min(num_train, cfg.limit)
+    test = _test_folder(cfg, classes) if str(cfg.test_path) else None
     return DataSource(
         train=train.map(rescale),
         val=val.map(rescale),
@@ -51,4 +53,30 @@ def load(cfg) -> DataSource:
         input_shape=(*cfg.image_size, COLOR_MODES[cfg.color_mode]),
         num_classes=len(classes),
         kind="image",
+        test=test.map(rescale) if test is not None else None,
+        num_test=int(test.cardinality()) if test is not None else 0,
+    )
+
+
+def _test_folder(cfg, classes: list[str]):
+    """dataset.test_path: the same classes in the same layout, read in file order."""
+    import keras
+
+    root = Path(str(cfg.test_path)).expanduser()
+    found = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if found != classes:
+        raise ConfigError.single(
+            "dataset.test_path",
+            str(cfg.test_path),
+            f"a folder with the training classes as sub-folders {classes} (found {found or 'none'})",
+            f"dataset.test_path=/data/my_test_images with <class_name>/*.png for each of {classes}",
+        )
+    raise_if_any(image_folder_problems(root, classes))
+    return keras.utils.image_dataset_from_directory(
+        str(root),
+        class_names=classes,
+        image_size=tuple(cfg.image_size),
+        color_mode=cfg.color_mode,
+        batch_size=None,
+        shuffle=False,
     )

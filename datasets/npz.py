@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from launcher.config.errors import ConfigError, raise_if_any
-from launcher.train.data import DataSource, split_arrays
+from launcher.train.data import DataSource, held_out, split_arrays
 from launcher.train.data_checks import array_problems, split_problems
 
 
@@ -26,13 +26,18 @@ def load(cfg) -> DataSource:
     if cfg.drop_nonfinite:
         x, y = _drop_nonfinite(x, y, path)
     problems = array_problems(x, y, path, cfg.x_key, cfg.y_key, cfg.num_classes)
-    num_val = max(1, int(round(len(x) * cfg.validation_split)))  # as split_arrays holds it out
-    raise_if_any(problems or split_problems(len(x) - num_val, num_val, cfg.validation_split, str(path)))
+    num_val, num_test = held_out(len(x), cfg.validation_split, cfg.test_split)  # as split_arrays holds them out
+    raise_if_any(
+        problems
+        or split_problems(len(x) - num_val - num_test, num_val, cfg.validation_split, str(path), cfg.test_split)
+    )
     kind = "tokens" if np.issubdtype(x.dtype, np.integer) and x.ndim == 2 else ("image" if x.ndim == 4 else "tabular")
     if kind != "tokens":
         x = x.astype("float32")
     y = y.reshape(len(y)).astype("int64")  # integral class ids (checked above), whatever dtype they were saved as
-    return split_arrays(x, y, cfg.validation_split, cfg.shuffle_seed, cfg.limit, kind, cfg.num_classes or None)
+    return split_arrays(
+        x, y, cfg.validation_split, cfg.shuffle_seed, cfg.limit, kind, cfg.num_classes or None, cfg.test_split
+    )
 
 
 def _drop_nonfinite(x: np.ndarray, y: np.ndarray, path: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -52,7 +52,14 @@ def load(cfg, task: str = "classification") -> DataSource:
     if task in ("multilabel", "regression"):
         y = _dense_targets(rng, x, task, cfg.num_classes)
     return split_arrays(
-        x, y, cfg.validation_split, cfg.shuffle_seed, cfg.limit, kind, cfg.num_classes if task != "regression" else 1
+        x,
+        y,
+        cfg.validation_split,
+        cfg.shuffle_seed,
+        cfg.limit,
+        kind,
+        cfg.num_classes if task != "regression" else 1,
+        test_split=cfg.test_split,
     )
 
 
@@ -85,7 +92,7 @@ def _sequences(cfg) -> DataSource:
     lengths = rng.integers(length // 2 + 1, length + 2, size=(n, 1))
     tokens = np.where(np.arange(length + 1) < lengths, tokens, 0).astype("int32")
     x, y = tokens[:, :-1], tokens[:, 1:]
-    source = split_arrays(x, y, cfg.validation_split, cfg.shuffle_seed, cfg.limit, "tokens", vocab)
+    source = split_arrays(x, y, cfg.validation_split, cfg.shuffle_seed, cfg.limit, "tokens", vocab, cfg.test_split)
     source.vocab_size = vocab
     return source
 

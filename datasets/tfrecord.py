@@ -20,6 +20,7 @@ from pathlib import Path
 
 from launcher.config.errors import ConfigError
 from launcher.train.data import DataSource
+from launcher.train.data_checks import streamed_test_split
 
 METADATA = "dataset.json"
 ENCODINGS = ("raw", "image")
@@ -48,6 +49,8 @@ def load(cfg) -> DataSource:
         "image" if len(x_spec["shape"]) == 3 else "tokens" if x_spec["dtype"] == "int64" else "tabular"
     )
     parse = _parser(features, cfg.x_key, cfg.y_key)
+    streamed_test_split(cfg, "dataset.test=<glob of test shards> (or test-* files beside the training shards)")
+    test_files = _test_files(cfg)
     return DataSource(
         train=_reader([str(f) for f in train_files], parse, cfg),
         val=_reader([str(f) for f in val_files], parse, cfg),
@@ -59,7 +62,17 @@ def load(cfg) -> DataSource:
         vocab_size=int(metadata.get("vocab_size", 0)),
         train_shards=tuple(train_counts),
         prefetch=int(cfg.prefetch),
+        test=_reader([str(f) for f in test_files], parse, cfg) if test_files else None,
+        num_test=sum(_counts(test_files, metadata, "test")) if test_files else 0,
     )
+
+
+def _test_files(cfg) -> list[Path]:
+    """dataset.test's shards (which must exist), else test-* beside the training shards when there are any."""
+    if str(cfg.test):
+        return _files("dataset.test", str(cfg.test))
+    beside = Path(str(cfg.train)).expanduser().parent
+    return sorted(beside.glob("test-*"))
 
 
 def _files(key: str, pattern: str) -> list[Path]:

@@ -3,9 +3,10 @@
     python -m launcher_datasets.to_tfrecord data.npz out/ --shards 8
     python -m launcher_datasets.to_tfrecord images/ out/ --shards 8 --image-size 64 64
 
-Writes `train-0000i-of-0000n.tfrecord` and `val-*.tfrecord` (a seeded split, as the in-memory datasets
-make it) and `dataset.json`: the feature spec, the kind, the number of classes and the examples in every
-shard. Images keep their encoded bytes (decoded in the tf.data pipeline); arrays are stored flat.
+Writes `train-0000i-of-0000n.tfrecord` and `val-*.tfrecord` (and `test-*.tfrecord` with --test-split; a
+seeded split, as the in-memory datasets make it) and `dataset.json`: the feature spec, the kind, the number of
+classes and the examples in every shard. Images keep their encoded bytes (decoded in the tf.data pipeline);
+arrays are stored flat.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from launcher.config.errors import ConfigError
+from launcher.train.data import held_out
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif"}
 
@@ -30,6 +32,7 @@ def convert(
     seed: int = 0,
     image_size: tuple[int, int] = (32, 32),
     channels: int = 3,
+    test_split: float = 0.0,
 ) -> dict:
     """Write the shards and dataset.json; returns the metadata."""
     if source.is_dir():
@@ -44,10 +47,12 @@ def convert(
             "python -m launcher_datasets.to_tfrecord data.npz out/",
         )
     order = np.random.default_rng(seed).permutation(len(examples))
-    num_val = max(1, int(round(len(order) * validation_split)))
+    num_val, num_test = held_out(len(order), validation_split, test_split)  # as the in-memory datasets hold out
+    end = len(order) - num_val - num_test
     out.mkdir(parents=True, exist_ok=True)
     splits = {}
-    for split, indices in (("train", order[:-num_val]), ("val", order[-num_val:])):
+    parts = (("train", order[:end]), ("val", order[-num_val:]), ("test", order[end : end + num_test]))
+    for split, indices in (part for part in parts if len(part[1])):
         count = min(shards, len(indices)) if split == "train" else max(1, min(shards // 4, len(indices)))
         splits[split] = _write(out, split, [examples[i] for i in indices], count)
     metadata = {"features": features, "kind": kind, "num_classes": num_classes, "splits": splits, "source": str(source)}
@@ -121,13 +126,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="folder for the shards and dataset.json")
     parser.add_argument("--shards", type=int, default=8, help="training shards (validation: a quarter)")
     parser.add_argument("--validation-split", type=float, default=0.2)
+    parser.add_argument("--test-split", type=float, default=0.0, help="fraction written as test-* shards")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--image-size", type=int, nargs=2, default=(32, 32), metavar=("H", "W"))
     parser.add_argument("--channels", type=int, default=3, choices=(1, 3, 4))
     args = parser.parse_args(argv)
     try:
         meta = convert(
-            args.source, args.out, args.shards, args.validation_split, args.seed, tuple(args.image_size), args.channels
+            args.source,
+            args.out,
+            args.shards,
+            args.validation_split,
+            args.seed,
+            tuple(args.image_size),
+            args.channels,
+            args.test_split,
         )
     except ConfigError as err:
         print(err, file=sys.stderr)
@@ -135,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     train = meta["splits"]["train"]
     print(
         f"{sum(train['counts'])} training examples in {len(train['files'])} shards, "
-        f"{sum(meta['splits']['val']['counts'])} validation examples; train with:\n"
+        f"{sum(meta['splits']['val']['counts'])} validation examples"
+        + (f", {sum(meta['splits']['test']['counts'])} test examples" if "test" in meta["splits"] else "")
+        + "; train with:\n"
         f"  python -m launcher dataset=tfrecord dataset.train={args.out}/train-*.tfrecord"
     )
     return 0

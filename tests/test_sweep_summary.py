@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from launcher.sweep.summary import best_run, minimises, parent_record, swept_values
+from launcher.sweep.summary import best_run, minimises, parent_record, swept_values, table_rows
 
 
 def _run(name, status="FINISHED", params=None, **metrics):
@@ -28,6 +28,7 @@ RUNS = [
         val_accuracy=0.90,
         val_loss=0.7,
         loss=0.4,
+        test_accuracy=0.88,
     ),
     _run(
         "precision=mixed,optimizer.learning_rate=0.1",
@@ -48,7 +49,14 @@ JOBS = [
 def test_the_parent_gets_the_swept_values_and_the_best_finished_childs_metrics():
     params, metrics, tags = parent_record(RUNS, JOBS, ["precision", "optimizer.learning_rate"], "val_accuracy")
     assert params == {"sweep.precision": "bf16,fp32,mixed", "sweep.optimizer.learning_rate": "0.01,0.1"}
-    assert metrics == {"val_accuracy": 0.90, "val_loss": 0.7, "loss": 0.4, "best.val_accuracy": 0.90}
+    # The best child by the objective, with its test result beside it (train.test_at_end); never chosen by it.
+    assert metrics == {
+        "val_accuracy": 0.90,
+        "val_loss": 0.7,
+        "loss": 0.4,
+        "test_accuracy": 0.88,
+        "best.val_accuracy": 0.90,
+    }
     assert tags["sweep.best_run_id"] == "id-precision=bf16,optimizer.learning_rate=0.1"  # the failed 0.99 is not best
     assert tags["sweep.best_overrides"] == "precision=bf16,optimizer.learning_rate=0.1"
 
@@ -70,3 +78,8 @@ def test_swept_values_keep_list_values_whole_and_leave_unswept_keys_out():
         "sweep.model.hidden_units": "[256,128],[64]",
         "sweep.seed": "1,2",
     }
+
+
+def test_the_sweep_table_has_a_column_for_each_test_metric_any_job_logged():
+    rows = table_rows(RUNS)
+    assert [row["test_accuracy"] for row in rows] == ["", 0.88, ""]

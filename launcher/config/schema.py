@@ -119,6 +119,7 @@ class TaskName(Enum):
 class EvalSplit(Enum):
     train = "train"
     val = "val"
+    test = "test"
 
 
 class MonitorMode(Enum):
@@ -134,6 +135,11 @@ class DatasetBase:
     name: str = MISSING
     validation_split: float = limited(0.2, "(0, 1)")
     """Fraction of the examples held out for validation, in (0, 1)."""
+    test_split: float = limited(0.0, "[0, 1)")
+    """Fraction held out as a test split, in [0, 1) (0 = none), never trained or validated on: evaluated once
+    after training (train.test_at_end) or by mode=eval eval.split=test. Array datasets (digits, synthetic, npz,
+    a custom loader's (x, y)) take it before the validation examples; streamed ones bring their own test data
+    (tfrecord: dataset.test, image_folder: dataset.test_path, a custom loader: a "test" entry)."""
     shuffle_seed: int = limited(0, ">= 0")
     """Seed of the one-time shuffle before the train/validation split."""
     shuffle_buffer: int = limited(10_000, ">= 1")
@@ -188,6 +194,8 @@ class TfrecordConfig(DatasetBase):
     """Glob of the training shards, e.g. data/digits/train-*.tfrecord (relative to the launch directory)."""
     val: str = ""
     """Glob of the validation shards; "" = val-* beside the training shards."""
+    test: str = ""
+    """Glob of the test shards; "" = test-* beside the training shards when there are any (else no test split)."""
     features: dict[str, Any] = field(default_factory=dict)
     """{name: {shape, dtype: float32|int64, encoding: raw|image}}; {} = from dataset.json beside the shards."""
     x_key: str = "x"
@@ -210,8 +218,8 @@ class CustomDatasetConfig(DatasetBase):
     """custom, or the name of an installed plugin dataset (entry point group launcher.datasets)."""
     loader: str = ""
     """Your loader as module.path:function, called as loader(**params); returns (x, y) arrays (split by
-    validation_split), {"train": (x, y), "val": (x, y)}, or {"train": ds, "val": ds} of unbatched tf.data
-    datasets of (x, y). "" = the plugin `name`."""
+    validation_split and test_split), {"train": (x, y), "val": (x, y)}, or {"train": ds, "val": ds} of unbatched
+    tf.data datasets of (x, y), either dict with an optional "test" entry. "" = the plugin `name`."""
     params: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the loader."""
     num_classes: int = limited(0, ">= 0")
@@ -229,6 +237,9 @@ class ImageFolderConfig(DatasetBase):
     """[height, width] in pixels every image is resized to."""
     color_mode: str = "rgb"
     """rgb (3 channels) or grayscale (1)."""
+    test_path: str = ""
+    """A folder laid out like `path` (one sub-folder per class, the same classes) holding the test split;
+    "" = no test split."""
 
 
 # ---------------------------------------------------------------- the how
@@ -266,7 +277,7 @@ class EvalConfig:
     model: str = "final"
     """final (model.keras), best (best.keras) or a path to a .keras file or a ckpt-N checkpoint prefix."""
     split: EvalSplit = EvalSplit.val
-    """The dataset split evaluated or predicted."""
+    """The dataset split evaluated or predicted: train, val or test (needs a test split: dataset.test_split...)."""
     output: str = "predictions.npz"
     """predict: the file (in the run dir) the predictions are written to; .npz or .csv."""
 
@@ -426,6 +437,9 @@ class TrainConfig:
     """Wall-clock budget of one launch, from its start, e.g. 2h30m, 45m, 90s ("" = none): at the first step
     boundary past it the run saves, ends FINISHED with tag stop_reason=max_time and exits 0; the same command
     again continues with a new budget."""
+    test_at_end: bool = False
+    """After training, evaluate the best model (checkpoint.monitor's, else the final one) once on the test split
+    and log test_* metrics; needs a test split (dataset.test_split, or the dataset's own test data)."""
     max_restarts: int = limited(0, ">= 0")
     """Restart a failed training this many times, >= 0, each in a fresh process from the newest checkpoint
     (a crash, a dead worker, a process killed by the OOM killer); never a refusal, a numerics stop, a full

@@ -115,7 +115,17 @@ def monitor_problems(cfg, task: str, known: list[str]) -> list[Violation]:
         monitors.append(("train.reduce_lr_on_plateau.monitor", tr.reduce_lr_on_plateau.monitor))
     problems = []
     for key, name in monitors:
-        if name and name not in known:
+        if name and name.startswith("test_"):
+            problems.append(
+                Violation(
+                    key,
+                    name,
+                    "a training or validation metric: test_* metrics are measured once, after training, and never "
+                    "steer it (a model chosen by its test score has no unbiased estimate left)",
+                    f"{key}={name.replace('test_', 'val_', 1)} (and train.test_at_end=true to report {name})",
+                )
+            )
+        elif name and name not in known:
             shown = [n for n in known if n.startswith("val_")]
             fix = f"{key}={'val_loss' if key != 'objective' else shown[-1]}"
             problems.append(

@@ -230,6 +230,7 @@ class SchedulePlan(Section):
     warmup_steps: int = decision("warmup.steps")
     max_time_seconds: float | None = decision("train.max_time", optional=True)
     max_steps: int | None = decision("train.max_steps", optional=True)  # set when it ends training early
+    test_steps: int | None = decision("train.test_at_end", optional=True)  # set when the run tests at its end
 
     def steps_in_epoch(self, position) -> int:
         """Steps the epoch `position` is in trains: all of them, but only up to global step max_steps when

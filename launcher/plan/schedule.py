@@ -13,8 +13,8 @@ from launcher.config.schema import Config
 from launcher.plan.decisions import Plan, SchedulePlan
 
 
-def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int) -> Plan:
-    """The Plan with the data-dependent decisions added (steps per epoch, validation and warmup steps)."""
+def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int, num_test: int = 0) -> Plan:
+    """The Plan with the data-dependent decisions added (steps per epoch, validation, test and warmup steps)."""
     global_batch = plan.batch.global_batch
     drop = plan.batch.drop_remainder
     steps = num_train // global_batch if drop else math.ceil(num_train / global_batch)
@@ -70,6 +70,7 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int) -> Plan:
         )
     return plan.with_record(
         SchedulePlan.of(
+            test_steps=_test_steps(cfg, num_test, global_batch),
             steps_per_epoch=(steps, reason),
             validation_steps=(val_steps, val_reason),
             total_steps=(total, total_reason),
@@ -83,3 +84,23 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int) -> Plan:
             max_steps=(max_steps, "ends training at that global step") if max_steps and max_steps < total_all else None,
         )
     )
+
+
+def _test_steps(cfg: Config, num_test: int, global_batch: int) -> tuple[int, str] | None:
+    """train.test_at_end: every test example once, after training, on the best model (else the final one)."""
+    if not cfg.train.test_at_end:
+        return None
+    if num_test < 1:
+        raise ConfigError.single(
+            "train.test_at_end",
+            True,
+            f"a test split (dataset={cfg.dataset.name} has none)",
+            "dataset.test_split=0.1 (array datasets), dataset.test=<glob> (tfrecord), dataset.test_path=<folder> "
+            '(image_folder), a "test" entry (custom loader); or train.test_at_end=false',
+        )
+    monitor = cfg.checkpoint.monitor
+    if monitor and cfg.checkpoint.enabled:
+        which = f"the best model by checkpoint.monitor={monitor}"
+    else:
+        which = "the final model (" + ("checkpoint.enabled=false" if monitor else "no checkpoint.monitor") + ")"
+    return math.ceil(num_test / global_batch), f"{num_test} test examples, evaluated once after training on {which}"

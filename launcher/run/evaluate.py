@@ -22,7 +22,7 @@ import numpy as np
 import yaml
 
 from launcher.config.errors import ConfigError, Violation, raise_if_any
-from launcher.files import OUTCOME_FILE
+from launcher.files import CONFIG_FILE, OUTCOME_FILE
 from launcher.outcome import EXIT_FINISHED, FINISHED, OutcomeRecord
 from launcher.plan.environment import probe
 from launcher.run.shell import run_in_shell
@@ -33,6 +33,8 @@ from launcher.train import runtime
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
+# What decides which examples are held out: changed at evaluation, the test split is not the one never trained on.
+SPLIT_KEYS = ("validation_split", "test_split", "shuffle_seed", "seed", "num_examples")
 
 
 def evaluate(cfg, run_dir: Path, launch_dir: Path, overrides: list[str]) -> int:
@@ -147,12 +149,14 @@ class Evaluation:
             checked.problems,
         )
         self.model_path = self._model_path(problems)
+        split = config.eval.split.value
+        if split == "test":
+            problems.extend(self._test_split_problems())
         raise_if_any(problems)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        split = config.eval.split.value
         print(
             f"{self.mode}: {self.model_path} on the {split} split of {config.dataset.name} "
-            f"({self.source.num_val if split == 'val' else self.source.num_train} examples)",
+            f"({self.source.size(split)} examples)",
             flush=True,
         )
         if self.mode == "eval":
@@ -186,6 +190,35 @@ class Evaluation:
             )
         )
         return None
+
+    def _test_split_problems(self) -> list[Violation]:
+        """eval.split=test needs a test split, and the training run's one: the same data divided another way
+        would put examples the model trained on into the test split."""
+        if self.source is not None and self.source.test is None:
+            return [
+                _violation(
+                    "eval.split",
+                    "test",
+                    f"a split dataset={self.config.dataset.name} has: train or val (it has no test split)",
+                    "train with dataset.test_split=0.1 (or the dataset's own test data), then eval.split=test",
+                )
+            ]
+        saved = self.train_dir / CONFIG_FILE
+        trained = (yaml.safe_load(saved.read_text()) or {}).get("dataset", {}) if saved.is_file() else {}
+        now = self.config.dataset
+        if trained.get("name") != now.name:
+            return []  # another dataset altogether: its test split is its own
+        return [
+            _violation(
+                f"dataset.{key}",
+                getattr(now, key),
+                f"the training run's value ({trained[key]}): with another, the test split would hold examples "
+                "the model trained on",
+                f"drop the dataset.{key} override (the run trained with dataset.{key}={trained[key]})",
+            )
+            for key in SPLIT_KEYS
+            if key in trained and getattr(now, key, trained[key]) != trained[key]
+        ]
 
     def _load(self, in_scope: bool):
         """The model: a .keras export, or the training config's model with a checkpoint's weights."""

@@ -43,7 +43,7 @@ def review(config: Config, env, start_runtime: Callable[[Plan], Any] | None = No
         collecting(problems, check_model, config, source)
     if source is not None:
         plan, num_train = decide_sharding(plan, source.train_shards, source.num_train)
-        plan = collecting(problems, schedule, config, plan, num_train, source.num_val) or plan
+        plan = collecting(problems, schedule, config, plan, num_train, source.num_val, source.num_test) or plan
     return Review(plan, source, problems, strategy)
 
 

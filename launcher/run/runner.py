@@ -353,7 +353,7 @@ class Launch:
                 outcome.result = engine.fit(config.train.epochs, start=self.position, hooks=hooks)
                 outcome.stop_reason = self._stop_reason(outcome.result)
                 self.tracker.set_tags({"stop_reason": outcome.stop_reason})
-                self.finish(outcome.result)
+                self.finish(outcome.result, engine)
                 outcome.weights_sha256 = self.weights_sha256
                 status = "FINISHED"
             except Preempted as stop:
@@ -411,8 +411,9 @@ class Launch:
                 outcome.error = f"{outcome.error}; {said}"
         return outcome
 
-    def finish(self, result: FitResult) -> None:
-        """Export the model (and the best one) to the run dir and MLflow; print the summary."""
+    def finish(self, result: FitResult, engine) -> None:
+        """Export the model (and the best one) to the run dir and MLflow, test it (train.test_at_end); print the
+        summary."""
         if self.config.checkpoint.export_model and self.plan.is_chief:
             export_model(self.built.model, self.run_dir / "model.keras")
             self.tracker.log_artifact(self.run_dir / "model.keras", "model")
@@ -424,8 +425,25 @@ class Launch:
                     self.remote.push_file(Path(self.best_hook.exported))
             self._log_mlflow_model()
         self._final_weights_agree()
+        tested = self._test(engine)
         hint = self.tracker.ui_hint if self.plan.is_chief else "logged by the chief (worker 0)"
-        _print_summary(result, self.run_dir, hint, [m.name for m in self.built.task.train_metrics])
+        _print_summary(result, self.run_dir, hint, [m.name for m in self.built.task.train_metrics], tested)
+
+    def _test(self, engine) -> dict[str, float]:
+        """train.test_at_end: the best checkpoint's weights (else the final ones) evaluated once on the test split,
+        after the final model is exported (so the exported model stays the final one)."""
+        if self.plan.schedule.test_steps is None:
+            return {}
+        best = self.checkpointer.best_manager.latest_checkpoint if self.checkpointer and self.best_hook else None
+        epoch = self.plan.schedule.epochs - 1
+        if best:
+            self.checkpointer.checkpoint.restore(best).expect_partial()
+            epoch = int(self.best_hook.best.get("epoch", epoch))
+        metrics = engine.evaluate("test")
+        self.tracker.log_metrics(metrics, step=epoch)
+        self.tracker.set_tags({"test.model": f"best ({Path(best).name}, epoch {epoch + 1})" if best else "final"})
+        self.tracker.flush()
+        return metrics
 
     def _final_weights_agree(self) -> None:
         """Multi-worker: the final weights' digest must be the same on every worker, or the run fails."""
@@ -554,12 +572,14 @@ def _utilization_inputs(config, plan, model, tracker, env) -> tuple[float, float
     return flops, peak
 
 
-def _print_summary(result: FitResult, run_dir: Path, tracking_hint: str, metrics: list[str]) -> None:
-    final = result.final
+def _print_summary(
+    result: FitResult, run_dir: Path, tracking_hint: str, metrics: list[str], tested: dict[str, float]
+) -> None:
+    final = {**result.final, **tested}
     if not result.epochs:
         print("\nNothing to train: the checkpoint already covers every epoch.")
     print("\nDone." + (" (stopped early)" if result.stopped_early else ""))
-    for key in headline(metrics, ("examples_per_sec",)):
+    for key in [*headline(metrics, ("examples_per_sec",)), *tested]:
         if key in final:
             print(f"  {key:<20} {final[key]:.4f}")
     print(f"  {'run dir':<20} {run_dir}")

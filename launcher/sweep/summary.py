@@ -31,12 +31,18 @@ def children(client, parent_run_id: str):
     return parent, runs
 
 
+def is_test_metric(name: str) -> bool:
+    """A train.test_at_end result: reported beside the objective, never chosen by."""
+    return name.startswith("test_")
+
+
 def table_rows(runs) -> list[dict]:
     rows = []
+    tested = sorted({m for run in runs for m in run.data.metrics if is_test_metric(m)})
     for run in runs:
         row = {"job": run.info.run_name, "status": run.info.status, "run_id": run.info.run_id}
         row.update({p: run.data.params.get(p, "") for p in PARAMS})
-        row.update({m: run.data.metrics.get(m, "") for m in SUMMARY_METRICS})
+        row.update({m: run.data.metrics.get(m, "") for m in (*SUMMARY_METRICS, *tested)})
         row["error"] = run.data.tags.get("error", "").splitlines()[0] if run.data.tags.get("error") else ""
         rows.append(row)
     return rows
@@ -134,7 +140,9 @@ def parent_record(runs, job_overrides: list[list[str]], swept: list[str], object
     best = best_run(runs, objective, direction)
     if best is None:
         return params, {}, {"sweep.objective": objective}
-    metrics = {k: v for k, v in best.data.metrics.items() if k in SUMMARY_METRICS or k == objective}
+    metrics = {
+        k: v for k, v in best.data.metrics.items() if k in SUMMARY_METRICS or k == objective or is_test_metric(k)
+    }
     metrics[f"best.{objective}"] = best.data.metrics[objective]
     tags = {
         "sweep.objective": objective,

@@ -7,10 +7,14 @@ from typing import Any
 
 import numpy as np
 
+from launcher.config.errors import raise_if_any
+from launcher.train.data_checks import split_problems
+
 
 @dataclass
 class DataSource:
-    """A train/validation split held as arrays (small data) or as unbatched tf.data datasets."""
+    """Train and validation splits (and an optional test split) held as arrays (small data) or as unbatched
+    tf.data datasets."""
 
     train: Any
     val: Any
@@ -29,7 +33,22 @@ class DataSource:
     # Streamed from files: examples per training shard, in file order (empty for arrays in memory).
     train_shards: tuple[int, ...] = ()
     prefetch: int = -1  # batches prepared ahead; -1 = AUTOTUNE
+    # Held out from training and validation, evaluated once after training (train.test_at_end, eval.split=test).
+    test: Any = None
+    num_test: int = 0
     _base: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """The splits this source holds: train and val, and test when it has one."""
+        return ("train", "val", "test") if self.test is not None else ("train", "val")
+
+    def split(self, name: str) -> Any:
+        """A split's data by name (arrays or a tf.data dataset)."""
+        return {"train": self.train, "val": self.val, "test": self.test}[name]
+
+    def size(self, name: str) -> int:
+        return {"train": self.num_train, "val": self.num_val, "test": self.num_test}[name]
 
     @property
     def outputs(self) -> int:
@@ -41,7 +60,7 @@ class DataSource:
         import tensorflow as tf
 
         if split not in self._base:
-            source = self.train if split == "train" else self.val
+            source = self.split(split)
             self._base[split] = (
                 source if isinstance(source, tf.data.Dataset) else tf.data.Dataset.from_tensor_slices(source)
             )
@@ -49,7 +68,7 @@ class DataSource:
 
     def first_inputs(self, count: int = 2, split: str = "val"):
         """The first `count` inputs of a split as an array (an example of what the model takes)."""
-        source = self.train if split == "train" else self.val
+        source = self.split(split)
         if isinstance(source, tuple):
             return np.asarray(source[0][:count])
         features, _ = next(iter(self._dataset(split).batch(count)))
@@ -71,7 +90,7 @@ class DataSource:
 
         ds = self._dataset(split)
         if shuffle_seed is not None:
-            size = self.num_train if split == "train" else self.num_val
+            size = self.size(split)
             ds = ds.shuffle(min(shuffle_buffer, size), seed=shuffle_seed, reshuffle_each_iteration=False)
         if skip_examples:
             ds = ds.skip(skip_examples)
@@ -89,8 +108,10 @@ def split_arrays(
     limit: int = 0,
     kind: str = "image",
     num_classes: int | None = None,
+    test_split: float = 0.0,
 ) -> DataSource:
-    """Seeded shuffle, then hold out the last `validation_split` fraction.
+    """Seeded shuffle, then hold out the last `validation_split` fraction for validation and the
+    `test_split` fraction before it for testing (none when 0: the other splits are as without a test split).
 
     Integer class ids become a flat int32 vector; other labels (multi-label rows, real targets, token
     sequences) keep their shape, checked against the task by `launcher.train.labels`."""
@@ -99,8 +120,10 @@ def split_arrays(
         y = y.astype("int32").reshape(-1)
     order = np.random.default_rng(seed).permutation(len(x))
     x, y = x[order], y[order]
-    num_val = max(1, int(round(len(x) * validation_split)))
-    x_train, y_train = x[:-num_val], y[:-num_val]
+    num_val, num_test = held_out(len(x), validation_split, test_split)
+    end = len(x) - num_val - num_test
+    raise_if_any(split_problems(end, num_val, validation_split, f"{len(x)} examples", test_split))
+    x_train, y_train = x[:end], y[:end]
     if limit:
         x_train, y_train = x_train[:limit], y_train[:limit]
     return DataSource(
@@ -108,11 +131,20 @@ def split_arrays(
         val=(x[-num_val:], y[-num_val:]),
         num_train=len(x_train),
         num_val=num_val,
+        test=(x[end : end + num_test], y[end : end + num_test]) if num_test else None,
+        num_test=num_test,
         input_shape=tuple(x.shape[1:]),
         num_classes=int(num_classes if num_classes is not None else _label_width(y)),
         kind=kind,
         vocab_size=int(x.max()) + 1 if kind == "tokens" else 0,
     )
+
+
+def held_out(count: int, validation_split: float, test_split: float = 0.0) -> tuple[int, int]:
+    """Validation and test examples of `count` (validation at least 1; test at least 1 when asked for)."""
+    num_val = max(1, int(round(count * validation_split)))
+    num_test = max(1, int(round(count * test_split))) if test_split > 0 else 0
+    return num_val, num_test
 
 
 def _label_width(y: np.ndarray) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from launcher.config.errors import Violation
+from launcher.config.errors import ConfigError, Violation
 
 # The first bytes of the image formats keras.utils.image_dataset_from_directory decodes.
 IMAGE_MAGIC = {
@@ -163,20 +163,36 @@ def _label_problems(y: np.ndarray, where: str, y_key: str, num_classes: int) -> 
     return []
 
 
-def split_problems(num_train: int, num_val: int, validation_split: float, origin: str) -> list[Violation]:
+def split_problems(
+    num_train: int, num_val: int, validation_split: float, origin: str, test_split: float = 0.0
+) -> list[Violation]:
     """Both splits need examples: a model cannot train on, or be validated with, nothing."""
     if num_train >= 1 and num_val >= 1:
         return []
     empty = "training" if num_train < 1 else "validation"
+    key, value = "dataset.validation_split", validation_split
+    if test_split and num_val >= 1:
+        key, value = "dataset.test_split", test_split  # the test split took what training needed
     return [
         Violation(
-            "dataset.validation_split",
-            validation_split,
+            key,
+            value,
             f"a split that leaves examples for both training and validation ({origin} gives "
             f"{num_train} training and {num_val} validation examples: the {empty} split is empty)",
-            "dataset.validation_split=0.2, or more data",
+            "dataset.validation_split=0.2 dataset.test_split=0.1, or more data",
         )
     ]
+
+
+def streamed_test_split(cfg, how: str) -> None:
+    """A streamed dataset is not held in memory to be divided: its test data comes as its own files."""
+    if float(getattr(cfg, "test_split", 0.0) or 0.0) > 0:
+        raise ConfigError.single(
+            "dataset.test_split",
+            cfg.test_split,
+            f"0 for dataset={cfg.name} (streamed data is not divided in memory; it brings its own test data)",
+            f"dataset.test_split=0 {how}",
+        )
 
 
 def image_folder_problems(root: Path, classes: list[str]) -> list[Violation]:

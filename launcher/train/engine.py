@@ -430,7 +430,7 @@ class Engine:
         if split == "val":
             steps = self.plan.schedule.validation_steps
         else:
-            steps = -(-self.source.num_train // self.global_batch)
+            steps = -(-self.source.size(split) // self.global_batch)
         for metric in self.task.val_metrics:
             metric.reset_state()
         ds = self.source.pipeline(split, self.global_batch, False, None, self.shuffle_buffer)

@@ -191,9 +191,9 @@ CHECKS = {
 
 
 def _sample(source: DataSource) -> tuple[np.ndarray, np.ndarray]:
-    """Inputs and labels of both splits (arrays whole, tf.data splits by their first SAMPLE examples)."""
+    """Inputs and labels of every split (arrays whole, tf.data splits by their first SAMPLE examples)."""
     xs, ys = [], []
-    for split in (source.train, source.val):
+    for split in (source.split(name) for name in source.splits):
         if isinstance(split, tuple):
             xs.append(np.asarray(split[0][:SAMPLE]))
             ys.append(np.asarray(split[1]))
@@ -207,20 +207,20 @@ def _sample(source: DataSource) -> tuple[np.ndarray, np.ndarray]:
         raise ConfigError.single(
             "dataset",
             "(loaded)",
-            f"train and val examples of one shape ({err})",
-            "give both splits the same input and label shapes",
+            f"train, val (and test) examples of one shape ({err})",
+            "give every split the same input and label shapes",
         ) from None
 
 
 def _cast(source: DataSource, dtype: str, flat: bool = False) -> None:
-    """Labels in the dtype the task's loss takes (class ids flat), in both splits."""
+    """Labels in the dtype the task's loss takes (class ids flat), in every split."""
     import tensorflow as tf
 
     def cast_array(y):
         y = np.asarray(y).astype(dtype)
         return y.reshape(len(y)) if flat else y
 
-    for name in ("train", "val"):
+    for name in source.splits:
         split = getattr(source, name)
         if isinstance(split, tuple):
             setattr(source, name, (split[0], cast_array(split[1])))

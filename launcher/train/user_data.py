@@ -1,9 +1,9 @@
 """`dataset=custom dataset.loader=pkg.mod:load` (or an installed plugin): the user's data.
 
 The loader is called as `loader(**dataset.params)` and returns one of
-    (x, y)                                    arrays, split by dataset.validation_split
-    {"train": (x, y), "val": (x, y)}          arrays per split
-    {"train": ds, "val": ds}                  unbatched tf.data.Dataset of (x, y) per split
+    (x, y)                                    arrays, split by dataset.validation_split (and test_split)
+    {"train": (x, y), "val": (x, y)}          arrays per split; an optional "test": (x, y)
+    {"train": ds, "val": ds}                  unbatched tf.data.Dataset of (x, y) per split; an optional "test"
 Its labels are checked against the task afterwards (`launcher.train.labels`), like every dataset's.
 """
 
@@ -14,6 +14,7 @@ import numpy as np
 from launcher.config.errors import ConfigError
 from launcher.config.imports import check_call, configured_path, import_component
 from launcher.train.data import DataSource, split_arrays
+from launcher.train.data_checks import streamed_test_split
 
 RETURNS = '(x, y) arrays, {"train": (x, y), "val": (x, y)} or {"train": ds, "val": ds} of tf.data (x, y)'
 
@@ -45,9 +46,14 @@ def load(cfg) -> DataSource:
             cfg.limit,
             _kind(cfg, x.dtype, x.shape[1:]),
             num_classes=cfg.num_classes or None,
+            test_split=cfg.test_split,
         )
     if isinstance(data, dict) and set(data) >= {"train", "val"}:
-        return _from_splits(data["train"], data["val"], cfg, key, path)
+        streamed_test_split(cfg, f'(return a "test" entry from {path})')
+        source = _from_splits(data["train"], data["val"], cfg, key, path)
+        if data.get("test") is not None:
+            _add_test(source, data["test"], key, path)
+        return source
     raise ConfigError.single(
         key,
         path,
@@ -124,6 +130,27 @@ def _from_splits(train, val, cfg, key: str, path: str) -> DataSource:
         kind=kind,
         vocab_size=int(max(x_train.max(), x_val.max())) + 1 if kind == "tokens" else 0,
     )
+
+
+def _add_test(source: DataSource, test, key: str, path: str) -> None:
+    """The loader's "test" entry, in the form its other splits take."""
+    import tensorflow as tf
+
+    if isinstance(source.train, tf.data.Dataset):
+        if not isinstance(test, tf.data.Dataset):
+            raise ConfigError.single(
+                key, path, f'a "test" entry like "train": a tf.data dataset (got {type(test).__name__})', "return ds"
+            )
+        source.test, source.num_test = test, _count(test)
+        return
+    if not (isinstance(test, tuple | list) and len(test) == 2):
+        raise ConfigError.single(
+            key, path, f'a "test" entry like "train": (x, y) arrays (got {type(test).__name__})', "return (x, y)"
+        )
+    x, y = np.asarray(test[0]), np.asarray(test[1])
+    _check_pair(x, y, key, path, "its test split")
+    source.test = (x.astype("float32") if source.kind != "tokens" else x, y)
+    source.num_test = len(x)
 
 
 def _check_pair(x, y, key: str, path: str, what: str) -> None:
