@@ -56,3 +56,12 @@ def cached(spec):
     if not CACHED:
         CACHED.append(linear(spec))
     return CACHED[0]
+
+
+class HalfStepSGD(keras.optimizers.SGD):
+    """A user's optimizer by import path (optimizer.name=user_parts:HalfStepSGD)."""
+
+
+def halving(initial_learning_rate, decay_steps, every):
+    """A user's schedule by import path: halves the rate every `every` steps (decay_steps unused)."""
+    return keras.optimizers.schedules.ExponentialDecay(initial_learning_rate, every, 0.5, staircase=True)

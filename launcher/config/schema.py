@@ -61,21 +61,10 @@ class LrRule(Enum):
     sqrt = "sqrt"
 
 
-class OptimizerName(Enum):
-    adam = "adam"
-    adamw = "adamw"
-    sgd = "sgd"
-
-
 class OptimizerUpdate(Enum):
     auto = "auto"
     keras = "keras"
     fused = "fused"
-
-
-class LrSchedule(Enum):
-    constant = "constant"
-    cosine = "cosine"
 
 
 class SyntheticKind(Enum):
@@ -344,16 +333,25 @@ class ScalingConfig:
 
 @dataclass
 class OptimizerConfig:
-    name: OptimizerName = OptimizerName.adam
-    """adam, adamw or sgd."""
+    name: str = "adam"
+    """Keras's: adam, adamw, sgd, rmsprop, nadam, adamax, adagrad, adadelta, adafactor, ftrl, lion, lamb; or
+    yours as module.path:Name (a keras.optimizers.Optimizer subclass)."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """More keyword arguments for the optimizer, e.g. optimizer.params='{beta_1: 0.95}' (checked against its
+    signature; the rate, clipping, EMA, weight decay and accumulation have their own keys)."""
     learning_rate: float = limited(1e-3, "> 0")
     """Peak learning rate at reference_batch, > 0 (scaled by scaling.lr_rule)."""
-    schedule: LrSchedule = LrSchedule.constant
-    """After warmup: constant, or cosine decay to 0 at the last step."""
+    schedule: str = "constant"
+    """After warmup: constant, cosine (to 0 at the last step), cosine_restarts, exponential, inverse_time,
+    polynomial, piecewise (Keras's schedules) or yours as module.path:Name; see schedule_params."""
+    schedule_params: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the schedule, e.g. {decay_rate: 0.5} (exponential). The launcher fills
+    initial_learning_rate (the planned rate), decay_steps (the steps after warmup) and cosine_restarts'
+    first_decay_steps (one epoch) unless given here."""
     momentum: float = limited(0.9, "[0, 1)")
-    """sgd: momentum, in [0, 1)."""
+    """sgd: momentum, in [0, 1) (other optimizers: optimizer.params)."""
     weight_decay: float = limited(0.0, ">= 0")
-    """adamw: decoupled weight decay, >= 0 (0 = Keras's default 0.004)."""
+    """Decoupled weight decay, >= 0 (0 = the optimizer's default: 0.004 for adamw, none for the others)."""
     clipnorm: float = limited(0.0, ">= 0")
     """Clip each variable's gradient to this L2 norm, >= 0 (0 = no clipping); after the all-reduce."""
     global_clipnorm: float = limited(0.0, ">= 0")

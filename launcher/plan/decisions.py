@@ -161,6 +161,15 @@ class StepPlan(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class OptimizerPlan(Section):
+    """Which optimizer applies the update and which schedule drives its learning rate (its arguments are decided
+    with the data's size: `SchedulePlan.lr_schedule_arguments`)."""
+
+    optimizer: str = decision("optimizer")
+    schedule: str = decision("lr.schedule")
+
+
+@dataclass(frozen=True, kw_only=True)
 class LossScalePlan(Section):
     """Loss scaling and the optimizer wrapper that applies it."""
 
@@ -228,6 +237,8 @@ class SchedulePlan(Section):
     total_steps: int = decision("train.total_steps")
     epochs: int = decision("train.epochs")  # the last one partial when train.max_steps ends it
     warmup_steps: int = decision("warmup.steps")
+    # The schedule's keyword arguments, the launcher's filled in (None: a constant rate).
+    lr_schedule_arguments: dict | None = decision("lr.schedule_arguments", optional=True)
     max_time_seconds: float | None = decision("train.max_time", optional=True)
     max_steps: int | None = decision("train.max_steps", optional=True)  # set when it ends training early
     test_steps: int | None = decision("train.test_at_end", optional=True)  # set when the run tests at its end
@@ -285,6 +296,7 @@ class Plan:
     strategy: StrategyPlan
     cluster: ClusterPlan | None
     step: StepPlan
+    optimizer: OptimizerPlan
     loss_scale: LossScalePlan
     batch: BatchPlan
     learning_rate: LearningRatePlan

@@ -17,6 +17,7 @@ from launcher.plan.rules.batch import decide_batch, decide_learning_rate
 from launcher.plan.rules.findings import Findings
 from launcher.plan.rules.loss_scale import decide_loss_scale
 from launcher.plan.rules.numerics import decide_numerics
+from launcher.plan.rules.optimizer import decide_optimizer
 from launcher.plan.rules.precision import decide_precision
 from launcher.plan.rules.profile import decide_profile
 from launcher.plan.rules.step import decide_step
@@ -41,6 +42,7 @@ def resolve_all(cfg: Config, env: Environment) -> tuple[Plan, list[Violation]]:
     precision = decide_precision(cfg, env, found)
     strategy, cluster = decide_strategy(cfg, env, found)
     step = decide_step(cfg, env, found, precision, strategy)
+    optimizer = decide_optimizer(cfg, found)
     loss_scale = decide_loss_scale(cfg, found, precision, strategy, step)
     batch = decide_batch(cfg, found, strategy, step)
     learning_rate = decide_learning_rate(cfg, found, batch)
@@ -54,6 +56,7 @@ def resolve_all(cfg: Config, env: Environment) -> tuple[Plan, list[Violation]]:
         strategy=strategy,
         cluster=cluster,
         step=step,
+        optimizer=optimizer,
         loss_scale=loss_scale,
         batch=batch,
         learning_rate=learning_rate,

@@ -9,6 +9,7 @@ import math
 
 from launcher.config.durations import parse_duration, show_duration
 from launcher.config.errors import ConfigError
+from launcher.config.optimizers import SCHEDULES, is_import_path
 from launcher.config.schema import Config
 from launcher.plan.decisions import Plan, SchedulePlan
 
@@ -70,6 +71,7 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int, num_test: in
         )
     return plan.with_record(
         SchedulePlan.of(
+            lr_schedule_arguments=_lr_schedule_arguments(cfg, plan, steps, total, warmup[0]),
             test_steps=_test_steps(cfg, num_test, global_batch),
             steps_per_epoch=(steps, reason),
             validation_steps=(val_steps, val_reason),
@@ -104,3 +106,33 @@ def _test_steps(cfg: Config, num_test: int, global_batch: int) -> tuple[int, str
     else:
         which = "the final model (" + ("checkpoint.enabled=false" if monitor else "no checkpoint.monitor") + ")"
     return math.ceil(num_test / global_batch), f"{num_test} test examples, evaluated once after training on {which}"
+
+
+def _lr_schedule_arguments(cfg: Config, plan: Plan, steps: int, total: int, warmup: int) -> tuple[dict, str] | None:
+    """The schedule's keyword arguments: schedule_params, plus what the launcher fills unless given (the planned
+    peak rate, the steps after warmup, one epoch's steps), each filled one named in the reason."""
+    name, given = plan.optimizer.schedule, dict(cfg.optimizer.schedule_params)
+    after = max(total - warmup, 1)
+    fills = {
+        "initial_learning_rate": (plan.learning_rate.peak, "the planned rate"),
+        "decay_steps": (after, f"{total} steps - {warmup} warmup"),
+    }
+    if not is_import_path(name):
+        kind = SCHEDULES.get(name)
+        if kind is None or kind.keras_class is None:
+            return None
+        fills = {
+            **({"initial_learning_rate": fills["initial_learning_rate"]} if kind.peak else {}),
+            **({kind.decay_argument: fills["decay_steps"]} if kind.decay_argument else {}),
+            **({kind.epoch_argument: (steps, "one epoch")} if kind.epoch_argument else {}),
+        }
+    filled = {key: pair for key, pair in fills.items() if key not in given}
+    reason = "; ".join(
+        part
+        for part in (
+            ", ".join(f"{key} = {why}" for key, (_, why) in filled.items()),
+            f"given: {sorted(given)}" if given else "",
+        )
+        if part
+    )
+    return {**{key: value for key, (value, _) in filled.items()}, **given}, reason or "as given"

@@ -43,7 +43,11 @@ def review(config: Config, env, start_runtime: Callable[[Plan], Any] | None = No
         collecting(problems, check_model, config, source)
     if source is not None:
         plan, num_train = decide_sharding(plan, source.train_shards, source.num_train)
-        plan = collecting(problems, schedule, config, plan, num_train, source.num_val, source.num_test) or plan
+        scheduled = collecting(problems, schedule, config, plan, num_train, source.num_val, source.num_test)
+        if scheduled is not None:
+            plan = scheduled
+            if "optimizer" not in broken:
+                problems.extend(check_optimizer(config, plan))
     return Review(plan, source, problems, strategy)
 
 
@@ -64,6 +68,13 @@ def load_data(config):
     load = DATASETS.get(config.dataset.name).load
     source = load(config.dataset, task=task) if "task" in inspect.signature(load).parameters else load(config.dataset)
     return fit_to_task(source, task, int(getattr(config.dataset, "num_classes", 0) or 0), config.task.pad_id)
+
+
+def check_optimizer(config, plan) -> list[Violation]:
+    """The optimizer's and the schedule's arguments against their classes (Keras's or yours)."""
+    from launcher.train.optimizers import optimizer_problems
+
+    return optimizer_problems(config, plan)
 
 
 def check_model(config, source) -> None:

@@ -17,7 +17,7 @@ from launcher.config.models import model_kind
 from launcher.plan.decisions import OutputPlan
 from launcher.train import loss_scale
 from launcher.train.callbacks import make_callbacks
-from launcher.train.fused_update import FUSED
+from launcher.train.optimizers import make_optimizer
 from launcher.train.registry import MODELS
 from launcher.train.schedules import learning_rate
 
@@ -37,24 +37,6 @@ class Built:
     task: Task | None = None  # the loss and the metric objects
     callbacks: list = field(default_factory=list)  # Keras callbacks: the standard ones configured, then the user's
     output: OutputPlan | None = None  # what the build did to the model's output (a Plan record), if anything
-
-
-def make_optimizer(cfg, lr, fused: bool = False):
-    """The configured Keras optimizer; `fused` swaps in its one-kernel-per-variable twin."""
-    name = cfg.name.value
-    extra = {"use_ema": True, "ema_momentum": cfg.ema_momentum} if cfg.use_ema else {}
-    if name == "sgd":
-        cls, kwargs = keras.optimizers.SGD, {"momentum": cfg.momentum}
-    elif name == "adamw":
-        cls, kwargs = keras.optimizers.AdamW, {"weight_decay": cfg.weight_decay or 0.004}
-    else:
-        cls, kwargs = keras.optimizers.Adam, {}
-    cls = FUSED[cls] if fused else cls
-    if cfg.clipnorm or cfg.global_clipnorm:
-        from launcher.train.clipping import clipping
-
-        cls = clipping(cls, cfg.clipnorm, cfg.global_clipnorm)
-    return cls(lr, **kwargs, **extra)
 
 
 def float32_output(model, mixed: bool) -> tuple[Any, OutputPlan | None]:
@@ -136,7 +118,7 @@ def build(cfg, plan, source, strategy) -> Built:
         if plan.precision.float32_layers:
             keep_in_float32(model, list(cfg.precision.float32_layers))
         fused = plan.step.update == "fused"
-        inner = make_optimizer(cfg.optimizer, learning_rate(plan, cfg.optimizer), fused)
+        inner = make_optimizer(cfg.optimizer, learning_rate(plan), fused)
         optimizer = loss_scale.wrap(inner, plan, cfg.loss_scale)
         optimizer.build(model.trainable_variables)
     return Built(

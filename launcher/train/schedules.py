@@ -1,48 +1,67 @@
-"""Learning-rate schedule: linear warmup to the planned rate, then constant or cosine."""
+"""Learning-rate schedule: linear warmup to where the configured schedule starts, then that schedule.
+
+The schedule after warmup is Keras's (`keras.optimizers.schedules`, by name) or yours (by import path), made
+with the arguments the Plan decided (`SchedulePlan.lr_schedule_arguments`) and counted from the end of warmup.
+"""
 
 from __future__ import annotations
-
-import math
 
 import keras
 from keras import ops
 
+from launcher.config.imports import import_component
+from launcher.config.optimizers import SCHEDULES, is_import_path
+
 
 @keras.saving.register_keras_serializable(package="launcher")
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    def __init__(self, peak: float, warmup_steps: int, total_steps: int, decay: str = "constant"):
+    """`warmup_steps` of linear warmup to `after(0)` (else to `peak`), then `after(step - warmup_steps)`."""
+
+    def __init__(self, peak: float, warmup_steps: int, after=None):
         self.peak = float(peak)
         self.warmup_steps = int(warmup_steps)
-        self.total_steps = max(int(total_steps), 1)
-        self.decay = decay
+        self.after = after
 
     def __call__(self, step):
-        step = ops.cast(step, "float32")
-        warm = max(self.warmup_steps, 1)
-        warmup = self.peak * ops.minimum((step + 1.0) / warm, 1.0)
-        if self.decay == "cosine":
-            span = max(self.total_steps - self.warmup_steps, 1)
-            progress = ops.clip((step - self.warmup_steps) / span, 0.0, 1.0)
-            after = self.peak * 0.5 * (1.0 + ops.cos(math.pi * progress))
-        else:
-            after = ops.convert_to_tensor(self.peak, "float32")
+        since = ops.maximum(ops.cast(step, "int64") - self.warmup_steps, 0)
+        after = (
+            ops.cast(self.after(since), "float32")
+            if self.after is not None
+            else ops.convert_to_tensor(self.peak, "float32")
+        )
         if self.warmup_steps <= 0:
             return after
-        return ops.where(step < self.warmup_steps, warmup, after)
+        target = ops.cast(self.after(0), "float32") if self.after is not None else self.peak
+        progress = ops.minimum((ops.cast(step, "float32") + 1.0) / self.warmup_steps, 1.0)
+        return ops.where(ops.cast(step, "int64") < self.warmup_steps, target * progress, after)
 
     def get_config(self):
         return {
             "peak": self.peak,
             "warmup_steps": self.warmup_steps,
-            "total_steps": self.total_steps,
-            "decay": self.decay,
+            "after": keras.saving.serialize_keras_object(self.after) if self.after is not None else None,
         }
 
+    @classmethod
+    def from_config(cls, config):
+        after = config.get("after")
+        return cls(
+            config["peak"], config["warmup_steps"], keras.saving.deserialize_keras_object(after) if after else None
+        )
 
-def learning_rate(plan, optimizer_cfg):
+
+def schedule_class(name: str):
+    """The schedule class (or function) a config names: Keras's by table name, yours by import path."""
+    if is_import_path(name):
+        return import_component("optimizer.schedule", name, "a learning-rate schedule (class or function)")
+    return getattr(keras.optimizers.schedules, SCHEDULES[name].keras_class)
+
+
+def learning_rate(plan):
     """A float when nothing varies (so ReduceLROnPlateau can set it), else a schedule."""
-    decay = optimizer_cfg.schedule.value
+    arguments = plan.schedule.lr_schedule_arguments
     warmup = plan.schedule.warmup_steps
-    if decay == "constant" and not warmup:
+    if arguments is None and not warmup:
         return plan.learning_rate.peak
-    return WarmupSchedule(plan.learning_rate.peak, warmup, plan.schedule.total_steps, decay)
+    after = schedule_class(plan.optimizer.schedule)(**arguments) if arguments is not None else None
+    return WarmupSchedule(plan.learning_rate.peak, warmup, after)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from launcher.config.schema import BatchRule, Config, LrRule, LrSchedule
+from launcher.config.schema import BatchRule, Config, LrRule
 from launcher.plan.decisions import BatchPlan, LearningRatePlan, StepPlan, StrategyPlan
 from launcher.plan.rules.findings import Findings
 
@@ -89,11 +89,11 @@ def _check_warmup(cfg: Config, found: Findings) -> None:
             f"0 when scaling.warmup_epochs is set ({sc.warmup_epochs:g}); set one of the two",
             "scaling.warmup_steps=0 (or scaling.warmup_epochs=0)",
         )
-    has_schedule = sc.warmup_epochs > 0 or sc.warmup_steps > 0 or cfg.optimizer.schedule != LrSchedule.constant
+    has_schedule = sc.warmup_epochs > 0 or sc.warmup_steps > 0 or str(cfg.optimizer.schedule) != "constant"
     if cfg.train.reduce_lr_on_plateau.enabled and has_schedule:
         found.refuse(
             "train.reduce_lr_on_plateau.enabled",
             True,
-            "false while a learning-rate schedule (warmup or cosine) drives the learning rate",
+            f"false while a learning-rate schedule (warmup or {cfg.optimizer.schedule}) drives the learning rate",
             "train.reduce_lr_on_plateau.enabled=false, or optimizer.schedule=constant with no warmup",
         )

@@ -4,6 +4,7 @@ optimizer applies its update."""
 from __future__ import annotations
 
 from launcher.config.models import ModelKind, model_kind
+from launcher.config.optimizers import OPTIMIZERS
 from launcher.config.schema import Config, OptimizerUpdate
 from launcher.plan.decisions import PrecisionPlan, StepPlan, StrategyPlan
 from launcher.plan.environment import Environment
@@ -14,12 +15,8 @@ XLA_CHOICES = ("true", "false", "auto")
 # of the elementwise work then wins (float32 on an AMD EPYC without AMX: XLA 0.91x oneDNN's matmul,
 # the XLA step 1.03x the hybrid one). Below it, oneDNN's matmuls are worth keeping.
 XLA_MATMUL_FRACTION = 0.85
-# Optimizers with a fused TensorFlow apply kernel (one pass over each variable).
-FUSED_KERNELS = {
-    "adam": "ResourceApplyAdam",
-    "adamw": "ResourceApplyAdam after Keras's decoupled weight decay",
-    "sgd": "ResourceApplyKerasMomentum (ResourceApplyGradientDescent without momentum)",
-}
+# Optimizers the launcher applies with a fused TensorFlow kernel (one pass over each variable).
+FUSED_KERNELS = {name: kind.fused_kernel for name, kind in OPTIMIZERS.items() if kind.fused_kernel}
 
 
 def decide_step(
@@ -40,8 +37,13 @@ def _decide_xla(cfg: Config, env: Environment, found: Findings, precision: Preci
     if raw not in XLA_CHOICES:
         found.refuse("xla", cfg.xla, f"one of {list(XLA_CHOICES)}", "xla=auto")
         raw = "false"
+    breaks = getattr(OPTIMIZERS.get(str(cfg.optimizer.name).strip()), "not_under_xla", None)
+    if raw == "true" and breaks:
+        found.warn(f"xla=true with optimizer.name={cfg.optimizer.name}: {breaks}. Use xla=false (or xla=auto).")
     if raw != "auto":
         return raw == "true", "requested"
+    if breaks:
+        return False, f"xla=auto: optimizer.name={cfg.optimizer.name}: {breaks}"
     xla, reason = auto_xla(env, precision, model_kind(cfg.model))
     return xla, f"xla=auto: {reason}"
 
@@ -77,7 +79,7 @@ def auto_xla(env: Environment, precision: PrecisionPlan, model: ModelKind) -> tu
 
 
 def _decide_update(cfg: Config, found: Findings, whole_step_compiled: bool) -> tuple[str, str]:
-    optimizer = cfg.optimizer.name.value
+    optimizer = str(cfg.optimizer.name).strip()
     kernel = FUSED_KERNELS.get(optimizer)
     update = cfg.optimizer.update
     if update == OptimizerUpdate.fused and kernel is None:
@@ -91,7 +93,10 @@ def _decide_update(cfg: Config, found: Findings, whole_step_compiled: bool) -> t
     if update != OptimizerUpdate.auto:
         return update.value, f"requested ({kernel})" if update == OptimizerUpdate.fused else "requested"
     if kernel is None:
-        return OptimizerUpdate.keras.value, f"update=auto: optimizer={optimizer} has no fused kernel"
+        return (
+            OptimizerUpdate.keras.value,
+            f"update=auto: no fused update for optimizer={optimizer}: Keras's update ops",
+        )
     if whole_step_compiled:
         return OptimizerUpdate.keras.value, "update=auto: XLA compiles the update with the step and fuses it"
     return OptimizerUpdate.fused.value, (
