@@ -220,6 +220,7 @@ def test_every_optimizer_steps_and_skips_a_non_finite_step_under_both_loss_scale
 # ------------------------------------------------------------------------------------------------ a whole run
 
 
+@pytest.mark.slow  # two replicas: a multi-device run
 def test_lion_with_cosine_restarts_after_warmup_trains_under_float16_mirrored_xla(tmp_path):
     overrides = [
         *TINY,

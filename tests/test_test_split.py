@@ -64,6 +64,7 @@ def test_test_at_end_without_a_test_split_is_refused_with_how_each_dataset_gets_
     assert not runs_in(tmp_path / "mlflow.db")
 
 
+@pytest.mark.slow  # two replicas: a multi-device run
 def test_test_metrics_are_the_best_models_and_match_mode_eval_under_mixed_mirrored_xla(cli_here, tmp_path):
     # mode=max on val_loss keeps the *worst* epoch as "best": epoch 1 (the loss falls from the first epoch), so
     # the tested weights differ from the final ones and a test of the final model would not match.

@@ -479,6 +479,15 @@ class CheckpointConfig:
 
 
 @dataclass
+class ExportConfig:
+    formats: list[str] = field(default_factory=lambda: ["keras"])
+    """What the final model is exported as, each into the run dir and MLflow: keras (model.keras, always: eval,
+    predict and the MLflow model read it), saved_model (a TensorFlow SavedModel whose serving_default takes the
+    raw input and returns the task's predictions), tflite (model.tflite, for models TFLite converts; one it
+    cannot is reported, the run still finishes). Needs checkpoint.export_model=true."""
+
+
+@dataclass
 class TrackingConfig:
     enabled: bool = True
     """Log the run to MLflow."""
@@ -540,6 +549,7 @@ class Config:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     doctor: DoctorConfig = field(default_factory=DoctorConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

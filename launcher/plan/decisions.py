@@ -219,6 +219,13 @@ class TaskPlan(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ExportPlan(Section):
+    """What the trained model is exported as (nothing when checkpoint.export_model=false)."""
+
+    formats: list[str] = decision("export.formats")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ProfilePlan(Section):
     """The profiler's trace window, when one is asked for."""
 
@@ -302,6 +309,7 @@ class Plan:
     learning_rate: LearningRatePlan
     numerics: NumericsPlan
     task: TaskPlan
+    export: ExportPlan
     profile: ProfilePlan
     warnings: tuple[str, ...] = ()
     records: tuple[Section, ...] = ()

@@ -14,6 +14,7 @@ from launcher.config.schema import Config, PrecisionName, StrategyKind
 from launcher.plan.decisions import Plan
 from launcher.plan.environment import Environment
 from launcher.plan.rules.batch import decide_batch, decide_learning_rate
+from launcher.plan.rules.export import decide_export
 from launcher.plan.rules.findings import Findings
 from launcher.plan.rules.loss_scale import decide_loss_scale
 from launcher.plan.rules.numerics import decide_numerics
@@ -48,6 +49,7 @@ def resolve_all(cfg: Config, env: Environment) -> tuple[Plan, list[Violation]]:
     learning_rate = decide_learning_rate(cfg, found, batch)
     numerics = decide_numerics(cfg, found, strategy)
     task = decide_task(cfg, found, precision)
+    export = decide_export(cfg, found)
     profile = decide_profile(cfg, cluster)
     found.violations.extend(out_of_bounds(cfg))
     found.violations.extend(duration_problems(cfg))
@@ -62,6 +64,7 @@ def resolve_all(cfg: Config, env: Environment) -> tuple[Plan, list[Violation]]:
         learning_rate=learning_rate,
         numerics=numerics,
         task=task,
+        export=export,
         profile=profile,
         warnings=tuple(found.warnings),
     )

@@ -49,6 +49,7 @@ from launcher.run.profiling import StepProfiler
 from launcher.run.remote import RemoteCheckpoints, is_remote
 from launcher.run.restarts import REASON_ENV, attempt_number
 from launcher.run.review import collecting, review
+from launcher.run.serving import ServingExports, export_serving
 from launcher.run.slurm import REQUEUE_SIGNAL, requeue
 from launcher.run.utilization import matmul_peak, process_age_seconds, training_flops_per_example
 from launcher.tracking.succession import remember_run, remembered_run
@@ -419,10 +420,13 @@ class Launch:
             self.tracker.log_artifact(self.run_dir / "model.keras", "model")
             if self.best_hook is not None and self.best_hook.exported:
                 self.tracker.log_artifact(self.best_hook.exported, "model")
+            exported = self._export_for_serving()
             if self.remote is not None:  # beside the checkpoints, where a machine without this disk finds them
                 self.remote.push_file(self.run_dir / "model.keras")
                 if self.best_hook is not None and self.best_hook.exported:
                     self.remote.push_file(Path(self.best_hook.exported))
+                if "tflite" in exported.written:
+                    self.remote.push_file(exported.written["tflite"])
             self._log_mlflow_model()
         self._final_weights_agree()
         tested = self._test(engine)
@@ -444,6 +448,28 @@ class Launch:
         self.tracker.set_tags({"test.model": f"best ({Path(best).name}, epoch {epoch + 1})" if best else "final"})
         self.tracker.flush()
         return metrics
+
+    def _export_for_serving(self):
+        """export.formats' SavedModel and TFLite, from model.keras; each logged, a failed one said, not fatal."""
+        import keras
+
+        formats = self.plan.export.formats
+        if not {"saved_model", "tflite"} & set(formats):
+            return ServingExports()
+        model = keras.saving.load_model(self.run_dir / "model.keras", compile=False)  # outside the strategy
+        exported = export_serving(model, self.built.task, self.source, self.run_dir, formats)
+        tags = {f"export.{name}": f"failed: {why}" for name, why in exported.failed.items()}
+        for name, path in exported.written.items():
+            tags[f"export.{name}"] = exported.notes.get(name, "written")
+            if path.is_dir():
+                self.tracker.log_artifacts(path, f"model/{path.name}")
+            else:
+                self.tracker.log_artifact(path, "model")
+            print(f"  export   {name:<12} {path}" + (f"  ({exported.notes[name]})" if name in exported.notes else ""))
+        for name, why in exported.failed.items():
+            print(f"WARNING: export.formats {name}: not exported ({why}); the run and its other exports stand.")
+        self.tracker.set_tags(tags)
+        return exported
 
     def _final_weights_agree(self) -> None:
         """Multi-worker: the final weights' digest must be the same on every worker, or the run fails."""

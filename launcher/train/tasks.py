@@ -174,6 +174,15 @@ class Task:
             return tf.sigmoid(outputs)
         return outputs
 
+    def served(self, outputs) -> dict:
+        """What a deployed model answers: the task's predictions, and the labels where the task has them."""
+        predictions = self.predictions(outputs)
+        if self.name in ("classification", "sequence"):
+            return {"probabilities": predictions, "label": tf.argmax(predictions, axis=-1, output_type=tf.int32)}
+        if self.name == "multilabel":
+            return {"probabilities": predictions, "labels": tf.cast(predictions > 0.5, tf.int32)}
+        return {"values": predictions}
+
     def update(self, metrics, y, outputs) -> None:
         """Update `metrics` with one replica's batch (in replica context); the predictions (a softmax) are
         computed only when a metric needs them."""

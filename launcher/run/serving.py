@@ -1,0 +1,151 @@
+"""Exports a server or a device runs: a TensorFlow SavedModel whose `serving_default` takes the raw input and
+returns the task's predictions, and a TFLite file converted from it and checked against it.
+
+Both are made from the exported `.keras` model loaded outside the strategy (one set of plain variables), so
+they are the same whatever strategy, precision or XLA trained it. A model TFLite cannot convert is reported,
+never a failed run: the training is done and its other exports stand.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SIGNATURE = "serving_default"
+INPUT_NAME = "inputs"
+
+
+@dataclass
+class ServingExports:
+    """What was written (name -> path) and what could not be (name -> why), with TFLite's difference."""
+
+    written: dict[str, Path] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def input_spec(source):
+    """The raw input one example at a time, any batch: token ids as int32, everything else float32."""
+    import tensorflow as tf
+
+    dtype = tf.int32 if source.kind == "tokens" else tf.float32
+    return tf.TensorSpec([None, *source.input_shape], dtype, name=INPUT_NAME)
+
+
+def export_saved_model(model, task, spec, path: Path) -> None:
+    """`path` as a SavedModel: `serve` (= serving_default) maps `inputs` to the task's outputs."""
+    import keras
+
+    if path.exists():  # a resumed run exports again
+        shutil.rmtree(path)
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(
+        name="serve", fn=lambda inputs: task.served(model(inputs, training=False)), input_signature=[spec]
+    )
+    archive.write_out(str(path), verbose=False)
+
+
+def export_tflite(model, task, spec, path: Path, example: np.ndarray, reference: Path) -> str:
+    """model.tflite from a float32 twin of `model` (TFLite's builtin kernels are float32; a mixed policy's float16
+    matmuls have none); returns how it compares with the SavedModel at `reference` on `example`."""
+    import tensorflow as tf
+
+    staging = path.parent / "saved_model.float32"
+    try:
+        export_saved_model(float32_twin(model), task, spec, staging)
+        try:
+            content = tf.lite.TFLiteConverter.from_saved_model(str(staging), signature_keys=[SIGNATURE]).convert()
+        except Exception as err:  # the converter's own error types: name the ops it has no builtin for
+            raise TfliteUnsupported(_unsupported(err)) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    path.write_bytes(content)
+    with warnings.catch_warnings():  # tf.lite.Interpreter's notice that LiteRT will replace it
+        warnings.simplefilter("ignore")
+        runner = tf.lite.Interpreter(model_content=content).get_signature_runner(SIGNATURE)
+    got = runner(**{INPUT_NAME: example})
+    want = tf.saved_model.load(str(reference)).signatures[SIGNATURE](**{INPUT_NAME: tf.constant(example)})
+    return compare(got, {key: value.numpy() for key, value in want.items()}, len(example))
+
+
+def compare(got: dict, want: dict, examples: int) -> str:
+    """Float outputs by their largest difference, integer ones (labels) by how many agree."""
+    said = []
+    for key in sorted(want):
+        mine, theirs = np.asarray(got[key]), np.asarray(want[key])
+        if theirs.dtype.kind == "f":
+            said.append(f"{key} max |difference| {float(np.max(np.abs(mine.astype('float64') - theirs))):.2g}")
+        else:
+            said.append(f"{key} {float(np.mean(mine == theirs)):.0%} equal")
+    return f"TFLite vs SavedModel on {examples} examples: " + ", ".join(said)
+
+
+class TfliteUnsupported(Exception):
+    """The model uses operations TFLite's builtin kernels do not have."""
+
+
+def _unsupported(err: Exception) -> str:
+    ops = sorted(set(re.findall(r"'tf\.(\w+)' op is neither", str(err))))
+    if ops:
+        return (
+            f"TFLite's builtin ops have no {', '.join(ops)} (Select TF ops would need the Flex delegate at run "
+            "time); the SavedModel serves this model"
+        )
+    return " ".join(str(err).strip().splitlines()[:2])[:300]
+
+
+def float32_twin(model):
+    """The same network and weights under the float32 policy (a model trained under mixed_float16 or
+    mixed_bfloat16 included); the model itself when it has no config to rebuild from (subclassed)."""
+
+    try:
+        config = model.get_config()
+    except NotImplementedError:
+        return model
+    twin = model.__class__.from_config(_float32_policies(config))
+    twin.set_weights(model.get_weights())
+    return twin
+
+
+def _float32_policies(node):
+    if isinstance(node, dict):
+        if node.get("class_name") in ("DTypePolicy", "FloatDTypePolicy"):
+            return {**node, "config": {**node.get("config", {}), "name": "float32"}}
+        return {key: _float32_policies(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_float32_policies(value) for value in node]
+    return node
+
+
+def export_serving(model, task, source, run_dir: Path, formats: list[str]) -> ServingExports:
+    """The SavedModel and/or TFLite exports `formats` asks for, into the run dir."""
+    done = ServingExports()
+    if not {"saved_model", "tflite"} & set(formats):
+        return done
+    saved = run_dir / "saved_model"
+    try:
+        export_saved_model(model, task, input_spec(source), saved)
+    except Exception as err:  # the training is done: say why this export is missing, keep the others
+        done.failed["saved_model"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
+        return done
+    if "saved_model" in formats:
+        done.written["saved_model"] = saved
+    if "tflite" in formats:
+        example = np.asarray(source.first_inputs(8)).astype("int32" if source.kind == "tokens" else "float32")
+        try:
+            path = run_dir / "model.tflite"
+            done.notes["tflite"] = export_tflite(model, task, input_spec(source), path, example, saved)
+            done.written["tflite"] = path
+        except TfliteUnsupported as err:
+            done.failed["tflite"] = str(err)
+        except Exception as err:  # the training is done: say why this export is missing, keep the others
+            done.failed["tflite"] = f"{type(err).__name__}: {' '.join(str(err).strip().splitlines()[:2])[:300]}"
+    if "saved_model" not in formats:
+        shutil.rmtree(saved, ignore_errors=True)  # only the way to TFLite
+    return done
