@@ -23,12 +23,12 @@ def build(cfg, source):
     x = inputs
     for i, filters in enumerate(cfg.filters):
         x = keras.layers.Conv2D(filters, cfg.kernel_size, padding="same", use_bias=False, name=f"conv_{i}")(x)
-        x = keras.layers.BatchNormalization()(x)
+        x = keras.layers.BatchNormalization(name=f"bn_{i}")(x)
         x = keras.layers.Activation("relu")(x)
         if min(x.shape[1], x.shape[2]) >= 4:
             x = keras.layers.MaxPooling2D()(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
-    x = keras.layers.Dense(cfg.dense_units, activation="relu")(x)
+    x = keras.layers.Dense(cfg.dense_units, activation="relu", name="dense")(x)
     if cfg.dropout:
         x = keras.layers.Dropout(cfg.dropout)(x)
     return keras.Model(inputs, output_head(x, source), name="cnn")

@@ -27,7 +27,7 @@ def _to_sequence(inputs, cfg, source):
     if source.kind == "tokens":
         vocab = int(source.vocab_size) if getattr(source, "vocab_size", None) else 0
         vocab = vocab or 1000
-        return keras.layers.Embedding(vocab, cfg.embed_dim)(inputs)
+        return keras.layers.Embedding(vocab, cfg.embed_dim, name="embedding")(inputs)
     if source.kind == "image":
         height, width, channels = source.input_shape
         x = keras.layers.Reshape((height, width * channels))(inputs)
@@ -42,7 +42,7 @@ def _to_sequence(inputs, cfg, source):
                 "model.patch_size=0 (automatic)",
             )
         x = keras.layers.Reshape((features // patch, patch))(inputs)
-    return keras.layers.Dense(cfg.embed_dim)(x)
+    return keras.layers.Dense(cfg.embed_dim, name="embedding")(x)
 
 
 def build(cfg, source):
@@ -50,18 +50,18 @@ def build(cfg, source):
 
     inputs = model_input(source)
     x = _to_sequence(inputs, cfg, source)
-    x = PositionEmbedding()(x)
+    x = PositionEmbedding(name="positions")(x)
     causal = getattr(source, "task", "classification") == "sequence"
-    for _ in range(cfg.num_layers):
-        attention = keras.layers.MultiHeadAttention(cfg.num_heads, cfg.embed_dim // cfg.num_heads, dropout=cfg.dropout)(
-            x, x, use_causal_mask=causal
-        )
-        x = keras.layers.LayerNormalization(epsilon=1e-6)(x + attention)
-        ff = keras.layers.Dense(cfg.ff_dim, activation="gelu")(x)
-        ff = keras.layers.Dense(cfg.embed_dim)(ff)
+    for i in range(cfg.num_layers):
+        attention = keras.layers.MultiHeadAttention(
+            cfg.num_heads, cfg.embed_dim // cfg.num_heads, dropout=cfg.dropout, name=f"attention_{i}"
+        )(x, x, use_causal_mask=causal)
+        x = keras.layers.LayerNormalization(epsilon=1e-6, name=f"attention_norm_{i}")(x + attention)
+        ff = keras.layers.Dense(cfg.ff_dim, activation="gelu", name=f"ff_in_{i}")(x)
+        ff = keras.layers.Dense(cfg.embed_dim, name=f"ff_out_{i}")(ff)
         if cfg.dropout:
             ff = keras.layers.Dropout(cfg.dropout)(ff)
-        x = keras.layers.LayerNormalization(epsilon=1e-6)(x + ff)
+        x = keras.layers.LayerNormalization(epsilon=1e-6, name=f"ff_norm_{i}")(x + ff)
     if not causal:
         x = keras.layers.GlobalAveragePooling1D()(x)
     return keras.Model(inputs, output_head(x, source), name="transformer")

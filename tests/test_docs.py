@@ -43,12 +43,13 @@ def commands(page) -> list[str]:
 
 
 def chains(page) -> list[list[str]]:
-    """The page's commands, each alone, except that one naming an earlier run joins that run's chain."""
+    """The page's commands, each alone, except that one naming an earlier run (eval.run, model.init_from) joins that
+    run's chain."""
     found: list[list[str]] = []
     by_name: dict[str, list[str]] = {}
     for command in commands(page):
         words = shlex.split(command)
-        wanted = next((w.split("=", 1)[1] for w in words if w.startswith("eval.run=")), None)
+        wanted = next((w.split("=", 1)[1] for w in words if w.startswith(("eval.run=", "model.init_from="))), None)
         chain = by_name.get(wanted) if wanted else None
         if chain is None:
             chain = []

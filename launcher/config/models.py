@@ -17,7 +17,34 @@ from launcher.config.bounds import limited
 
 
 @dataclass
-class MlpConfig:
+class ModelBase:
+    """What every model takes besides its architecture: where its first weights come from, what is frozen."""
+
+    name: str = ""
+    init_from: str = ""
+    """Start from trained weights: a run (a name under outputs/runs, a run dir or an MLflow run id: its best.keras,
+    else its model.keras), a registered model (models:/name/version), a .keras file or a ckpt-N checkpoint prefix.
+    Loaded into this config's model by layer name and shape, inside the strategy scope under this run's precision;
+    the optimizer starts fresh at step 0 in a new MLflow run. "" = from scratch."""
+    init_skip_mismatch: bool = False
+    """init_from: leave the layers whose shapes differ (a new head) or that the source lacks at their fresh initial
+    values (listed in the Plan) instead of refusing."""
+    freeze: list[str] = field(default_factory=list)
+    """Layers not trained, by name or glob (e.g. [dense_0, conv_*]; a nested model by its name freezes all of it);
+    BatchNormalization in them runs in inference mode. train.unfreeze_at_epoch trains them again."""
+
+
+# Keys of a model config that are not its architecture: a resumed run may change them.
+TRAINING_KEYS = ("init_from", "init_skip_mismatch", "freeze")
+
+
+def architecture(model_settings: dict) -> dict:
+    """The model config without TRAINING_KEYS: what a checkpoint must have been trained with to be resumed."""
+    return {key: value for key, value in model_settings.items() if key not in TRAINING_KEYS}
+
+
+@dataclass
+class MlpConfig(ModelBase):
     name: str = "mlp"
     hidden_units: list[int] = limited(bound="each >= 1", factory=lambda: [128, 64])
     """Width of each hidden Dense layer, input to output; each >= 1."""
@@ -28,7 +55,7 @@ class MlpConfig:
 
 
 @dataclass
-class CnnConfig:
+class CnnConfig(ModelBase):
     name: str = "cnn"
     filters: list[int] = limited(bound="each >= 1", factory=lambda: [16, 32])
     """Filters of each conv block (conv + pool), input to output; each >= 1."""
@@ -41,7 +68,7 @@ class CnnConfig:
 
 
 @dataclass
-class ResnetConfig:
+class ResnetConfig(ModelBase):
     name: str = "resnet"
     variant: str = "ResNet50"
     """Any keras.applications ResNet family member; built with weights=None (never downloaded)."""
@@ -50,7 +77,7 @@ class ResnetConfig:
 
 
 @dataclass
-class TransformerConfig:
+class TransformerConfig(ModelBase):
     name: str = "transformer"
     embed_dim: int = limited(32, ">= 1")
     """Token embedding width, >= 1 and a multiple of num_heads."""
@@ -67,7 +94,7 @@ class TransformerConfig:
 
 
 @dataclass
-class CustomModelConfig:
+class CustomModelConfig(ModelBase):
     name: str = "custom"
     """custom, or the name of an installed plugin model (entry point group launcher.models)."""
     builder: str = ""

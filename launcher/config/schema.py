@@ -435,6 +435,11 @@ class TrainConfig:
     """Wall-clock budget of one launch, from its start, e.g. 2h30m, 45m, 90s ("" = none): at the first step
     boundary past it the run saves, ends FINISHED with tag stop_reason=max_time and exits 0; the same command
     again continues with a new budget."""
+    unfreeze_at_epoch: int = limited(0, ">= 0")
+    """After this many epochs the layers in model.freeze train too, >= 0 (0 = never): the step is retraced, the
+    optimizer keeps its state (its slots exist for every layer from the start), a resume lands in the right phase."""
+    unfreeze_learning_rate: float = limited(0.0, ">= 0")
+    """The learning rate from train.unfreeze_at_epoch on (the schedule scaled to it), >= 0 (0 = unchanged)."""
     test_at_end: bool = False
     """After training, evaluate the best model (checkpoint.monitor's, else the final one) once on the test split
     and log test_* metrics; needs a test split (dataset.test_split, or the dataset's own test data)."""

@@ -249,6 +249,8 @@ class SchedulePlan(Section):
     max_time_seconds: float | None = decision("train.max_time", optional=True)
     max_steps: int | None = decision("train.max_steps", optional=True)  # set when it ends training early
     test_steps: int | None = decision("train.test_at_end", optional=True)  # set when the run tests at its end
+    unfreeze_step: int | None = decision("train.unfreeze_at_epoch", optional=True)  # global step of the unfreeze
+    unfreeze_lr_factor: float | None = decision("train.unfreeze_learning_rate", optional=True)
 
     def steps_in_epoch(self, position) -> int:
         """Steps the epoch `position` is in trains: all of them, but only up to global step max_steps when
@@ -276,6 +278,24 @@ class OutputPlan(Section):
     """What the built model's output turned out to need (added by the build)."""
 
     dtype: str = decision("model.output_dtype")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InitPlan(Section):
+    """Where the first weights came from (model.init_from; added by the build)."""
+
+    source: str = decision("init.source")
+    loaded: list[str] = decision("init.loaded")
+    skipped: list[str] | None = decision("init.skipped", optional=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FreezePlan(Section):
+    """What model.freeze froze in the built model, and what still trains (added by the build)."""
+
+    frozen: list[str] = decision("model.frozen")
+    trainable_parameters: int = decision("model.trainable_parameters")
+    frozen_parameters: int = decision("model.frozen_parameters")
 
 
 @dataclass(frozen=True, kw_only=True)

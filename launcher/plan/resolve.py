@@ -16,6 +16,7 @@ from launcher.plan.environment import Environment
 from launcher.plan.rules.batch import decide_batch, decide_learning_rate
 from launcher.plan.rules.export import decide_export
 from launcher.plan.rules.findings import Findings
+from launcher.plan.rules.fine_tune import check_fine_tuning
 from launcher.plan.rules.loss_scale import decide_loss_scale
 from launcher.plan.rules.numerics import decide_numerics
 from launcher.plan.rules.optimizer import decide_optimizer
@@ -51,6 +52,7 @@ def resolve_all(cfg: Config, env: Environment) -> tuple[Plan, list[Violation]]:
     task = decide_task(cfg, found, precision)
     export = decide_export(cfg, found)
     profile = decide_profile(cfg, cluster)
+    check_fine_tuning(cfg, found)
     found.violations.extend(out_of_bounds(cfg))
     found.violations.extend(duration_problems(cfg))
     plan = Plan(

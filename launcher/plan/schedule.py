@@ -73,6 +73,8 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int, num_test: in
         SchedulePlan.of(
             lr_schedule_arguments=_lr_schedule_arguments(cfg, plan, steps, total, warmup[0]),
             test_steps=_test_steps(cfg, num_test, global_batch),
+            unfreeze_step=_unfreeze_step(cfg, steps),
+            unfreeze_lr_factor=_unfreeze_factor(cfg, steps),
             steps_per_epoch=(steps, reason),
             validation_steps=(val_steps, val_reason),
             total_steps=(total, total_reason),
@@ -136,3 +138,21 @@ def _lr_schedule_arguments(cfg: Config, plan: Plan, steps: int, total: int, warm
         if part
     )
     return {**{key: value for key, (value, _) in filled.items()}, **given}, reason or "as given"
+
+
+def _unfreeze_step(cfg: Config, steps: int) -> tuple[int, str] | None:
+    """train.unfreeze_at_epoch as the global step from which model.freeze's layers train."""
+    at = cfg.train.unfreeze_at_epoch
+    if at <= 0 or not list(getattr(cfg.model, "freeze", []) or []):
+        return None
+    return at * steps, f"after {at} epoch(s) x {steps} steps model.freeze's layers train too (the step is retraced)"
+
+
+def _unfreeze_factor(cfg: Config, steps: int) -> tuple[float, str] | None:
+    """train.unfreeze_learning_rate as a factor on the planned schedule (so the batch rule's scaling carries over)."""
+    rate, at = cfg.train.unfreeze_learning_rate, cfg.train.unfreeze_at_epoch
+    if rate <= 0 or at <= 0:
+        return None
+    factor = rate / cfg.optimizer.learning_rate
+    why = f"{rate:g} / optimizer.learning_rate {cfg.optimizer.learning_rate:g}"
+    return factor, f"{why}: the schedule x {factor:.4g} from global step {at * steps}"

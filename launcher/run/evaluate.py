@@ -15,24 +15,21 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import re
 from pathlib import Path
 
 import numpy as np
 import yaml
 
-from launcher.config.errors import ConfigError, Violation, raise_if_any
-from launcher.files import CONFIG_FILE, OUTCOME_FILE
+from launcher.config.errors import Violation, raise_if_any
+from launcher.files import CONFIG_FILE
 from launcher.outcome import EXIT_FINISHED, FINISHED, OutcomeRecord
 from launcher.plan.environment import probe
+from launcher.run.runs import OVERRIDES_FILE, find_training_run
 from launcher.run.shell import run_in_shell
 from launcher.tracking.client import with_retry
 from launcher.tracking.tracker import open_run
-from launcher.tracking.uri import resolve_uri
 from launcher.train import runtime
 
-RUN_ID = re.compile(r"^[0-9a-f]{32}$")
-OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
 # What decides which examples are held out: changed at evaluation, the test split is not the one never trained on.
 SPLIT_KEYS = ("validation_split", "test_split", "shuffle_seed", "seed", "num_examples")
 
@@ -49,56 +46,6 @@ def evaluate(cfg, run_dir: Path, launch_dir: Path, overrides: list[str]) -> int:
         return OutcomeRecord(status=FINISHED, exit_code=EXIT_FINISHED, run_id=run_id, metrics=metrics, mode=mode)
 
     return run_in_shell(body, run_dir, mode, bool(cfg.get("tf_logs", False)))
-
-
-def find_training_run(wanted: str, launch_dir: Path, tracking_uri: str) -> Path:
-    """eval.run as a run dir, a run name (outputs/runs/<name>), an MLflow run id, or "" (the newest finished)."""
-    runs = launch_dir / "outputs" / "runs"
-    if not wanted:
-        finished = [
-            p.parent
-            for p in runs.glob("**/" + OUTCOME_FILE)
-            if _finished_training(p.parent) and (p.parent / OVERRIDES_FILE).is_file()
-        ]
-        if not finished:
-            raise ConfigError.single(
-                "eval.run",
-                "",
-                f"a finished training run (none under {runs})",
-                "train one first (python -m launcher name=exp1), then eval.run=exp1",
-            )
-        return max(finished, key=lambda p: (p / OUTCOME_FILE).stat().st_mtime)
-    for candidate in (Path(wanted).expanduser(), launch_dir / wanted, runs / wanted):
-        if (candidate / OVERRIDES_FILE).is_file():
-            return candidate.resolve()
-    if RUN_ID.match(wanted):
-        found = _run_dir_from_mlflow(wanted, tracking_uri, launch_dir)
-        if found is not None:
-            return found
-    names = sorted(str(p.parent.parent.relative_to(runs)) for p in runs.glob("**/" + str(OVERRIDES_FILE)))[-8:]
-    raise ConfigError.single(
-        "eval.run",
-        wanted,
-        f"a training run: a run dir, a name under {runs} or an MLflow run id (recent: {names})",
-        f"eval.run={names[-1] if names else '<name>'}",
-    )
-
-
-def _finished_training(run_dir: Path) -> bool:
-    record = OutcomeRecord.read(run_dir)
-    return record is not None and record.finished_training
-
-
-def _run_dir_from_mlflow(run_id: str, uri: str, launch_dir: Path) -> Path | None:
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    try:
-        tags = MlflowClient(resolve_uri(uri, launch_dir)).get_run(run_id).data.tags
-    except MlflowException:
-        return None
-    path = Path(tags.get("run_dir", ""))
-    return path if (path / OVERRIDES_FILE).is_file() else None
 
 
 def compose_like(train_dir: Path, overrides: list[str]):

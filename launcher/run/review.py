@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from launcher.config.errors import ConfigError, Violation
@@ -18,6 +19,7 @@ from launcher.plan.decisions import Plan
 from launcher.plan.resolve import resolve_all
 from launcher.plan.schedule import schedule
 from launcher.plan.sharding import decide_sharding
+from launcher.run.init_source import InitSource, locate_init_source
 from launcher.train.labels import fit_to_task
 
 
@@ -30,6 +32,7 @@ class Review:
     source: Any = None
     problems: list[Violation] = field(default_factory=list)
     strategy: Any = None
+    init_source: InitSource | None = None  # model.init_from, found (None: from scratch, or not found)
 
 
 def review(config: Config, env, start_runtime: Callable[[Plan], Any] | None = None) -> Review:
@@ -48,7 +51,11 @@ def review(config: Config, env, start_runtime: Callable[[Plan], Any] | None = No
             plan = scheduled
             if "optimizer" not in broken:
                 problems.extend(check_optimizer(config, plan))
-    return Review(plan, source, problems, strategy)
+    init_source = None
+    if str(getattr(config.model, "init_from", "") or "").strip() and "model" not in broken:
+        uri = str(config.tracking.uri)
+        init_source = collecting(problems, locate_init_source, config.model.init_from, Path.cwd(), uri)
+    return Review(plan, source, problems, strategy, init_source)
 
 
 def collecting(problems: list, check, *args):

@@ -21,12 +21,13 @@ from omegaconf import OmegaConf
 
 from launcher.config.durations import show_duration
 from launcher.config.errors import ConfigError, raise_if_any
+from launcher.config.models import architecture
 from launcher.config.schema import Config, as_dict
 from launcher.config.tasks import known_epoch_metrics, monitor_problems
 from launcher.contract import FitResult, HookList, Position, Preempted, headline
 from launcher.files import CONFIG_FILE, PLAN_FILE
 from launcher.outcome import CHECKPOINT_WRITE, NUMERICS_STOP, TRAINING_FAILURE
-from launcher.plan.decisions import FaultPlan, Plan, ResumePlan, render_record
+from launcher.plan.decisions import FaultPlan, InitPlan, Plan, ResumePlan, render_record
 from launcher.plan.environment import probe
 from launcher.plan.resume import decide_resume, layout_of
 from launcher.run.checkpoint import Checkpointer, CheckpointWriteError, check_writable, set_aside
@@ -58,6 +59,7 @@ from launcher.tracking.tracker import NullTracker, RunTracker, open_run
 from launcher.tracking.uri import check_reachable, redact
 from launcher.train import runtime
 from launcher.train.agreement import Agreement, comparable, differences, disagreement, weights_digest
+from launcher.train.fine_tune import Freezer, freeze_record, frozen_layers, load_matching
 from launcher.train.numerics import NumericsGuard, NumericsStop
 
 if TYPE_CHECKING:
@@ -124,6 +126,8 @@ class Launch:
         self.strategy = None  # prepare(): the tf.distribute strategy, made before any other TF op
         self.tracking_uri = config.tracking.uri  # prepare(): the fallback store when the server is away
         self.built: Built | None = None  # build(): model, optimizer, task, callbacks
+        self.init_source = None  # prepare(): model.init_from, found (launcher.run.init_source.InitSource)
+        self.freezer = None  # build(): model.freeze's layers and when they unfreeze
         self.tracker: RunTracker = NullTracker()  # start_tracking(): the MLflow run (or nowhere)
 
     def execute(self) -> Outcome:
@@ -169,6 +173,7 @@ class Launch:
             checked.strategy,
             checked.problems,
         )
+        self.init_source = checked.init_source
         self._arm_fault(problems)
         if config.checkpoint.enabled and not config.explain:
             collecting(problems, check_writable, self.checkpoint_dir)
@@ -224,10 +229,53 @@ class Launch:
             self.plan = self.plan.with_record(self.built.output)
             print(render_record(self.built.output), flush=True)
             self._write_plan()
+        self._fine_tune()
         task = self.plan.task.name
         if known_epoch_metrics(task, self.plan.task.metrics) is None:  # a user metric: its name is known now
             names = [m.name for m in self.built.task.train_metrics]
             raise_if_any(monitor_problems(self.config, task, known_epoch_metrics(task, names)))
+
+    def _fine_tune(self) -> None:
+        """model.init_from's weights into the built model (in the scope), model.freeze's layers found; each a Plan
+        record. A source that does not fit, or a freeze that matches nothing, is refused before anything runs."""
+        records = []
+        model_cfg = self.config.model
+        if self.init_source is not None:
+            with self.strategy.scope():
+                source_model = self._init_model(self.init_source)
+                records.append(
+                    load_matching(self.built.model, source_model, self.init_source.shown, model_cfg.init_skip_mismatch)
+                )
+        patterns = list(model_cfg.freeze or [])
+        if patterns:
+            layers = frozen_layers(self.built.model, patterns)
+            records.append(freeze_record(self.built.model, layers))
+            self.freezer = Freezer(layers, self.config.train.unfreeze_at_epoch)
+        for record in records:
+            self.plan = self.plan.with_record(record)
+            print(render_record(record), flush=True)
+        if records:
+            self._write_plan()
+
+    def _init_model(self, source):
+        """The source's network: a .keras file loaded as saved, or a checkpoint restored into a twin of this
+        config's model (a checkpoint has no layer names: it must be of this architecture)."""
+        import keras
+        import tensorflow as tf
+
+        if source.kind == "keras":
+            return keras.saving.load_model(source.path, compile=False)
+        twin = self.built.rebuild().model
+        try:
+            tf.train.Checkpoint(model=twin).restore(str(source.path)).expect_partial()
+        except (ValueError, tf.errors.OpError) as err:
+            raise ConfigError.single(
+                "model.init_from",
+                str(source.path),
+                f"a checkpoint of this model's architecture ({str(err).splitlines()[0][:200]})",
+                "init_from the run itself (its model.keras is matched layer by layer, a new head skipped)",
+            ) from None
+        return twin
 
     def restore(self) -> None:
         """Resume from the run dir's checkpoints, deciding (in the Plan) where training continues.
@@ -246,11 +294,16 @@ class Launch:
                 print(f"WARNING: checkpoint.resume=never: remote checkpoints moved to {redact(aside)}", flush=True)
         elif self.remote is not None and (pulled := self.remote.pull(directory)):
             print(f"  remote   downloaded ckpt-{pulled[-1]} (and {len(pulled) - 1} older) from {self.remote.url}")
-        self.checkpointer = Checkpointer(cfg, directory, self.built, self.settings["model"], worker, self.remote)
+        model = architecture(self.settings["model"])
+        self.checkpointer = Checkpointer(cfg, directory, self.built, model, worker, self.remote)
         restored = self.checkpointer.restore()
         if not restored:
             return
         saved_position, self.sidecar = restored
+        if self.plan.has(InitPlan):
+            self.plan = self.plan.with_warning(
+                "model.init_from: the run resumed from its own checkpoint, which replaced the source's weights"
+            )
         decision = decide_resume(saved_position, self.checkpointer.previous_state().get("layout"), layout_of(self.plan))
         self.position = decision.position
         record = ResumePlan.of(position=(decision.value, decision.reason))
@@ -302,6 +355,8 @@ class Launch:
             self.tracker.deliver_spool()  # what an outage kept from an earlier launch in this run dir
             if self.tracking_uri != tr.uri:
                 self.tracker.set_tags({"tracking.intended_uri": redact(tr.uri)})
+            if self.init_source is not None and self.init_source.run_id and not self.tracker.resumed:
+                self.tracker.set_tags({"init.source_run_id": self.init_source.run_id})
             if self.tracker.resumed:
                 self.tracker.set_tags({"plan.resume": plan.record(ResumePlan).position})
             else:
@@ -350,6 +405,7 @@ class Launch:
                     callbacks=self.built.callbacks,
                     guard=numerics_guard(config, self.plan),
                     telemetry=config.train.telemetry,
+                    freezer=self.freezer,
                 )
                 outcome.result = engine.fit(config.train.epochs, start=self.position, hooks=hooks)
                 outcome.stop_reason = self._stop_reason(outcome.result)

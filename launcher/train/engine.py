@@ -89,6 +89,7 @@ class Engine:
         verbose: int = 1,
         guard: NumericsGuard | None = None,
         telemetry: bool = True,
+        freezer=None,
     ):
         self.strategy = built.strategy
         self.model = built.model
@@ -102,6 +103,7 @@ class Engine:
         self.accumulate = int(plan.batch.accumulation)
         self.guard = guard or NumericsGuard()
         self.telemetry = telemetry  # False: no gradient norm, no per-step trace (the guard still runs)
+        self.freezer = freezer  # model.freeze: which layers train in which epoch (launcher.train.fine_tune)
         self._scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         # Carried across chunks (and epochs): consecutive skipped steps, steps at the scale's floor.
         self._streaks = (0, 0)
@@ -325,6 +327,8 @@ class Engine:
             if self.plan.schedule.reached_max_steps(position):
                 break
             position.epoch = epoch
+            if self.freezer is not None and self.freezer.set_for(epoch):
+                self._build_functions()  # another set of trainable variables: the step is traced again
             self.callbacks.on_epoch_begin(epoch)
             logs = self._train_epoch(position, epochs, hooks)
             position.epoch, position.step_in_epoch = epoch + 1, 0

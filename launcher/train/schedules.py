@@ -50,6 +50,31 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         )
 
 
+@keras.saving.register_keras_serializable(package="launcher")
+class UnfreezeSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """`base` (a rate or a schedule) until global step `boundary`, then `factor` times it (train.unfreeze_*)."""
+
+    def __init__(self, base, boundary: int, factor: float):
+        self.base = base
+        self.boundary = int(boundary)
+        self.factor = float(factor)
+
+    def __call__(self, step):
+        rate = self.base(step) if callable(self.base) else ops.convert_to_tensor(self.base, "float32")
+        rate = ops.cast(rate, "float32")
+        return ops.where(ops.cast(step, "int64") >= self.boundary, rate * self.factor, rate)
+
+    def get_config(self):
+        base = keras.saving.serialize_keras_object(self.base) if callable(self.base) else self.base
+        return {"base": base, "boundary": self.boundary, "factor": self.factor}
+
+    @classmethod
+    def from_config(cls, config):
+        base = config["base"]
+        base = keras.saving.deserialize_keras_object(base) if isinstance(base, dict) else base
+        return cls(base, config["boundary"], config["factor"])
+
+
 def schedule_class(name: str):
     """The schedule class (or function) a config names: Keras's by table name, yours by import path."""
     if is_import_path(name):
@@ -62,6 +87,9 @@ def learning_rate(plan):
     arguments = plan.schedule.lr_schedule_arguments
     warmup = plan.schedule.warmup_steps
     if arguments is None and not warmup:
-        return plan.learning_rate.peak
-    after = schedule_class(plan.optimizer.schedule)(**arguments) if arguments is not None else None
-    return WarmupSchedule(plan.learning_rate.peak, warmup, after)
+        rate = plan.learning_rate.peak
+    else:
+        after = schedule_class(plan.optimizer.schedule)(**arguments) if arguments is not None else None
+        rate = WarmupSchedule(plan.learning_rate.peak, warmup, after)
+    factor = plan.schedule.unfreeze_lr_factor
+    return UnfreezeSchedule(rate, plan.schedule.unfreeze_step, factor) if factor is not None else rate

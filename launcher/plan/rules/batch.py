@@ -89,11 +89,17 @@ def _check_warmup(cfg: Config, found: Findings) -> None:
             f"0 when scaling.warmup_epochs is set ({sc.warmup_epochs:g}); set one of the two",
             "scaling.warmup_steps=0 (or scaling.warmup_epochs=0)",
         )
-    has_schedule = sc.warmup_epochs > 0 or sc.warmup_steps > 0 or str(cfg.optimizer.schedule) != "constant"
+    has_schedule = (
+        sc.warmup_epochs > 0
+        or sc.warmup_steps > 0
+        or str(cfg.optimizer.schedule) != "constant"
+        or cfg.train.unfreeze_learning_rate > 0
+    )
     if cfg.train.reduce_lr_on_plateau.enabled and has_schedule:
         found.refuse(
             "train.reduce_lr_on_plateau.enabled",
             True,
-            f"false while a learning-rate schedule (warmup or {cfg.optimizer.schedule}) drives the learning rate",
+            "false while a learning-rate schedule (warmup, optimizer.schedule, train.unfreeze_learning_rate) "
+            "drives the learning rate",
             "train.reduce_lr_on_plateau.enabled=false, or optimizer.schedule=constant with no warmup",
         )

@@ -1,0 +1,33 @@
+"""Fine-tuning's keys together: what is frozen, when it trains again and at which rate, where the first weights
+come from. Which layers a name matches is known once the model is built (`launcher.train.fine_tune`)."""
+
+from __future__ import annotations
+
+from launcher.config.schema import Config
+from launcher.plan.rules.findings import Findings
+
+
+def check_fine_tuning(cfg: Config, found: Findings) -> None:
+    model, train = cfg.model, cfg.train
+    freeze = list(getattr(model, "freeze", []) or [])
+    if train.unfreeze_at_epoch > 0 and not freeze:
+        found.refuse(
+            "train.unfreeze_at_epoch",
+            train.unfreeze_at_epoch,
+            "0 when model.freeze lists no layer (nothing to unfreeze)",
+            "model.freeze=[<layer names or globs>] (or train.unfreeze_at_epoch=0)",
+        )
+    if train.unfreeze_learning_rate > 0 and train.unfreeze_at_epoch <= 0:
+        found.refuse(
+            "train.unfreeze_learning_rate",
+            train.unfreeze_learning_rate,
+            "0 unless train.unfreeze_at_epoch is set (it is the rate of the unfrozen phase)",
+            "train.unfreeze_at_epoch=<epochs before unfreezing> (or train.unfreeze_learning_rate=0)",
+        )
+    if train.unfreeze_at_epoch >= train.epochs > 0 and freeze:
+        found.warn(
+            f"train.unfreeze_at_epoch={train.unfreeze_at_epoch} is not below train.epochs={train.epochs}: the frozen "
+            "layers stay frozen for the whole run"
+        )
+    if getattr(model, "init_skip_mismatch", False) and not str(getattr(model, "init_from", "") or ""):
+        found.warn("model.init_skip_mismatch=true without model.init_from: nothing is loaded, nothing skipped")
