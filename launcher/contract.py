@@ -44,7 +44,8 @@ class Hook:
     """One job around the training steps. Every method is a no-op by default.
 
     Order of calls in one fit: `load_state` (when resuming) and `on_train_begin`; per chunk
-    of steps `steps_until_boundary` (may shorten the chunk) then `after_steps`; per epoch
+    of steps `steps_until_boundary` (may shorten the chunk), `on_validation` when the chunk ends at a validation
+    inside the epoch, then `after_steps`; per epoch
     `on_epoch_end` (may add to `logs`, may raise `Preempted`); finally `on_train_end`. A chunk whose
     numerics stop the run gets `on_numerics_stop` instead of `after_steps` (nothing is saved after it).
     `state()` is what the hook needs back after a resume; the checkpoint hook stores the
@@ -73,6 +74,10 @@ class Hook:
     def on_numerics_stop(self, position: Position, logs: dict, stop: Exception) -> None:
         """The chunk ending at `position` (its `logs` as in `after_steps`) stops the run: `stop` is the
         `NumericsStop` with the diagnosis. Record what explains it; the engine raises it next."""
+
+    def on_validation(self, position: Position, logs: dict) -> None:
+        """A validation inside an epoch (train.val_every_steps) at `position`, before that chunk's `after_steps`:
+        `logs` holds the val_* metrics and the learning rate. Epoch-end validations come with `on_epoch_end`."""
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
         """The epoch ended (evaluated); `position` is at the start of the next one."""
@@ -108,6 +113,10 @@ class HookList(Hook):
     def on_numerics_stop(self, position: Position, logs: dict, stop: Exception) -> None:
         for hook in self.hooks:
             hook.on_numerics_stop(position, logs, stop)
+
+    def on_validation(self, position: Position, logs: dict) -> None:
+        for hook in self.hooks:
+            hook.on_validation(position, logs)
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
         for hook in self.hooks:

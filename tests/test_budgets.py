@@ -1,8 +1,10 @@
-"""train.max_steps and train.max_time: training by budget. The rules (pure), then real launches in this process
-reading what MLflow and the checkpoints hold."""
+"""train.max_steps, train.max_time and train.val_every_steps: training by budget, validating inside epochs. The
+rules (pure), then real launches in this process reading what MLflow and the checkpoints hold."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 from conftest import config
 from fakes import CPU_PLAIN
 
@@ -106,3 +108,47 @@ def test_max_time_saves_stops_finished_exit_0_and_the_same_command_continues(cli
     continued, epochs = _history(tmp_path, "val_loss")
     assert continued.info.run_id == run.info.run_id and epochs == [0, 1]
     assert continued.data.tags["stop_reason"] == "epochs"
+
+
+VALIDATED = [
+    *SMALL,
+    "train.epochs=2",
+    "train.val_every_steps=10",
+    "checkpoint.interval_steps=10",
+    "checkpoint.monitor=val_loss",
+    "checkpoint.mode=max",  # the worst validation is "best": the first one, at step 10, inside epoch 1
+    "train.reduce_lr_on_plateau.enabled=true",
+    "train.reduce_lr_on_plateau.patience=0",
+    "train.reduce_lr_on_plateau.mode=max",  # every validation after the first is "no better": the rate halves
+    "tracking.step_metrics_every=0",
+]  # 23 steps per epoch (1438 / 64, the ragged last batch kept): validations at 10, 20, 23, 30, 40, 46
+
+
+def checkpoint_values(run_dir, step: int) -> dict:
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(run_dir / "checkpoints" / f"ckpt-{step}"))
+    return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map() if "OBJECT_GRAPH" not in n}
+
+
+def test_val_every_steps_validates_inside_epochs_drives_the_best_model_and_plateau_and_resumes_exactly(
+    cli_here, tmp_path
+):
+    done = cli_here(*VALIDATED)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run, steps = _history(tmp_path, "val_loss")
+    assert steps == [10, 20, 23, 30, 40, 46]  # by global step, inside epochs and at their ends
+    assert (tmp_path / "run" / "checkpoints" / "best" / "ckpt-10.index").is_file()
+    whole = checkpoint_values(tmp_path / "run", 46)
+    [rate] = [v for n, v in whole.items() if "learning_rate" in n]
+    assert float(rate) == pytest.approx(0.001 * 0.5**5)  # halved by the five validations after the first
+
+    failed = cli_here(*VALIDATED, "hydra.run.dir=again", env={"LAUNCHER_FAULT": "RAISE@steps:30"})
+    assert failed.returncode == 1
+    resumed = cli_here(*VALIDATED, "hydra.run.dir=again")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "Resuming at epoch 2, step 0 (global step 23)" in resumed.stdout  # the validation at 30 is redone
+    again = checkpoint_values(tmp_path / "again", 46)
+    assert again.keys() == whole.keys()
+    for name in whole:
+        np.testing.assert_array_equal(again[name], whole[name], err_msg=name)

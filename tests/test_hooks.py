@@ -130,7 +130,22 @@ def test_checkpoint_sidecar_holds_the_state_of_every_stateful_hook_at_save_time(
     hooks = HookList([history, hook])
     hooks.on_epoch_end(Position(epoch=1, global_step=10), {"loss": 0.5})
     extra = fake.saves[0][1]
-    assert extra == {"history": [{"epoch": 0, "loss": 0.5}], "mlflow_run_id": "run-1"}
+    assert extra == {"history": [{"epoch": 0, "global_step": 10, "loss": 0.5}], "mlflow_run_id": "run-1"}
+
+
+def test_val_metrics_go_by_global_step_when_validating_inside_epochs_and_heal_the_same_way():
+    tracker = FakeTracker(logged_steps={0})
+    hook = MetricsHook(tracker, val_by_step=True)
+    hook.on_validation(Position(epoch=0, step_in_epoch=10, global_step=10), {"val_loss": 0.9, "learning_rate": 0.1})
+    hook.on_epoch_end(Position(epoch=1, global_step=23), {"loss": 0.7, "val_loss": 0.8})
+    assert tracker.calls == [
+        ({"val_loss": 0.9}, 10),
+        ({"loss": 0.7, "global_step": 23}, 0),
+        ({"val_loss": 0.8}, 23),
+    ]
+    tracker.calls.clear()
+    hook.load_state({"history": [{"epoch": 0, "global_step": 23}, {"epoch": 1, "global_step": 46, "val_loss": 0.5}]})
+    assert tracker.calls == [({"global_step": 46}, 1), ({"val_loss": 0.5}, 46)]  # epoch 0 was logged already
 
 
 # ----------------------------------------------------------- best model

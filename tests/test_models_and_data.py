@@ -147,3 +147,39 @@ def test_image_folder_without_class_dirs_is_refused(tmp_path):
     cfg = config("dataset=image_folder", f"dataset.path={tmp_path}/missing").dataset
     with pytest.raises(ConfigError, match="one sub-directory of images per class"):
         DATASETS.get("image_folder").load(cfg)
+
+
+def _image_source(channels: int):
+    from launcher.train.data import DataSource
+
+    return DataSource(None, None, 0, 0, (32, 32, channels), 10, "image")
+
+
+def test_resnet_weights_never_download_and_say_where_imagenet_must_be(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))
+    resnet = MODELS.get("resnet")
+    cfg = config("model=resnet", "model.weights=imagenet").model
+    with pytest.raises(ConfigError) as refused:
+        resnet.check(cfg, _image_source(1))
+    said = str(refused.value)
+    assert f"{tmp_path}/keras/models/resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5 is missing" in said
+    assert "a run never downloads" in said and "3-channel (RGB) images for ImageNet weights" in said
+    missing = config("model=resnet", f"model.weights={tmp_path}/none.weights.h5").model
+    with pytest.raises(ConfigError, match="model.weights=.*file not found"):
+        resnet.check(missing, _image_source(3))
+    resnet.check(config("model=resnet").model, _image_source(1))  # none: random weights, any channels
+
+
+@pytest.mark.slow  # two ResNet50 backbones built
+def test_resnet_starts_from_a_local_weights_file(tmp_path):
+    import keras
+
+    backbone = keras.applications.ResNet50(include_top=False, weights=None, input_shape=(32, 32, 3), pooling="avg")
+    saved = tmp_path / "r50_notop.weights.h5"
+    backbone.save_weights(saved)
+    cfg = config("model=resnet", f"model.weights={saved}").model
+    MODELS.get("resnet").check(cfg, _image_source(3))
+    model = MODELS.get("resnet").build(cfg, _image_source(3))
+    loaded = model.get_layer("resnet50")
+    for mine, theirs in zip(loaded.get_weights(), backbone.get_weights(), strict=True):
+        np.testing.assert_array_equal(mine, theirs)

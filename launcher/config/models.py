@@ -71,7 +71,11 @@ class CnnConfig(ModelBase):
 class ResnetConfig(ModelBase):
     name: str = "resnet"
     variant: str = "ResNet50"
-    """Any keras.applications ResNet family member; built with weights=None (never downloaded)."""
+    """Any keras.applications ResNet family member."""
+    weights: str = "none"
+    """The backbone's starting weights: none (random), a local weights file (model.save_weights of this variant's
+    backbone, include_top=False), or imagenet when Keras's cache already holds the file (never downloaded at run
+    time; refused with the path and how to put it there otherwise)."""
     min_input_size: int = limited(32, ">= 1")
     """Inputs are resized up to at least max(this, 32) pixels per side (ResNet's minimum)."""
 

@@ -431,6 +431,10 @@ class TrainConfig:
     max_steps: int = limited(0, ">= 0")
     """Stop after this many global steps, >= 0 (0 = the epochs decide); the last epoch may be partial (it is
     validated, checkpointed and logged as an epoch)."""
+    val_every_steps: int = limited(0, ">= 0")
+    """Validate every this many global steps as well as at each epoch end, >= 0 (0 = epoch ends only): the best
+    model, early stopping's and the LR plateau rule's patience count validations, and val_* are logged by global
+    step."""
     max_time: str = ""
     """Wall-clock budget of one launch, from its start, e.g. 2h30m, 45m, 90s ("" = none): at the first step
     boundary past it the run saves, ends FINISHED with tag stop_reason=max_time and exits 0; the same command

@@ -250,6 +250,7 @@ class SchedulePlan(Section):
     max_steps: int | None = decision("train.max_steps", optional=True)  # set when it ends training early
     test_steps: int | None = decision("train.test_at_end", optional=True)  # set when the run tests at its end
     unfreeze_step: int | None = decision("train.unfreeze_at_epoch", optional=True)  # global step of the unfreeze
+    val_every_steps: int | None = decision("train.val_every_steps", optional=True)  # validations inside epochs
     unfreeze_lr_factor: float | None = decision("train.unfreeze_learning_rate", optional=True)
 
     def steps_in_epoch(self, position) -> int:

@@ -74,6 +74,7 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int, num_test: in
             lr_schedule_arguments=_lr_schedule_arguments(cfg, plan, steps, total, warmup[0]),
             test_steps=_test_steps(cfg, num_test, global_batch),
             unfreeze_step=_unfreeze_step(cfg, steps),
+            val_every_steps=_val_every_steps(cfg, steps, val_steps),
             unfreeze_lr_factor=_unfreeze_factor(cfg, steps),
             steps_per_epoch=(steps, reason),
             validation_steps=(val_steps, val_reason),
@@ -156,3 +157,15 @@ def _unfreeze_factor(cfg: Config, steps: int) -> tuple[float, str] | None:
     factor = rate / cfg.optimizer.learning_rate
     why = f"{rate:g} / optimizer.learning_rate {cfg.optimizer.learning_rate:g}"
     return factor, f"{why}: the schedule x {factor:.4g} from global step {at * steps}"
+
+
+def _val_every_steps(cfg: Config, steps: int, val_steps: int) -> tuple[int, str] | None:
+    """train.val_every_steps: validations inside the epochs, besides the one at each epoch end."""
+    every = cfg.train.val_every_steps
+    if every <= 0:
+        return None
+    inside = "" if every < steps else f"; not below the {steps} steps of an epoch: only epoch ends validate"
+    return every, (
+        f"{val_steps} validation steps every {every} global steps and at each epoch end; the best model, early "
+        f"stopping and the LR plateau rule count validations; val_* logged by global step{inside}"
+    )

@@ -36,7 +36,7 @@ from launcher.run.export import export_model
 from launcher.run.faults import OPT_IN, FaultHook, armed, fault_point, ignored
 from launcher.run.hooks.best_model import BestModelHook
 from launcher.run.hooks.budget import TimeBudgetHook
-from launcher.run.hooks.callback_state import EarlyStoppingStateHook
+from launcher.run.hooks.callback_state import CallbackStateHook
 from launcher.run.hooks.checkpoint import CheckpointHook
 from launcher.run.hooks.history import HistoryHook
 from launcher.run.hooks.metrics import MetricsHook
@@ -563,13 +563,13 @@ class Launch:
         """One hook per job, in the order their work must happen at an epoch end."""
 
         cfg, steps_in = self.config.checkpoint, self.plan.schedule.steps_in_epoch
-        history, early_stopping = HistoryHook(), EarlyStoppingStateHook()
-        self.metrics_hook = MetricsHook(self.tracker)
+        history, callback_state = HistoryHook(), CallbackStateHook()
+        self.metrics_hook = MetricsHook(self.tracker, val_by_step=self.plan.schedule.val_every_steps is not None)
         self.best_hook = None
         if cfg.monitor:
             export = self.run_dir / "best.keras" if cfg.export_model and self.plan.is_chief else None
             self.best_hook = BestModelHook(cfg.monitor, cfg.mode.value, self.checkpointer, self.built.model, export)
-        stateful = HookList(h for h in (history, self.best_hook, early_stopping, self.metrics_hook) if h is not None)
+        stateful = HookList(h for h in (history, self.best_hook, callback_state, self.metrics_hook) if h is not None)
         stop_agreement = None
         if self.agreement is not None:
             guard.agree = self.agreement.any_stop
@@ -583,7 +583,7 @@ class Launch:
             self._profiler_hook(),
             history,
             self.best_hook,
-            early_stopping,
+            callback_state,
         ]
         if self.checkpointer:
             hooks.append(CheckpointHook(self.checkpointer, SavePolicy.from_config(cfg), guard, steps_in, stateful))

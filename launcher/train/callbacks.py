@@ -7,6 +7,9 @@ import keras
 from launcher.config.errors import ConfigError
 from launcher.config.imports import import_component
 
+# The callbacks a validation inside an epoch (train.val_every_steps) drives, as an epoch end drives them.
+VALIDATION_CALLBACKS = (keras.callbacks.EarlyStopping, keras.callbacks.ReduceLROnPlateau)
+
 
 def make_callbacks(train_cfg) -> list:
     callbacks = []  # non-finite losses: the engine's NumericsGuard (train.on_nonfinite), not TerminateOnNaN

@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from launcher.contract import EpochResult, FitResult, Hook, Position, headline
+from launcher.train.callbacks import VALIDATION_CALLBACKS
 from launcher.train.ema import ema_weights
 from launcher.train.loss_scale import current_scale
 from launcher.train.numerics import ChunkTelemetry, NumericsGuard, NumericsStop
@@ -104,6 +105,8 @@ class Engine:
         self.guard = guard or NumericsGuard()
         self.telemetry = telemetry  # False: no gradient norm, no per-step trace (the guard still runs)
         self.freezer = freezer  # model.freeze: which layers train in which epoch (launcher.train.fine_tune)
+        self.validate_every = plan.schedule.val_every_steps or 0  # train.val_every_steps (0: epoch ends only)
+        self._validations = 0  # validations inside epochs so far (the index the plateau callbacks are given)
         self._scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         # Carried across chunks (and epochs): consecutive skipped steps, steps at the scale's floor.
         self._streaks = (0, 0)
@@ -371,6 +374,8 @@ class Engine:
             until_boundary = hooks.steps_until_boundary(position)
             if until_boundary:
                 n = min(n, until_boundary)
+            if self.validate_every:  # a chunk ends at each validation
+                n = min(n, self.validate_every - position.global_step % self.validate_every)
             if not self._stepped:
                 n = 1  # the first call traces and compiles; one step makes time-to-first-step honest
                 self._stepped = True
@@ -392,6 +397,12 @@ class Engine:
                 bar.update(
                     position.step_in_epoch, values=list(running.items()), finalize=position.step_in_epoch >= steps
                 )
+            if (
+                self.validate_every
+                and position.global_step % self.validate_every == 0
+                and position.step_in_epoch < steps
+            ):
+                self._validate_inside_epoch(position, hooks)  # the epoch's last step validates at the epoch end
             hooks.after_steps(position, logs)
             if self.model.stop_training:
                 break
@@ -402,6 +413,19 @@ class Engine:
         logs["examples_per_sec"] = totals.examples / elapsed if elapsed > 0 else 0.0
         logs["epoch_time_sec"] = elapsed
         return logs
+
+    def _validate_inside_epoch(self, position: Position, hooks: Hook) -> None:
+        """train.val_every_steps: evaluate, then let the validation-driven callbacks (early stopping, the LR plateau
+        rule) and the hooks (best model, metrics) see it, before the chunk's checkpoint holds their state."""
+        logs = {**self.evaluate(), **optimizer_logs(self.optimizer)}
+        self._validations += 1
+        for callback in self.callbacks.callbacks:
+            if isinstance(callback, VALIDATION_CALLBACKS):
+                callback.on_epoch_end(self._validations, logs)
+        hooks.on_validation(position, logs)
+        if self.verbose:
+            shown = " ".join(f"{k}={v:.4g}" for k, v in logs.items() if k.startswith("val_"))
+            print(f"  step {position.global_step}: {shown}", flush=True)
 
     def _run_chunk(self, iterator, n: int, first_step: int) -> tuple[ChunkTelemetry, Totals, dict]:
         out = self._train_chunk(iterator, tf.constant(n, tf.int32), *(tf.constant(v) for v in self._streaks))

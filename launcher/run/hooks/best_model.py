@@ -29,12 +29,23 @@ class BestModelHook(Hook):
         self.exported: Path | None = None
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
+        self._consider(position, logs, position.epoch - 1)
+
+    def on_validation(self, position: Position, logs: dict) -> None:
+        self._consider(position, logs, position.epoch)  # inside the epoch in progress
+
+    def _consider(self, position: Position, logs: dict, epoch: int) -> None:
         value = logs.get(self.monitor)
         if value is None or not math.isfinite(value):
             return
         if not improved(float(value), self.best.get("value"), self.mode):
             return
-        self.best = {"monitor": self.monitor, "value": float(value), "epoch": position.epoch - 1}
+        self.best = {
+            "monitor": self.monitor,
+            "value": float(value),
+            "epoch": epoch,
+            "global_step": position.global_step,
+        }
         if self.checkpointer is not None:
             self.checkpointer.save_best(position)
         if self.model is not None and self.export_path is not None:

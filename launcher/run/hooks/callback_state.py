@@ -1,40 +1,51 @@
-"""Carries Keras's EarlyStopping state across a resume (patience counts on where it was)."""
+"""Carries the state of Keras's EarlyStopping and ReduceLROnPlateau across a resume: their patience counts on
+where it was (the learning rate a plateau lowered is the optimizer's, in the checkpoint)."""
 
 from __future__ import annotations
 
 from launcher.contract import Hook, Position
 
-EARLY_STOPPING_FIELDS = ("wait", "best", "best_epoch", "stopped_epoch")
+# sidecar key -> (callback class name in keras.callbacks, the attributes that make its state)
+CALLBACK_FIELDS = {
+    "early_stopping": ("EarlyStopping", ("wait", "best", "best_epoch", "stopped_epoch")),
+    "reduce_lr": ("ReduceLROnPlateau", ("wait", "best", "cooldown_counter")),
+}
 
 
-class EarlyStoppingStateHook(Hook):
+class CallbackStateHook(Hook):
     def __init__(self):
         self.saved: dict = {}
-        self.callbacks: list = []
+        self.callbacks: dict = {}  # sidecar key -> the engine's callback of that class
 
     def on_train_begin(self, position: Position, callbacks) -> None:
-        self.callbacks = _early_stoppers(callbacks)
-        for callback in self.callbacks:
-            for field in EARLY_STOPPING_FIELDS:
-                if field in self.saved:
-                    setattr(callback, field, self.saved[field])
+        self.callbacks = _stateful(callbacks)
+        for key, callback in self.callbacks.items():
+            for field, value in (self.saved.get(key) or {}).items():
+                if field in CALLBACK_FIELDS[key][1]:
+                    setattr(callback, field, value)
 
     def state(self) -> dict:
-        if not self.callbacks:
-            return {"early_stopping": {}}
-        first = self.callbacks[0]
-        return {"early_stopping": {f: _plain(getattr(first, f, None)) for f in EARLY_STOPPING_FIELDS}}
+        return {
+            key: {f: _plain(getattr(callback, f, None)) for f in CALLBACK_FIELDS[key][1]}
+            for key, callback in self.callbacks.items()
+        } or {"early_stopping": {}}
 
     def load_state(self, state: dict) -> None:
-        self.saved = dict(state.get("early_stopping") or {})
+        self.saved = {key: dict(state.get(key) or {}) for key in CALLBACK_FIELDS}
 
 
-def _early_stoppers(callbacks) -> list:
+def _stateful(callbacks) -> dict:
     import keras
 
     if callbacks is None:
-        return []
-    return [c for c in callbacks.callbacks if isinstance(c, keras.callbacks.EarlyStopping)]
+        return {}
+    found = {}
+    for key, (name, _) in CALLBACK_FIELDS.items():
+        kind = getattr(keras.callbacks, name)
+        matches = [c for c in callbacks.callbacks if isinstance(c, kind)]
+        if matches:
+            found[key] = matches[0]
+    return found
 
 
 def _plain(value):

@@ -10,14 +10,28 @@ from launcher.contract import Hook, Position
 
 
 class MetricsHook(Hook):
-    def __init__(self, tracker):
+    def __init__(self, tracker, val_by_step: bool = False):
+        """`val_by_step` (train.val_every_steps): val_* are logged by global step, from inside epochs and at their
+        ends alike, so each val_* curve has one x axis."""
         self.tracker = tracker
+        self.val_by_step = val_by_step
         self.healed = 0
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
         # By epoch (the x axis of epoch charts); `global_step` lets a chart put them on the step axis.
-        self.tracker.log_metrics({**logs, "global_step": position.global_step}, step=position.epoch - 1)
+        self._log({**logs, "global_step": position.global_step}, position.epoch - 1, position.global_step)
         self.tracker.flush()  # the epoch's record is in MLflow before the next epoch starts
+
+    def on_validation(self, position: Position, logs: dict) -> None:
+        self.tracker.log_metrics({k: v for k, v in logs.items() if k.startswith("val_")}, step=position.global_step)
+        self.tracker.flush()
+
+    def _log(self, logs: dict, epoch: int, global_step: int | None) -> None:
+        if not self.val_by_step or global_step is None:
+            self.tracker.log_metrics(logs, step=epoch)
+            return
+        self.tracker.log_metrics({k: v for k, v in logs.items() if not k.startswith("val_")}, step=epoch)
+        self.tracker.log_metrics({k: v for k, v in logs.items() if k.startswith("val_")}, step=global_step)
 
     def state(self) -> dict:
         return {"mlflow_run_id": self.tracker.run_id}
@@ -27,5 +41,6 @@ class MetricsHook(Hook):
         logged = self.tracker.logged_steps("loss")
         missing = [entry for entry in state.get("history") or [] if entry["epoch"] not in logged]
         for entry in missing:
-            self.tracker.log_metrics({k: v for k, v in entry.items() if k != "epoch"}, step=entry["epoch"])
+            logs = {k: v for k, v in entry.items() if k != "epoch"}
+            self._log(logs, entry["epoch"], entry.get("global_step"))
         self.healed = len(missing)
