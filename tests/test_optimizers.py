@@ -244,3 +244,23 @@ def test_lion_with_cosine_restarts_after_warmup_trains_under_float16_mirrored_xl
     for done, epoch in enumerate(outcome.result.epochs, start=1):  # logged: the rate the next step would take
         assert epoch.logs["learning_rate"] == pytest.approx(float(rates(done * steps)), rel=1e-5)
     assert isinstance(outcome.model, keras.Model) and tf.is_tensor(outcome.model.weights[0].value)
+
+
+def test_the_new_keys_wrong_at_once_are_refused_together_before_anything_runs(cli_here, tmp_path):
+    done = cli_here(
+        "optimizer.name=lino",
+        "optimizer.schedule=polynomial",
+        "+optimizer.schedule_params.powr=2",
+        "model.init_from=nowhere",
+        "train.max_time=2x",
+    )
+    assert done.returncode == 2
+    assert "Invalid configuration (4 problems)" in done.stderr
+    for said in (
+        "optimizer.name='lino'",
+        "optimizer.schedule_params.powr=2: expected an argument of PolynomialDecay",
+        "model.init_from='nowhere'",
+        "train.max_time='2x'",
+    ):
+        assert said in done.stderr, said
+    assert "Traceback" not in done.stderr

@@ -49,8 +49,7 @@ def review(config: Config, env, start_runtime: Callable[[Plan], Any] | None = No
         scheduled = collecting(problems, schedule, config, plan, num_train, source.num_val, source.num_test)
         if scheduled is not None:
             plan = scheduled
-            if "optimizer" not in broken:
-                problems.extend(check_optimizer(config, plan))
+            problems.extend(check_optimizer(config, plan, problems))
     init_source = None
     if str(getattr(config.model, "init_from", "") or "").strip() and "model" not in broken:
         uri = str(config.tracking.uri)
@@ -77,11 +76,18 @@ def load_data(config):
     return fit_to_task(source, task, int(getattr(config.dataset, "num_classes", 0) or 0), config.task.pad_id)
 
 
-def check_optimizer(config, plan) -> list[Violation]:
-    """The optimizer's and the schedule's arguments against their classes (Keras's or yours)."""
+def check_optimizer(config, plan, found: list[Violation]) -> list[Violation]:
+    """The optimizer's and the schedule's arguments against their classes (Keras's or yours); a part the resolver
+    refused already (`found`) is not refused twice."""
     from launcher.train.optimizers import optimizer_problems
 
-    return optimizer_problems(config, plan)
+    refused = {_part(v.key) for v in found if v.key.startswith("optimizer.")}
+    return [v for v in optimizer_problems(config, plan) if _part(v.key) not in refused]
+
+
+def _part(key: str) -> str:
+    """The optimizer's (name, params) or the schedule's (schedule, schedule_params) part of a key."""
+    return "schedule" if key.startswith("optimizer.schedule") else "optimizer"
 
 
 def check_model(config, source) -> None:

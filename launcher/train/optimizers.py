@@ -13,7 +13,7 @@ import keras
 
 from launcher.config.errors import ConfigError, Violation
 from launcher.config.imports import import_component
-from launcher.config.optimizers import OPTIMIZERS, is_import_path
+from launcher.config.optimizers import OPTIMIZERS, SCHEDULES, is_import_path
 from launcher.train.fused_update import FUSED
 from launcher.train.schedules import schedule_class
 
@@ -58,11 +58,13 @@ def optimizer_problems(cfg, plan) -> list[Violation]:
     """optimizer.params and the schedule's arguments against the classes' signatures; a schedule Keras refuses to
     make from them (piecewise values of another count, a negative rate) is refused with Keras's reason."""
     problems: list[Violation] = []
+    name = str(cfg.optimizer.name).strip()
     try:
-        cls = optimizer_class(cfg.optimizer)
+        cls = optimizer_class(cfg.optimizer) if name in OPTIMIZERS or is_import_path(name) else None
     except ConfigError as err:
         problems.extend(err.violations)
-    else:
+        cls = None
+    if cls is not None:  # None: an unknown name (the resolver refused it) or one that does not import
         accepted = parameters(cls, keras_own=not is_import_path(str(cfg.optimizer.name)))
         for key, value in dict(cfg.optimizer.params).items():
             if accepted is not None and key not in accepted:
@@ -75,7 +77,7 @@ def optimizer_problems(cfg, plan) -> list[Violation]:
                     )
                 )
     arguments = plan.schedule.lr_schedule_arguments
-    if arguments is not None:
+    if arguments is not None and (plan.optimizer.schedule in SCHEDULES or is_import_path(plan.optimizer.schedule)):
         problems.extend(_schedule_problems(cfg.optimizer.schedule, arguments))
     return problems
 
