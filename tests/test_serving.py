@@ -115,7 +115,12 @@ def test_mlflow_models_serve_answers_with_the_models_predictions(shipped, tmp_pa
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}"},
+        # As from an activated environment: the scoring server is started as `uvicorn` from PATH.
+        env={
+            **os.environ,
+            "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        },
     )
     try:
         deadline = time.time() + 180
