@@ -44,6 +44,9 @@ def test_arguments_the_launcher_owns_are_refused_in_params_naming_the_key_that_s
     found = refusals("+optimizer.params.learning_rate=0.1", "+optimizer.params.gradient_accumulation_steps=4")
     assert "optimizer.learning_rate" in found["optimizer.params.learning_rate"].fix
     assert "optimizer.gradient_accumulation_steps" in found["optimizer.params.gradient_accumulation_steps"].fix
+    sgd = refusals("optimizer.name=sgd", "+optimizer.params.momentum=0.5")  # sgd's momentum has its own key
+    assert sgd["optimizer.params.momentum"].fix == "drop optimizer.params.momentum; set optimizer.momentum"
+    assert not refusals("optimizer.name=rmsprop", "+optimizer.params.momentum=0.5")  # rmsprop's is a param
 
 
 def test_a_schedule_missing_what_it_needs_or_given_what_it_cannot_take_is_refused_all_at_once():

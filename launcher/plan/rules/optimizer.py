@@ -36,9 +36,12 @@ def decide_optimizer(cfg: Config, found: Findings) -> OptimizerPlan:
             f"optimizer.name={_closest(name, OPTIMIZERS) or 'adam'}",
         )
         optimizer = (name, "refused: not an optimizer")
+    owned = dict(OWNED_OPTIMIZER_ARGUMENTS)
+    if name in OPTIMIZERS and OPTIMIZERS[name].momentum:
+        owned["momentum"] = "optimizer.momentum"
     for key, value in dict(opt.params).items():
-        if key in OWNED_OPTIMIZER_ARGUMENTS:
-            owner = OWNED_OPTIMIZER_ARGUMENTS[key]
+        if key in owned:
+            owner = owned[key]
             found.refuse(
                 f"optimizer.params.{key}",
                 value,
