@@ -1,5 +1,6 @@
 """Exports a server or a device runs: a TensorFlow SavedModel whose `serving_default` takes the raw input and
-returns the task's predictions, and a TFLite file converted from it and checked against it.
+returns the task's predictions, and a TFLite file converted from a float32 twin of the model (TFLite's builtin
+kernels are float32) and checked against the SavedModel.
 
 Both are made from the exported `.keras` model loaded outside the strategy (one set of plain variables), so
 they are the same whatever strategy, precision or XLA trained it. A model TFLite cannot convert is reported,
