@@ -3,13 +3,18 @@ sources it reads, the refusals, and an exact resume across the unfreeze."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from conftest import compose, config, runs_in
 from fakes import CPU_PLAIN
 
 from launcher.config.errors import ConfigError
-from launcher.plan.decisions import FreezePlan, InitPlan
+from launcher.plan.decisions import FreezePlan, InitPlan, ResumePlan
 from launcher.plan.resolve import resolve, resolve_all
 from launcher.run.init_source import locate_init_source
 from launcher.run.runner import execute
@@ -154,7 +159,8 @@ def checkpoint_values(run_dir, step: int) -> dict:
     return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map() if "OBJECT_GRAPH" not in n}
 
 
-def test_frozen_weights_move_only_after_the_unfreeze_and_a_resume_after_it_matches_bit_for_bit(tmp_path, monkeypatch):
+@pytest.mark.slow  # a process killed mid-run
+def test_frozen_weights_move_only_after_the_unfreeze_and_a_kill_after_it_resumes_bit_for_bit(tmp_path):
     whole = execute(compose(*PHASES), tmp_path / "whole", tmp_path)
     assert whole.error is None
     assert whole.plan.schedule.unfreeze_step == 45 and whole.plan.schedule.unfreeze_lr_factor == pytest.approx(0.5)
@@ -168,11 +174,18 @@ def test_frozen_weights_move_only_after_the_unfreeze_and_a_resume_after_it_match
     rates = [epoch.logs["learning_rate"] for epoch in whole.result.epochs]
     assert rates == pytest.approx([0.0005, 0.0005, 0.0005])  # read after each epoch: from step 45 on, halved
 
-    monkeypatch.setenv("LAUNCHER_FAULT", "RAISE@steps:70")
-    broken = execute(compose(*PHASES), tmp_path / "again", tmp_path)
-    assert broken.error is not None and "InjectedFault" in broken.error
-    monkeypatch.delenv("LAUNCHER_FAULT")
+    # SIGKILL at global step 70 (in epoch 2, unfrozen; before that step's save), in a process of its own.
+    killed = subprocess.run(
+        [sys.executable, "-m", "launcher", f"hydra.run.dir={tmp_path / 'again'}", *PHASES],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "LAUNCHER_FAULT": "KILL@steps:70"},
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     resumed = execute(compose(*PHASES), tmp_path / "again", tmp_path)
+    assert resumed.plan.record(ResumePlan).position.startswith("epoch 2, step 20 (global step 65)")
     assert resumed.error is None and resumed.plan.has(FreezePlan) and not resumed.plan.has(InitPlan)
     final = 3 * 45
     expected, got = checkpoint_values(tmp_path / "whole", final), checkpoint_values(tmp_path / "again", final)
