@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from launcher.config.errors import ConfigError, raise_if_any
-from launcher.train.data import DataSource, held_out, split_arrays
-from launcher.train.data_checks import array_problems, split_problems
+from launcher.train.data import DataSource, split_arrays
+from launcher.train.data_checks import array_problems
 
 
 def load(cfg) -> DataSource:
@@ -26,17 +26,21 @@ def load(cfg) -> DataSource:
     if cfg.drop_nonfinite:
         x, y = _drop_nonfinite(x, y, path)
     problems = array_problems(x, y, path, cfg.x_key, cfg.y_key, cfg.num_classes)
-    num_val, num_test = held_out(len(x), cfg.validation_split, cfg.test_split)  # as split_arrays holds them out
-    raise_if_any(
-        problems
-        or split_problems(len(x) - num_val - num_test, num_val, cfg.validation_split, str(path), cfg.test_split)
-    )
+    raise_if_any(problems)
     kind = "tokens" if np.issubdtype(x.dtype, np.integer) and x.ndim == 2 else ("image" if x.ndim == 4 else "tabular")
     if kind != "tokens":
         x = x.astype("float32")
     y = y.reshape(len(y)).astype("int64")  # integral class ids (checked above), whatever dtype they were saved as
     return split_arrays(
-        x, y, cfg.validation_split, cfg.shuffle_seed, cfg.limit, kind, cfg.num_classes or None, cfg.test_split
+        x,
+        y,
+        cfg.validation_split,
+        cfg.shuffle_seed,
+        cfg.limit,
+        kind,
+        cfg.num_classes or None,
+        cfg.test_split,
+        origin=str(path),
     )
 
 

@@ -28,6 +28,11 @@ def config_packages() -> list[str]:
     return [ep.value for ep in entry_points(group=CONFIG_GROUP)]
 
 
+def is_import_path(name: str) -> bool:
+    """`module.path:attribute` (a user's component) rather than a built-in name."""
+    return ":" in str(name)
+
+
 def configured_path(kind: str, field: str, cfg) -> tuple[str, str]:
     """(the key a problem is reported under, the import path) of a custom model's builder or dataset's loader:
     `<kind>.<field>` when set, else the installed plugin called `<kind>.name`."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.config.errors import Violation
+from launcher.config.imports import is_import_path
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,6 @@ TASKS: dict[str, TaskSpec] = {
 # Built-in metric names valid for no task at all would be a typo; names Keras knows beyond these are accepted
 # for a task when keras.metrics knows them (checked at build, where Keras is imported).
 ALL_METRICS = sorted({name for spec in TASKS.values() for name in spec.metrics})
-
-
-def is_import_path(name: str) -> bool:
-    return ":" in name
 
 
 def loss_name(task: str, requested: str) -> str:

@@ -9,7 +9,8 @@ import math
 
 from launcher.config.durations import parse_duration, show_duration
 from launcher.config.errors import ConfigError
-from launcher.config.optimizers import SCHEDULES, is_import_path
+from launcher.config.imports import is_import_path
+from launcher.config.optimizers import SCHEDULES
 from launcher.config.schema import Config
 from launcher.plan.decisions import Plan, SchedulePlan
 

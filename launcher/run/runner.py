@@ -476,14 +476,15 @@ class Launch:
             self.tracker.log_artifact(self.run_dir / "model.keras", "model")
             if self.best_hook is not None and self.best_hook.exported:
                 self.tracker.log_artifact(self.best_hook.exported, "model")
-            exported = self._export_for_serving()
+            reloaded = _Reloaded(self.run_dir / "model.keras")
+            exported = self._export_for_serving(reloaded)
             if self.remote is not None:  # beside the checkpoints, where a machine without this disk finds them
                 self.remote.push_file(self.run_dir / "model.keras")
                 if self.best_hook is not None and self.best_hook.exported:
                     self.remote.push_file(Path(self.best_hook.exported))
                 if "tflite" in exported.written:
                     self.remote.push_file(exported.written["tflite"])
-            self._log_mlflow_model()
+            self._log_mlflow_model(reloaded)
         self._final_weights_agree()
         tested = self._test(engine)
         hint = self.tracker.ui_hint if self.plan.is_chief else "logged by the chief (worker 0)"
@@ -505,15 +506,12 @@ class Launch:
         self.tracker.flush()
         return metrics
 
-    def _export_for_serving(self):
+    def _export_for_serving(self, reloaded: _Reloaded):
         """export.formats' SavedModel and TFLite, from model.keras; each logged, a failed one said, not fatal."""
-        import keras
-
         formats = self.plan.export.formats
         if not {"saved_model", "tflite"} & set(formats):
             return ServingExports()
-        model = keras.saving.load_model(self.run_dir / "model.keras", compile=False)  # outside the strategy
-        exported = export_serving(model, self.built.task, self.source, self.run_dir, formats)
+        exported = export_serving(reloaded.model, self.built.task, self.source, self.run_dir, formats)
         tags = {f"export.{name}": f"failed: {why}" for name, why in exported.failed.items()}
         for name, path in exported.written.items():
             tags[f"export.{name}"] = exported.notes.get(name, "written")
@@ -543,16 +541,11 @@ class Launch:
             )
         print(f"  final weights identical on {len(digests)} workers (sha256 {self.weights_sha256[:12]})", flush=True)
 
-    def _log_mlflow_model(self) -> None:
+    def _log_mlflow_model(self, reloaded: _Reloaded) -> None:
         tr = self.config.tracking
         if not tr.enabled or not tr.log_model:
             return
-        import keras
-
-        # From the exported file, outside the strategy: the signature's predict runs on this process alone
-        # (the trained model's predict is a distributed call every multi-worker task would have to join).
-        exported = keras.saving.load_model(self.run_dir / "model.keras")
-        saved = save_mlflow_model(exported, self.source.first_inputs(), self.run_dir / MODEL_ARTIFACT)
+        saved = save_mlflow_model(reloaded.model, self.source.first_inputs(), self.run_dir / MODEL_ARTIFACT)
         self.tracker.log_artifacts(saved, MODEL_ARTIFACT)
         if tr.register_model:
             self.tracker.register_model(tr.register_model, MODEL_ARTIFACT)
@@ -620,6 +613,23 @@ class Launch:
 
     def _write_plan(self) -> None:
         (self.run_dir / PLAN_FILE).write_text(self.plan.to_yaml())
+
+
+class _Reloaded:
+    """The exported model.keras loaded once, outside the strategy, by whichever export needs it first: its predict
+    runs on this process alone (the trained model's is a distributed call every multi-worker task would join)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._model = None
+
+    @property
+    def model(self):
+        if self._model is None:
+            import keras
+
+            self._model = keras.saving.load_model(self.path, compile=False)
+        return self._model
 
 
 def numerics_guard(config, plan):

@@ -109,9 +109,11 @@ def split_arrays(
     kind: str = "image",
     num_classes: int | None = None,
     test_split: float = 0.0,
+    origin: str = "",
 ) -> DataSource:
     """Seeded shuffle, then hold out the last `validation_split` fraction for validation and the
-    `test_split` fraction before it for testing (none when 0: the other splits are as without a test split).
+    `test_split` fraction before it for testing (none when 0: the other splits are as without a test split). A
+    division that leaves a split empty is refused naming `origin` (where the data came from).
 
     Integer class ids become a flat int32 vector; other labels (multi-label rows, real targets, token
     sequences) keep their shape, checked against the task by `launcher.train.labels`."""
@@ -122,7 +124,7 @@ def split_arrays(
     x, y = x[order], y[order]
     num_val, num_test = held_out(len(x), validation_split, test_split)
     end = len(x) - num_val - num_test
-    raise_if_any(split_problems(end, num_val, validation_split, f"{len(x)} examples", test_split))
+    raise_if_any(split_problems(end, num_val, validation_split, origin or f"{len(x)} examples", test_split))
     x_train, y_train = x[:end], y[:end]
     if limit:
         x_train, y_train = x_train[:limit], y_train[:limit]

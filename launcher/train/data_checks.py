@@ -179,7 +179,7 @@ def split_problems(
             value,
             f"a split that leaves examples for both training and validation ({origin} gives "
             f"{num_train} training and {num_val} validation examples: the {empty} split is empty)",
-            "dataset.validation_split=0.2 dataset.test_split=0.1, or more data",
+            "dataset.validation_split=0.2" + (" dataset.test_split=0.1" if test_split else "") + ", or more data",
         )
     ]
 

@@ -12,8 +12,8 @@ import inspect
 import keras
 
 from launcher.config.errors import ConfigError, Violation
-from launcher.config.imports import import_component
-from launcher.config.optimizers import OPTIMIZERS, SCHEDULES, is_import_path
+from launcher.config.imports import import_component, is_import_path
+from launcher.config.optimizers import OPTIMIZERS, SCHEDULES
 from launcher.train.fused_update import FUSED
 from launcher.train.schedules import schedule_class
 
@@ -65,7 +65,7 @@ def optimizer_problems(cfg, plan) -> list[Violation]:
         problems.extend(err.violations)
         cls = None
     if cls is not None:  # None: an unknown name (the resolver refused it) or one that does not import
-        accepted = parameters(cls, keras_own=not is_import_path(str(cfg.optimizer.name)))
+        accepted = parameters(cls, keras_own=not is_import_path(name))
         for key, value in dict(cfg.optimizer.params).items():
             if accepted is not None and key not in accepted:
                 problems.append(

@@ -9,8 +9,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from launcher.config.imports import import_component
-from launcher.config.optimizers import SCHEDULES, is_import_path
+from launcher.config.imports import import_component, is_import_path
+from launcher.config.optimizers import SCHEDULES
 
 
 @keras.saving.register_keras_serializable(package="launcher")

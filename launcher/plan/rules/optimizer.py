@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import difflib
 
-from launcher.config.optimizers import OPTIMIZERS, OWNED_OPTIMIZER_ARGUMENTS, SCHEDULES, is_import_path
+from launcher.config.imports import is_import_path
+from launcher.config.optimizers import OPTIMIZERS, OWNED_OPTIMIZER_ARGUMENTS, SCHEDULES
 from launcher.config.schema import Config, LrRule
 from launcher.plan.decisions import OptimizerPlan
 from launcher.plan.rules.findings import Findings
