@@ -63,23 +63,23 @@ def locate_init_source(wanted: str, launch_dir: Path, tracking_uri: str) -> Init
 
 
 def _registered(wanted: str, launch_dir: Path, tracking_uri: str) -> InitSource:
-    import mlflow
+    """A registered model version, looked up and downloaded through a client of this run's store (MLflow's global
+    tracking and registry URIs are left as they are)."""
     import mlflow.artifacts
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     uri = resolve_uri(tracking_uri, launch_dir)
-    previous = mlflow.get_registry_uri()
+    name, _, version = wanted[len(REGISTRY) :].partition("/")
     try:
-        mlflow.set_registry_uri(uri)  # models:/ URIs are read from the registry MLflow is set to, not tracking_uri
-        folder = Path(mlflow.artifacts.download_artifacts(wanted, dst_path=tempfile.mkdtemp(), tracking_uri=uri))
-        name, _, version = wanted[len(REGISTRY) :].partition("/")
         client = MlflowClient(uri, registry_uri=uri)
         if "@" in name:
             name, _, alias = name.partition("@")
             found = client.get_model_version_by_alias(name, alias)
         else:
             found = client.get_model_version(name, version)
+        source = client.get_model_version_download_uri(name, found.version)
+        folder = Path(mlflow.artifacts.download_artifacts(source, dst_path=tempfile.mkdtemp(), tracking_uri=uri))
     except (MlflowException, OSError) as err:
         raise ConfigError.single(
             KEY,
@@ -87,8 +87,6 @@ def _registered(wanted: str, launch_dir: Path, tracking_uri: str) -> InitSource:
             f"a registered model version in {tracking_uri} ({str(err).splitlines()[0][:200]})",
             "model.init_from=models:/<name>/<version> (mlflow models list: the registry's models)",
         ) from None
-    finally:
-        mlflow.set_registry_uri(previous)
     files = sorted(folder.rglob("*.keras"))
     if not files:
         raise ConfigError.single(
