@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Test processes in parallel (pytest-xdist); most tests wait on subprocesses, so 2 helps even on 2 cores.
 TEST_WORKERS ?= 2
-SOURCES := launcher models datasets tests benchmarks examples
+SOURCES := launcher hydra_plugins models datasets tests benchmarks examples
 
 .PHONY: train test test-fast lint format explain clean
 

@@ -11,10 +11,12 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from hydra_plugins.launcher_search.sweeper import SearchSweeper
 from launcher.config.help import register_help
 from launcher.config.imports import config_packages
 from launcher.config.schema import register_configs
 from launcher.doctor.launch import run as run_doctor
+from launcher.outcome import EXIT_FAILED
 from launcher.run.evaluate import evaluate
 from launcher.run.launch import run as run_training
 from launcher.run.local_workers import local_workers_attempt
@@ -151,15 +153,24 @@ def plugin_search_path(argv: list[str]) -> list[str]:
     return [*rest, f"hydra.searchpath=[{','.join(paths)}]"]
 
 
+def register_search_sweeper() -> None:
+    """Hydra finds sweepers by walking the `hydra_plugins` namespace, which an editable install of the launcher
+    does not expose to that walk: register ours by hand (a no-op when Hydra found it)."""
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance().register(SearchSweeper)
+
+
 def entry() -> None:
     """Run Hydra; when composing the config fails, add the fix to Hydra's message."""
     global _task_started
     _task_started = False  # a fresh start for each call (the test suite calls it in-process)
+    register_search_sweeper()
     sys.argv[1:] = plugin_search_path(sys.argv[1:])
     try:
         main()
     except SystemExit as exit_:
-        if exit_.code not in (0, None) and not _task_started:
+        if exit_.code == EXIT_FAILED and not _task_started:  # Hydra's compose errors (refusals exit 2)
             print(COMPOSE_FIX, file=sys.stderr)
         raise
 

@@ -20,6 +20,8 @@ OUTCOME_FILE = "outcome.json"
 SWEEP_FILE = "sweep.json"
 # One sweep job's overrides, in its job dir: how a re-run sweep finds the job again.
 JOB_FILE = "job.json"
+# In a sweep dir while a fail-fast sweep is stopping: which job failed (sweep.fail_fast).
+STOP_FILE = "sweep_stopped.json"
 # The MLflow run a training run dir belongs to, written the moment the run is created: a rerun that finds no
 # checkpoint continues it (or settles it) instead of leaving it RUNNING forever.
 RUN_FILE = "mlflow_run.json"

@@ -22,7 +22,7 @@ ALLOWED = {
     "run": {"config", "plan", "train", "tracking", "contract", "files", "console", "outcome"},
     "sweep": {"config", "tracking", "contract", "files", "console", "outcome"},
     "doctor": {"config", "plan", "train", "run", "tracking", "contract", "files", "console", "outcome"},
-    "__main__": {"config", "run", "sweep", "doctor"},
+    "__main__": {"config", "run", "sweep", "doctor", "outcome"},
     **{leaf: set() for leaf in LEAVES},
     "outcome": {"files"},  # a leaf that writes through the shared JSON helpers
 }
@@ -30,7 +30,11 @@ TF_FREE_MODULES = [
     "launcher.sweep.callback",
     "launcher.sweep.job",
     "launcher.sweep.summary",
-    "launcher.sweep.study_storage",
+    "launcher.sweep.search",
+    "launcher.sweep.space",
+    "launcher.config.search",
+    "launcher.run.trial",
+    "launcher.run.hooks.pruning",
     "launcher.plan.resolve",
     "launcher.plan.schedule",
     "launcher.plan.resume",

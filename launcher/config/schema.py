@@ -537,6 +537,20 @@ class TrackingConfig:
 
 
 @dataclass
+class SweepConfig:
+    fail_fast: bool = False
+    """A sweep stops at its first failed job: jobs not started are skipped, running ones save and stop (the same
+    named sweep again continues them), the parent run is FAILED and names the job. false: the others carry on."""
+    trial: int | None = None
+    """Set by hparams_search for each of its jobs: the Optuna trial this run is. It reports its objective to the
+    study at every validation and stops, FINISHED and tagged `pruned`, when the study's pruner says so."""
+    study: str = ""
+    """Set by hparams_search for its jobs: the study's storage URL."""
+    study_name: str = ""
+    """Set by hparams_search for its jobs: the study's name in that storage."""
+
+
+@dataclass
 class DoctorConfig:
     steps: int = limited(60, ">= 4")
     """Training steps per trial, >= 4 (each trial is one short run of the config)."""
@@ -560,6 +574,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
     doctor: DoctorConfig = field(default_factory=DoctorConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     mode: Mode = Mode.train

@@ -307,6 +307,14 @@ class ResumePlan(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TrialPlan(Section):
+    """This run is one trial of an hparams_search study (added at launch, from the study's stored settings)."""
+
+    trial: str = decision("sweep.trial")
+    reports: str = decision("sweep.reports")
+
+
+@dataclass(frozen=True, kw_only=True)
 class FaultPlan(Section):
     """A test's injected fault, armed in this process (added at launch; never outside tests)."""
 

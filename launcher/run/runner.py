@@ -42,6 +42,7 @@ from launcher.run.hooks.history import HistoryHook
 from launcher.run.hooks.metrics import MetricsHook
 from launcher.run.hooks.preemption import PreemptionGuard, PreemptionHook, StopAgreementHook
 from launcher.run.hooks.profiling import ProfilerHook
+from launcher.run.hooks.pruning import PruningHook
 from launcher.run.hooks.step_metrics import StepMetricsHook
 from launcher.run.hooks.utilization import UtilizationHook
 from launcher.run.mlflow_record import MODEL_ARTIFACT, dataset_inputs, save_mlflow_model
@@ -52,6 +53,7 @@ from launcher.run.restarts import REASON_ENV, attempt_number
 from launcher.run.review import collecting, review
 from launcher.run.serving import ServingExports, export_serving
 from launcher.run.slurm import REQUEUE_SIGNAL, requeue
+from launcher.run.trial import open_trial
 from launcher.run.utilization import matmul_peak, process_age_seconds, training_flops_per_example
 from launcher.tracking.succession import remember_run, remembered_run
 from launcher.tracking.tensorboard import TensorBoardMirror
@@ -128,6 +130,8 @@ class Launch:
         self.built: Built | None = None  # build(): model, optimizer, task, callbacks
         self.init_source = None  # prepare(): model.init_from, found (launcher.run.init_source.InitSource)
         self.freezer = None  # build(): model.freeze's layers and when they unfreeze
+        self.trial = None  # prepare(): the hparams_search trial this run is (launcher.run.trial.Trial), if any
+        self.pruning_hook = None  # set by _hooks() for a trial; read for the stop reason
         self.tracker: RunTracker = NullTracker()  # start_tracking(): the MLflow run (or nowhere)
 
     def execute(self) -> Outcome:
@@ -175,6 +179,7 @@ class Launch:
         )
         self.init_source = checked.init_source
         self._arm_fault(problems)
+        self._open_trial(problems)
         if config.checkpoint.enabled and not config.explain:
             collecting(problems, check_writable, self.checkpoint_dir)
             if is_remote(config.checkpoint.directory):
@@ -199,6 +204,16 @@ class Launch:
             self.plan = self.plan.with_record(FaultPlan.of(armed=(fault.describe(), why)))
         elif warning := ignored():
             self.plan = self.plan.with_warning(warning)
+
+    def _open_trial(self, problems: list) -> None:
+        """An hparams_search job: its study trial, which it reports to (and is pruned by); a Plan record."""
+        if self.config.explain or self.plan is None:
+            return
+        multi_worker = self.plan.cluster is not None
+        opened = collecting(problems, open_trial, self.config.sweep, self.config.train.val_every_steps, multi_worker)
+        if opened is not None:
+            self.trial, record = opened
+            self.plan = self.plan.with_record(record)
 
     def _check_tracking_server(self, problems: list) -> None:
         """An unreachable server refuses the launch, or (tracking.on_unreachable=local) is swapped for the
@@ -578,13 +593,28 @@ class Launch:
             self.best_hook,
             callback_state,
         ]
+        if self.trial is not None and self.plan.is_chief:
+            self.pruning_hook = PruningHook(self.trial, self.plan.schedule.val_every_steps is not None)
+            hooks.append(self.pruning_hook)
         if self.checkpointer:
             hooks.append(CheckpointHook(self.checkpointer, SavePolicy.from_config(cfg), guard, steps_in, stateful))
         hooks += [self._step_metrics_hook(), self.metrics_hook, PreemptionHook(guard, steps_in)]
         return HookList(h for h in hooks if h is not None)
 
     def _stop_reason(self, result: FitResult) -> str:
-        """Why training ended: early stopping, train.max_steps, or its epochs."""
+        """Why training ended: its trial was pruned, early stopping, train.max_steps, or its epochs."""
+        if self.pruning_hook is not None and self.pruning_hook.pruned_at is not None:
+            position, value = self.pruning_hook.pruned_at
+            self.tracker.set_tags(
+                {
+                    "pruned": "true",
+                    "pruned.epoch": str(position.epoch),
+                    "pruned.global_step": str(position.global_step),
+                    "pruned.value": f"{value:.6g}",
+                    "pruned.steps_saved": str(max(self.plan.schedule.total_steps - position.global_step, 0)),
+                }
+            )
+            return "pruned"
         if result.stopped_early:
             return "early_stopping"
         return "max_steps" if self.plan.schedule.max_steps is not None else "epochs"

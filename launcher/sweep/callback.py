@@ -16,9 +16,8 @@ from omegaconf import DictConfig
 
 from launcher.config.tasks import objective
 from launcher.console import quiet_tracking_logs
-from launcher.files import SWEEP_FILE, read_json, write_json_atomic
-from launcher.sweep import study_storage
-from launcher.sweep.job import swept_keys
+from launcher.files import STOP_FILE, SWEEP_FILE, read_json, write_json_atomic
+from launcher.sweep.job import stopped_by, swept_keys
 from launcher.sweep.summary import summarise
 from launcher.tracking.client import with_retry
 from launcher.tracking.tracker import open_run
@@ -29,22 +28,6 @@ def _swept(config: DictConfig) -> list[str]:
     return swept_keys(list(config.hydra.overrides.task)) + list((config.hydra.sweeper.get("params") or {}).keys())
 
 
-def _reseed_sampler(config: DictConfig, offset: int) -> None:
-    """A seeded search sampler (Optuna's) run again would propose its first run's trials again, which
-    the jobs would skip as finished: offset its seed by the earlier runs so a continued study samples
-    new points. Hydra builds the sweeper from this same config after this callback."""
-    sampler = config.hydra.sweeper.get("sampler")
-    if sampler is None or sampler.get("seed") is None:
-        return
-    from omegaconf import open_dict, read_write
-
-    with read_write(config), open_dict(config):
-        sampler.seed = int(sampler.seed) + offset
-    print(
-        f"  search sampler seed {sampler.seed} (its first run's + {offset}): new trials, not the same again", flush=True
-    )
-
-
 class SweepCallback(Callback):
     """Creates the parent MLflow run before the jobs start and summarises the sweep after."""
 
@@ -53,7 +36,6 @@ class SweepCallback(Callback):
             quiet_tracking_logs()
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        study_storage.prepare(config.hydra.sweeper.get("storage"))
         previous = read_json(sweep_dir / SWEEP_FILE)
         if previous and previous.get("sweep_id"):
             self._continue(config, sweep_dir, previous)
@@ -86,12 +68,14 @@ class SweepCallback(Callback):
         )
         state["swept_keys"] = sorted(set(state.get("swept_keys") or []) | set(_swept(config)))
         state["runs"] = state.get("runs", 1) + 1
-        _reseed_sampler(config, state["runs"] - 1)
+        (sweep_dir / STOP_FILE).unlink(missing_ok=True)  # a fail-fast stop is over: this run continues the jobs
         if state.get("parent_run_id"):
             from mlflow.tracking import MlflowClient
 
             check_reachable(state["uri"])
-            with_retry(MlflowClient(state["uri"]).update_run, state["parent_run_id"], status="RUNNING")
+            client = MlflowClient(state["uri"])
+            state["parent_status"] = with_retry(client.get_run, state["parent_run_id"]).info.status
+            with_retry(client.update_run, state["parent_run_id"], status="RUNNING")
         state.pop("sweep_pid", None)
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
 
@@ -101,14 +85,39 @@ class SweepCallback(Callback):
         # The sweep's promise, recorded for whoever checks it: jobs ran elsewhere, TensorFlow never loaded here.
         state.update(sweep_pid=os.getpid(), tensorflow_loaded="tensorflow" in sys.modules)
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
-        if not state.get("parent_run_id"):
-            return
+        stop = stopped_by(sweep_dir)
+        if state.get("parent_run_id"):
+            direction = config.hydra.sweeper.get("direction")
+            summarise(
+                state["uri"],
+                state["parent_run_id"],
+                sweep_dir,
+                state.get("swept_keys") or [],
+                objective(config),
+                direction if isinstance(direction, str) else None,
+                stopped_by=stop,
+            )
+        if stop:
+            print(
+                f"sweep.fail_fast=true: the sweep stopped at {stop['job']} (exit {stop['exit_code']}, see "
+                f"{stop['log']}); jobs it stopped or never started continue when the same sweep runs again.",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(1)
 
-        summarise(
-            state["uri"],
-            state["parent_run_id"],
-            sweep_dir,
-            state.get("swept_keys") or [],
-            objective(config),
-            config.hydra.sweeper.get("direction"),
-        )
+
+def withdraw(sweep_dir: Path) -> None:
+    """A sweep refused before its first job leaves nothing behind: a new sweep's parent run and state are removed,
+    a continued sweep's parent goes back to the status it had."""
+    from mlflow.tracking import MlflowClient
+
+    state = read_json(sweep_dir / SWEEP_FILE, {})
+    if state.get("parent_run_id"):
+        client = MlflowClient(state["uri"])
+        if state.get("parent_status"):
+            with_retry(client.update_run, state["parent_run_id"], status=state["parent_status"])
+        else:
+            with_retry(client.delete_run, state["parent_run_id"])
+    if not state.get("parent_status") and not state.get("runs"):
+        (sweep_dir / SWEEP_FILE).unlink(missing_ok=True)

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from launcher.config.tasks import objective
-from launcher.files import JOB_FILE, SWEEP_FILE, read_json, write_json_atomic
-from launcher.outcome import OutcomeRecord
+from launcher.files import JOB_FILE, STOP_FILE, SWEEP_FILE, read_json, write_json_atomic
+from launcher.outcome import FINISHED, OutcomeRecord
 from launcher.tracking.client import with_retry
 from launcher.tracking.succession import remembered_run
 from launcher.tracking.uri import redact
@@ -43,10 +45,41 @@ def job_name(overrides: list[str], keys: list[str] | None = None) -> str:
     return ",".join(chosen) or "defaults"
 
 
-def run_job(cfg: DictConfig, hydra_cfg) -> float:
+# What a job came to, for the sweeper: trained to its end, pruned by its study, failed, or stopped unfinished
+# (a fail-fast sweep skipped it or stopped it midway: the same sweep again continues it).
+DONE, PRUNED, FAILED, STOPPED = "finished", "pruned", "failed", "stopped"
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """One job's result as the sweeper reads it: how it ended and its final metrics."""
+
+    status: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    job_dir: str = ""
+
+    def value(self, name: str) -> float:
+        """The final value of metric `name`; NaN when the job did not finish or never logged it."""
+        found = self.metrics.get(name) if self.status in (DONE, PRUNED) else None
+        return float(found) if found is not None else float("nan")
+
+    @classmethod
+    def of(cls, outcome: OutcomeRecord | None, job_dir: Path) -> JobResult:
+        if outcome is None or outcome.status != FINISHED:
+            return cls(FAILED if outcome is None or outcome.status != "KILLED" else STOPPED, job_dir=str(job_dir))
+        status = PRUNED if outcome.stop_reason == "pruned" else DONE
+        return cls(status, {k: float(v) for k, v in outcome.metrics.items()}, str(job_dir))
+
+
+def stopped_by(sweep_dir: Path) -> dict | None:
+    """The failed job that stopped a fail-fast sweep, if one did."""
+    return read_json(sweep_dir / STOP_FILE)
+
+
+def run_job(cfg: DictConfig, hydra_cfg) -> JobResult:
     """Run one multirun job in a fresh Python process; record it as a child run whatever happens.
 
-    Returns the job's final `objective` metric (NaN when it failed), for sweepers that optimise.
+    Returns how it ended and its final metrics, for sweepers that optimise.
     """
     sweep_dir = Path(hydra_cfg.sweep.dir)
     state = _sweep_state(sweep_dir)
@@ -61,7 +94,10 @@ def run_job(cfg: DictConfig, hydra_cfg) -> float:
             f"skipped; {objective(cfg)}={value:.4g}",
             flush=True,
         )
-        return value
+        return JobResult.of(earlier, job_dir)
+    if stop := stopped_by(sweep_dir):
+        print(f"[sweep job {hydra_cfg.job.num}] {name}: not started, the sweep stopped at {stop['job']}", flush=True)
+        return JobResult(STOPPED, job_dir=str(job_dir))
     resuming = (job_dir / JOB_FILE).exists()  # an earlier run of this sweep started it (killed or failed)
     write_json_atomic(job_dir / JOB_FILE, {"overrides": sorted(overrides)})
     extra = [f"hydra.run.dir={job_dir}", f"tracking.sweep_id={state.get('sweep_id', '')}"]
@@ -69,23 +105,44 @@ def run_job(cfg: DictConfig, hydra_cfg) -> float:
         extra += [f"tracking.parent_run_id={state['parent_run_id']}", f"tracking.uri={state['uri']}"]
     if not cfg.tracking.run_name:
         extra.append(f"tracking.run_name='{name}'")
+    if cfg.sweep.trial is not None and state.get("study"):  # an hparams_search trial: where it reports
+        extra += [f"sweep.study={state['study']['storage']}", f"sweep.study_name={state['study']['name']}"]
     args = [sys.executable, "-m", "launcher", *overrides, *extra]
     print(f"[sweep job {hydra_cfg.job.num}] {name}" + (f" (again, in {job_dir})" if resuming else ""), flush=True)
     log_path = job_dir / "job.log"
     with open(log_path, "a" if resuming else "w") as log:
-        done = subprocess.run(
-            args, cwd=hydra_cfg.runtime.cwd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ)
-        )
+        returncode = _run_until_stopped(args, hydra_cfg.runtime.cwd, log, sweep_dir)
     outcome = OutcomeRecord.read(job_dir)
-    if done.returncode != 0 and state.get("parent_run_id") and not (outcome and outcome.run_id):
+    if returncode != 0 and state.get("parent_run_id") and not (outcome and outcome.run_id):
         if own_run := remembered_run(job_dir):  # the job's own run exists, its process is gone (killed): settle it
-            _settle_killed_child(state, own_run, name, log_path, done.returncode)
+            _settle_killed_child(state, own_run, name, log_path, returncode)
         else:
-            _record_failed_child(state, name, overrides, log_path, done.returncode)
-    status = "ok" if done.returncode == 0 else f"failed (exit {done.returncode}, see {log_path})"
-    value = outcome.objective(objective(cfg)) if done.returncode == 0 and outcome else float("nan")
+            _record_failed_child(state, name, overrides, log_path, returncode)
+    # A process a signal ended (-N: SIGKILL, the OOM killer) wrote nothing: an outcome here is an earlier attempt's.
+    result = JobResult.of(outcome if returncode >= 0 else None, job_dir)
+    if result.status == FAILED and cfg.sweep.fail_fast and not stopped_by(sweep_dir):
+        write_json_atomic(sweep_dir / STOP_FILE, {"job": name, "exit_code": returncode, "log": str(log_path)})
+        print(f"[sweep job {hydra_cfg.job.num}] {name} failed: sweep.fail_fast=true stops the sweep", flush=True)
+    status = {DONE: "ok", PRUNED: "pruned", STOPPED: "stopped (the sweep stopped)"}.get(
+        result.status, f"failed (exit {returncode}, see {log_path})"
+    )
+    value = result.value(objective(cfg))
     print(f"[sweep job {hydra_cfg.job.num}] {name}: {status}; {objective(cfg)}={value:.4g}", flush=True)
-    return value
+    return result
+
+
+def _run_until_stopped(args: list[str], cwd: str, log, sweep_dir: Path) -> int:
+    """The job's process to its end; when a fail-fast sweep stops meanwhile, it is asked to save and stop
+    (SIGTERM: the preemption path), so the same sweep again resumes it."""
+    process = subprocess.Popen(args, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+    signalled = False
+    while True:
+        try:
+            return process.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            if not signalled and stopped_by(sweep_dir):
+                process.send_signal(signal.SIGTERM)
+                signalled = True
 
 
 def _job_dir(sweep_dir: Path, given: Path, overrides: list[str]) -> Path:

@@ -40,7 +40,8 @@ def table_rows(runs) -> list[dict]:
     rows = []
     tested = sorted({m for run in runs for m in run.data.metrics if is_test_metric(m)})
     for run in runs:
-        row = {"job": run.info.run_name, "status": run.info.status, "run_id": run.info.run_id}
+        status = "PRUNED" if is_pruned(run) else run.info.status
+        row = {"job": run.info.run_name, "status": status, "run_id": run.info.run_id}
         row.update({p: run.data.params.get(p, "") for p in PARAMS})
         row.update({m: run.data.metrics.get(m, "") for m in (*SUMMARY_METRICS, *tested)})
         row["error"] = run.data.tags.get("error", "").splitlines()[0] if run.data.tags.get("error") else ""
@@ -113,9 +114,14 @@ def minimises(objective: str, direction: str | None = None) -> bool:
     return any(word in objective for word in ("loss", "error", "perplexity"))
 
 
+def is_pruned(run) -> bool:
+    """A search's trial its pruner stopped: FINISHED, but its final metrics are from an early epoch."""
+    return run.data.tags.get("pruned") == "true"
+
+
 def best_run(runs, objective: str, direction: str | None = None):
-    """The finished child with the best final `objective`, or None."""
-    scored = [r for r in runs if r.info.status == "FINISHED" and objective in r.data.metrics]
+    """The finished (not pruned) child with the best final `objective`, or None."""
+    scored = [r for r in runs if r.info.status == "FINISHED" and objective in r.data.metrics and not is_pruned(r)]
     if not scored:
         return None
     pick = min if minimises(objective, direction) else max
@@ -152,6 +158,39 @@ def parent_record(runs, job_overrides: list[list[str]], swept: list[str], object
     return params, metrics, tags
 
 
+def pruning_record(runs) -> tuple[dict, dict]:
+    """What pruning saved: the pruned children and the training steps they did not run (their schedules' total
+    minus where each stopped), against the steps every child ran."""
+    pruned = [r for r in runs if is_pruned(r)]
+    if not pruned:
+        return {}, {}
+    saved = sum(int(r.data.tags.get("pruned.steps_saved", 0)) for r in pruned)
+    return (
+        {"sweep.pruned_trials": float(len(pruned)), "sweep.steps_saved": float(saved)},
+        {"sweep.pruned": ", ".join(f"{r.info.run_name} (epoch {r.data.tags.get('pruned.epoch')})" for r in pruned)},
+    )
+
+
+def search_record(report: dict | None) -> tuple[dict, dict]:
+    """A search's answer to "what mattered": each parameter's importance as a metric, the best trial(s) (the
+    Pareto front of a multi-objective search) as a tag."""
+    if not report:
+        return {}, {}
+    metrics = {
+        f"importance.{name}.{key}" if len(report["importances"]) > 1 else f"importance.{key}": value
+        for name, found in report.get("importances", {}).items()
+        for key, value in found.items()
+    }
+    tags = {"sweep.trial_states": ", ".join(f"{k} {v}" for k, v in report.get("states", {}).items() if v)}
+    best = report.get("best") or []
+    if len(report.get("objectives", [])) > 1 and best:
+        objectives = report["objectives"]
+        shown = [", ".join(f"{o}={v:.4g}" for o, v in zip(objectives, b["values"], strict=True)) for b in best]
+        tags["sweep.pareto_front"] = "; ".join(f"trial {b['number']}: {s}" for b, s in zip(best, shown, strict=True))
+        tags["sweep.pareto_front"] = tags["sweep.pareto_front"][:4900]
+    return metrics, tags
+
+
 def summarise(
     uri: str,
     parent_run_id: str,
@@ -159,9 +198,11 @@ def summarise(
     swept: list[str] = (),
     objective: str = "val_accuracy",
     direction: str | None = None,
+    stopped_by: dict | None = None,
 ) -> list[dict]:
     """Write the table and plots into the sweep dir, log them on the parent with the sweep's record
-    (`parent_record`), end the parent run."""
+    (`parent_record`, `pruning_record`, a search's `search_record`), end the parent run: FAILED when a fail-fast
+    sweep stopped at a failed job (`stopped_by`), else FINISHED."""
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
@@ -171,6 +212,12 @@ def summarise(
     # Each job's overrides as it recorded them (sweep.job), not re-split from its name: values may hold commas.
     job_overrides = [read_json(path, {}).get("overrides", []) for path in sorted(sweep_dir.glob(f"*/{JOB_FILE}"))]
     params, metrics, tags = parent_record(runs, job_overrides, list(swept), objective, direction)
+    pruned_metrics, pruned_tags = pruning_record(runs)
+    search_metrics, search_tags = search_record(read_json(sweep_dir / "summary" / "search" / "search.json"))
+    metrics.update({**pruned_metrics, **search_metrics})
+    tags.update({**pruned_tags, **search_tags})
+    if stopped_by:
+        tags["sweep.stopped_by"] = f"{stopped_by['job']} (exit {stopped_by['exit_code']})"
     params = {k: v for k, v in params.items() if k not in parent.data.params}  # a continued sweep logged them
     now = int(time.time() * 1000)
     with_retry(
@@ -187,12 +234,12 @@ def summarise(
     plot_curves(client, runs, out / "val_loss_curves.png")
     plot_metric_vs_job(rows, out / "val_accuracy_by_job.png")
     with_retry(client.log_artifacts, parent_run_id, str(out), "summary")
-    failed = sum(r["status"] != "FINISHED" for r in rows)
+    failed = sum(r["status"] not in ("FINISHED", "PRUNED") for r in rows)
     with_retry(client.set_tag, parent_run_id, "sweep.jobs", str(len(rows)))
     with_retry(client.set_tag, parent_run_id, "sweep.failed_jobs", str(failed))
     links = SweepLinks(MlflowUi.of(uri), parent.info.experiment_id, parent_run_id, tuple(r.info.run_id for r in runs))
     with_retry(client.set_tag, parent_run_id, "mlflow.note.content", links.note())
-    with_retry(client.set_terminated, parent_run_id, status="FINISHED")
+    with_retry(client.set_terminated, parent_run_id, status="FAILED" if stopped_by else "FINISHED")
     print((out / "summary.md").read_text(), flush=True)
     print(links.console(), flush=True)
     return rows

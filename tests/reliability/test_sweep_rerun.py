@@ -1,5 +1,5 @@
 """Re-running the same named sweep continues it: finished jobs skipped, a killed job resumed from its
-checkpoint into the same MLflow child run, an Optuna search's study loaded and extended."""
+checkpoint into the same MLflow child run (a search's study: tests/reliability/test_search_sweeps.py)."""
 
 from __future__ import annotations
 
@@ -81,45 +81,3 @@ def test_a_killed_sweep_rerun_skips_finished_jobs_and_resumes_the_killed_one(tmp
     assert kids["scaling.batch_size=64"].info.run_id == killed_run
     assert all(k.info.status == "FINISHED" for k in kids.values()) and parent.info.status == "FINISHED"
     assert sorted(m.step for m in client.get_metric_history(killed_run, "val_loss")) == [0, 1, 2, 3]
-
-
-@pytest.mark.slow
-def test_optuna_trials_are_children_and_a_rerun_search_continues_its_study(tmp_path):
-    import optuna
-
-    search = [
-        "-m",
-        "name=search",
-        "hparams_search=optuna",
-        "hydra.sweeper.n_trials=1",
-        "train.epochs=1",
-        "checkpoint.enabled=false",
-        "model.hidden_units=[16]",
-    ]
-    first = subprocess.run(_command(tmp_path, *search), cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert "Best value:" in first.stdout + first.stderr
-    _, parent, kids = _children(tmp_path)
-    assert len(kids) == 1 and all(k.info.status == "FINISHED" for k in kids.values())
-    for name in kids:
-        assert name.startswith("optimizer.learning_rate=") and "scaling=" in name and "model.hidden_units=" in name
-    again = subprocess.run(_command(tmp_path, *search), cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "Using an existing study" in again.stderr + again.stdout
-    study = optuna.load_study(study_name="launcher", storage=f"sqlite:///{tmp_path}/sweep/optuna.db")
-    assert len([t for t in study.trials if t.state.name == "COMPLETE"]) == 2  # one trial per run, both kept
-    _, same_parent, kids = _children(tmp_path)  # the continued sweep: one parent, every trial its child
-    assert same_parent.info.run_id == parent.info.run_id and len(kids) == 2
-
-
-def test_a_prepared_study_database_is_continued_by_optuna(tmp_path):
-    import optuna
-
-    from launcher.sweep import study_storage
-
-    storage = f"sqlite:///{tmp_path}/optuna.db"
-    for _ in range(2):  # the second call finds the database ready and leaves it as it is
-        study_storage.prepare(storage)
-        study = optuna.create_study(study_name="s", storage=storage, load_if_exists=True)
-        study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)
-    assert [t.state.name for t in optuna.load_study(study_name="s", storage=storage).trials] == ["COMPLETE"] * 4

@@ -1,0 +1,1 @@
+"""Hydra discovers the launcher's sweeper here (plugins must live under `hydra_plugins`)."""

@@ -1,0 +1,421 @@
+"""The launcher's hyper-parameter search: a Hydra sweeper on Optuna (`-m hparams_search=optuna`).
+
+It asks the study for trials, runs each as a sweep job (a fresh `python -m launcher`, a child MLflow run, through
+whichever Hydra launcher is configured: in this process, joblib's processes, submitit/Slurm), and tells the study
+how each ended: its final objective(s), pruned (the trial's own process reported every validation and its pruner
+stopped it), or failed. Everything is checked before the first trial, and refused at once.
+
+The study lives in its storage (`<sweep dir>/optuna.db` by default), so the same named sweep again continues it:
+finished and pruned trials stay, a trial a killed sweep left running is resumed into its job dir and child run,
+and new trials are asked until the study holds `n_trials`.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hydra.plugins.sweeper import Sweeper
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from launcher.config.bounds import declared
+from launcher.config.errors import ConfigError, Violation
+from launcher.config.schema import to_config
+from launcher.config.search import (
+    PRUNERS,
+    STUDY_OBJECTIVES,
+    STUDY_PRUNER,
+    make_sampler,
+    open_storage,
+    prunes,
+    spec_problems,
+)
+from launcher.config.tasks import known_epoch_metrics, metric_names, objective
+from launcher.files import SWEEP_FILE, read_json, write_json_atomic
+from launcher.outcome import EXIT_REFUSED
+from launcher.sweep.callback import withdraw
+from launcher.sweep.job import DONE, FAILED, PRUNED, STOPPED, stopped_by
+from launcher.sweep.space import (
+    Dimension,
+    KeyFacts,
+    grid_space,
+    in_condition_order,
+    override_of,
+    override_text,
+    parse_dimension,
+    parse_space,
+    space_problems,
+    suggest,
+)
+from launcher.sweep.summary import minimises
+
+SEARCH_DIR = "search"  # in the sweep's summary dir: the study's own artifacts
+
+
+class Search(Sweeper):
+    """`hydra.sweeper` settings (conf/hydra/sweeper/search.yaml): the study, the sampler and pruner specs, the
+    objectives and their directions, how many trials, how many at once, and the search space."""
+
+    def __init__(
+        self,
+        study_name: str = "launcher",
+        storage: str | None = None,
+        sampler: Mapping | None = None,
+        pruner: Mapping | None = None,
+        objectives: Any = None,
+        direction: Any = None,
+        n_trials: int = 12,
+        n_jobs: int = 1,
+        timeout: float | None = None,
+        params: Mapping | None = None,
+    ):
+        self.study_name = study_name
+        self.storage = storage
+        self.sampler = _plain(sampler) or {"name": "tpe"}
+        self.pruner = _plain(pruner) or {"name": "none"}
+        self.objectives_given = _plain(objectives)
+        self.direction = _plain(direction)
+        self.n_trials = n_trials
+        self.n_jobs = n_jobs
+        self.timeout = timeout
+        self.params = _plain(params) or {}
+        self.config: DictConfig | None = None
+        self.launcher = None
+        self.hydra_context = None
+        self._bounds_found: dict[str, str] | None = None
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.config = config
+        self.hydra_context = hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            config=config, hydra_context=hydra_context, task_function=task_function
+        )
+
+    # ------------------------------------------------------------------ what is searched, checked
+
+    @property
+    def objectives(self) -> list[str]:
+        given = self.objectives_given
+        if given is None or given == []:
+            return [objective(self.config)]
+        return [str(given)] if isinstance(given, str) else [str(o) for o in given]
+
+    @property
+    def directions(self) -> list[str]:
+        given = self.direction
+        if given is None:
+            return ["minimize" if minimises(o) else "maximize" for o in self.objectives]
+        listed = [str(given)] if isinstance(given, str) else [str(d) for d in given]
+        return listed * len(self.objectives) if len(listed) == 1 else listed
+
+    def plan(self, arguments: list[str]) -> tuple[list[str], list[Dimension], list[Violation]]:
+        """The fixed overrides, the space (YAML params, then sweep syntax from the command line, a fixed value on
+        the command line winning over both), and every problem found in them."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        dimensions, problems = parse_space(self.params)
+        fixed, from_cli = [], []
+        for override in OverridesParser.create().parse_overrides(arguments):
+            if override.is_sweep_override():
+                key = override.get_key_element()
+                try:
+                    from_cli.append(parse_dimension(key, override.get_value_element_as_str()))
+                except ValueError as error:
+                    problems.append(Violation(key, override.input_line, str(error), "choice(a,b) or interval(lo,hi)"))
+            else:
+                fixed.append(override.input_line)
+        pinned = {line.split("=", 1)[0].lstrip("+~") for line in fixed}
+        cli_keys = {d.key for d in from_cli}
+        dimensions = [d for d in dimensions if d.key not in pinned and d.key not in cli_keys] + from_cli
+        dimensions = in_condition_order(dimensions)
+        if not dimensions:
+            problems.append(
+                Violation(
+                    "hydra.sweeper.params",
+                    {},
+                    "at least one searched key",
+                    "e.g. hydra.sweeper.params='{optimizer.learning_rate: {low: 1e-4, high: 0.1, log: true}}'",
+                )
+            )
+        problems += space_problems(dimensions, self._facts, self._all_keys())
+        problems += self._settings_problems(dimensions)
+        return fixed, dimensions, problems
+
+    def _settings_problems(self, dimensions: list[Dimension]) -> list[Violation]:
+        problems = spec_problems("sampler", self.sampler, "hydra.sweeper.sampler")
+        problems += spec_problems("pruner", self.pruner, "hydra.sweeper.pruner")
+        if self.sampler.get("name") == "grid":
+            problems += grid_space(dimensions)[1]
+        for key, value, least in (("n_trials", self.n_trials, 1), ("n_jobs", self.n_jobs, 1)):
+            if not isinstance(value, int) or value < least:
+                problems.append(Violation(f"hydra.sweeper.{key}", value, f"an integer >= {least}", f"{key}=1"))
+        if len(self.directions) != len(self.objectives) or any(
+            d not in ("minimize", "maximize") for d in self.directions
+        ):
+            problems.append(
+                Violation(
+                    "hydra.sweeper.direction",
+                    self.direction,
+                    f"minimize or maximize, one per objective ({self.objectives}), or null (by the metric's name)",
+                    "hydra.sweeper.direction=null",
+                )
+            )
+        task = getattr(self.config.task.name, "value", self.config.task.name)
+        known = known_epoch_metrics(task, metric_names(task, self.config.task.metrics))
+        for name in self.objectives:
+            if name.startswith("test_"):
+                problems.append(
+                    Violation(
+                        "hydra.sweeper.objectives",
+                        name,
+                        "a training or validation metric: test_* are measured after training and never steer it",
+                        f"hydra.sweeper.objectives=[{name.replace('test_', 'val_', 1)}]",
+                    )
+                )
+            elif known is not None and name not in known:
+                problems.append(
+                    Violation(
+                        "hydra.sweeper.objectives",
+                        name,
+                        f"an epoch metric the runs log: one of {known}",
+                        f"hydra.sweeper.objectives=[{[k for k in known if k.startswith('val_')][-1]}]",
+                    )
+                )
+        if prunes(self.pruner) and len(self.objectives) > 1:
+            problems.append(
+                Violation(
+                    "hydra.sweeper.pruner.name",
+                    self.pruner.get("name"),
+                    f"none for a search of {len(self.objectives)} objectives (Optuna prunes by one objective only)",
+                    "hydra.sweeper.pruner.name=none, or one objective",
+                )
+            )
+        return problems
+
+    def _facts(self, key: str) -> KeyFacts:
+        choices = self.config.hydra.runtime.choices
+        if key in choices:
+            options = self.hydra_context.config_loader.get_group_options(key)
+            return KeyFacts(True, choices[key], options=tuple(options))
+        missing = object()
+        value = OmegaConf.select(self.config, key, default=missing, throw_on_missing=False)
+        if value is missing:
+            return KeyFacts(False)
+        if isinstance(value, DictConfig) or OmegaConf.is_config(value):
+            value = OmegaConf.to_container(value)
+        return KeyFacts(True, value, bound=self._bounds().get(key))
+
+    def _bounds(self) -> dict[str, str]:
+        """The declared range of every bounded key (`launcher.config.bounds`), from the composed config."""
+        if self._bounds_found is None:
+            job = copy.deepcopy(self.config)
+            with open_dict(job):
+                job.pop("hydra")
+            try:
+                self._bounds_found = {key: meta["bound"] for key, _, meta in declared(to_config(job))}
+            except ConfigError:  # a config that does not resolve: each job refuses it, with its reason
+                self._bounds_found = {}
+        return self._bounds_found
+
+    def _all_keys(self) -> list[str]:
+        plain = OmegaConf.to_container(
+            OmegaConf.masked_copy(self.config, [k for k in self.config if k != "hydra"]), resolve=False
+        )
+        keys: list[str] = list(self.config.hydra.runtime.choices)
+
+        def walk(node, prefix):
+            for k, v in node.items():
+                keys.append(prefix + str(k))
+                if isinstance(v, dict):
+                    walk(v, f"{prefix}{k}.")
+
+        walk(plain, "")
+        return keys
+
+    def _config_value(self, key: str) -> str | None:
+        fact = self._facts(key)
+        return override_text(fact.value) if fact.exists else None
+
+    # ------------------------------------------------------------------ the search
+
+    def sweep(self, arguments: list[str]) -> None:
+        import optuna
+        from optuna.trial import TrialState
+
+        fixed, dimensions, problems = self.plan(arguments)
+        if problems:
+            print(ConfigError(problems), file=sys.stderr, flush=True)
+            print("Nothing ran: fix the search and run the same command again.", file=sys.stderr, flush=True)
+            withdraw(Path(self.config.hydra.sweep.dir))
+            raise SystemExit(EXIT_REFUSED)
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        storage_url = str(self.storage or f"sqlite:///{sweep_dir / 'optuna.db'}")
+        grid, _ = grid_space(dimensions) if self.sampler.get("name") == "grid" else ({}, [])
+        if grid:
+            dimensions = [d.as_grid() for d in dimensions]
+        storage = open_storage(storage_url)
+        earlier = self._trials_so_far(storage)
+        seed = self.sampler.get("seed")
+        # A seeded sampler started again would propose its first points again: offset by the trials it has.
+        sampler = make_sampler(self.sampler, None if seed is None else int(seed) + earlier, grid)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(
+            study_name=self.study_name,
+            storage=storage,
+            sampler=sampler,
+            directions=self.directions,
+            load_if_exists=True,
+        )
+        study.set_user_attr(STUDY_PRUNER, self.pruner)
+        study.set_user_attr(STUDY_OBJECTIVES, self.objectives)
+        self._remember_study(sweep_dir, storage_url)
+        self._announce(dimensions, study, earlier)
+
+        resumed = [
+            (t.number, [override_of(k, v) for k, v in t.params.items()])
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        ]
+        started = time.monotonic()
+        while not stopped_by(sweep_dir):
+            if self.timeout and time.monotonic() - started > float(self.timeout):
+                print(f"hydra.sweeper.timeout={self.timeout} s reached: no new trials.", flush=True)
+                break
+            batch = resumed[: self.n_jobs]
+            resumed = resumed[len(batch) :]
+            while len(batch) < self.n_jobs and len(study.trials) < self.n_trials:
+                trial = study.ask()
+                chosen = suggest(trial, dimensions, self._config_value)
+                batch.append((trial.number, [override_of(k, v) for k, v in chosen.items()]))
+            if not batch:
+                break
+            for number, job in self._launch(fixed, batch):
+                self._tell(study, number, job)
+        write_report(study, self.objectives, sweep_dir / "summary" / SEARCH_DIR)
+
+    def _launch(self, fixed: list[str], batch: list[tuple[int, list[str]]]):
+        """Run a batch of trials at once; each job's number (its dir under the sweep dir) is its trial's number,
+        so a trial resumed by a later run of the sweep is the same job. Numbers that do not follow each other
+        (trials resumed beside new ones) are launched one by one."""
+        numbers = [number for number, _ in batch]
+        groups = [batch] if numbers == list(range(numbers[0], numbers[0] + len(numbers))) else [[b] for b in batch]
+        for group in groups:
+            jobs = [tuple([*fixed, *values, f"sweep.trial={number}"]) for number, values in group]
+            returns = self.launcher.launch(jobs, initial_job_idx=group[0][0])
+            yield from zip([number for number, _ in group], returns, strict=True)
+
+    def _trials_so_far(self, storage) -> int:
+        try:
+            study_id = storage.get_study_id_from_name(self.study_name)
+        except KeyError:
+            return 0
+        return len(storage.get_all_trials(study_id, deepcopy=False))
+
+    def _remember_study(self, sweep_dir: Path, storage_url: str) -> None:
+        """Where the sweep's jobs report: sweep.json (`sweep.job` passes it to each trial's process)."""
+        state = read_json(sweep_dir / SWEEP_FILE, {})
+        state["study"] = {"storage": storage_url, "name": self.study_name}
+        write_json_atomic(sweep_dir / SWEEP_FILE, state)
+
+    def _announce(self, dimensions: list[Dimension], study, earlier: int) -> None:
+        goal = ", ".join(f"{d} {o}" for o, d in zip(self.objectives, self.directions, strict=True))
+        print(
+            f"Search: study {self.study_name!r}, {goal}; sampler {self.sampler.get('name', 'tpe')}, pruner "
+            f"{self.pruner.get('name', 'none')} ({PRUNERS[str(self.pruner.get('name', 'none'))].does}); "
+            f"{self.n_trials} trials, {self.n_jobs} at a time"
+            + (f"; continuing: {earlier} trial(s) in the study already" if earlier else ""),
+            flush=True,
+        )
+        for dim in dimensions:
+            print(f"  {dim.key}: {dim.describe()}", flush=True)
+
+    def _tell(self, study, number: int, job) -> None:
+        from hydra.core.utils import JobStatus
+        from optuna.trial import TrialState
+
+        if job.status != JobStatus.COMPLETED:
+            study.tell(number, state=TrialState.FAIL)
+            return
+        result = job.return_value
+        if result.status == STOPPED:  # left RUNNING: the same sweep again resumes it
+            return
+        if result.status == PRUNED:
+            study.tell(number, state=TrialState.PRUNED)
+            return
+        values = [result.value(name) for name in self.objectives]
+        if result.status == FAILED or result.status != DONE or any(v != v for v in values):
+            study.tell(number, state=TrialState.FAIL)
+            return
+        study.tell(number, values)
+
+
+def _plain(value: Any) -> Any:
+    """YAML settings as plain lists and dicts (Hydra hands them over as OmegaConf nodes)."""
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def write_report(study, objectives: list[str], out: Path) -> dict:
+    """What mattered, as the parent run shows it: the best trial(s) (the Pareto front of a multi-objective
+    search), the parameter importances, the optimisation history and parallel-coordinates plots, the counts."""
+    import optuna
+    from optuna.trial import TrialState
+
+    out.mkdir(parents=True, exist_ok=True)
+    trials = study.get_trials(deepcopy=False)
+    counts = {state.name.lower(): sum(t.state == state for t in trials) for state in TrialState}
+    report: dict[str, Any] = {"objectives": objectives, "trials": len(trials), "states": counts, "notes": []}
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    if complete:
+        best = study.best_trials if len(objectives) > 1 else [study.best_trial]
+        report["best"] = [{"number": t.number, "values": t.values, "params": t.params} for t in best]
+    targets = [None] if len(objectives) == 1 else [lambda t, i=i: t.values[i] for i in range(len(objectives))]
+    importances = {}
+    for name, target in zip(objectives, targets, strict=False):
+        try:
+            found = optuna.importance.get_param_importances(study, target=target)
+            importances[name] = {k: round(float(v), 4) for k, v in found.items()}
+        except (RuntimeError, ValueError) as why:  # fewer than 2 finished trials, or nothing varied
+            report["notes"].append(f"no importances for {name}: {why}")
+    report["importances"] = importances
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Optuna's matplotlib plots are marked experimental
+        _plots(study, objectives, out, report)
+    write_json_atomic(out / "search.json", report)
+    return report
+
+
+def _plots(study, objectives: list[str], out: Path, report: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as plots
+
+    first = None if len(objectives) == 1 else (lambda t: t.values[0])
+    drawings = {
+        "optimization_history.png": lambda: plots.plot_optimization_history(
+            study, target=first, target_name=objectives[0]
+        ),
+        "parallel_coordinates.png": lambda: plots.plot_parallel_coordinate(
+            study, target=first, target_name=objectives[0]
+        ),
+        "param_importances.png": lambda: plots.plot_param_importances(study, target=first, target_name=objectives[0]),
+        "intermediate_values.png": lambda: plots.plot_intermediate_values(study),
+    }
+    if len(objectives) > 1:
+        drawings["pareto_front.png"] = lambda: plots.plot_pareto_front(study, target_names=objectives)
+    for name, draw in drawings.items():
+        try:
+            axes = draw()
+        except (RuntimeError, ValueError, ZeroDivisionError) as why:  # too few trials for this plot
+            report["notes"].append(f"{name} not drawn: {why}")
+            continue
+        figure = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
+        figure.savefig(out / name, dpi=90, bbox_inches="tight")
+        plt.close(figure)
