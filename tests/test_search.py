@@ -251,7 +251,7 @@ def test_the_grid_sampler_takes_its_space_from_the_search_not_from_the_spec():
     assert [p.key for p in spec_problems("sampler", {"name": "grid", "search_space": {}}, "k")] == ["k.search_space"]
     sampler = make_sampler({"name": "grid", "seed": 1}, 1, {"scaling": ["global", "per_replica"]})
     study = optuna.create_study(sampler=sampler)
-    study.optimize(lambda t: float(t.suggest_categorical("scaling", ["global", "per_replica"]) == "global"))
+    study.optimize(lambda t: float(t.suggest_categorical("scaling", ["global", "per_replica"]) == "global"), n_trials=2)
     assert sorted(t.params["scaling"] for t in study.trials) == ["global", "per_replica"]
 
 
@@ -424,3 +424,149 @@ def test_the_parent_shows_importances_and_a_pareto_front():
     assert tags["sweep.trial_states"] == "complete 2"
     single, _ = search_record({"objectives": ["val_loss"], "importances": {"val_loss": {"scaling": 1.0}}})
     assert single == {"importance.scaling": 1.0}
+
+
+# ------------------------------------------------------------------ the sweeper's loop, with a fake Hydra launcher
+
+
+class FakeLauncher:
+    """Runs no process: each job "trains" by the rule given, reporting to its trial as a real one would."""
+
+    def __init__(self, rule):
+        self.rule = rule  # (trial number, overrides) -> JobResult
+        self.launched: list[tuple[int, list[str]]] = []
+
+    def launch(self, jobs, initial_job_idx):
+        from hydra.core.utils import JobReturn, JobStatus
+
+        returns = []
+        for idx, overrides in enumerate(jobs):
+            number = int(next(o for o in overrides if o.startswith("sweep.trial=")).split("=")[1])
+            assert number == initial_job_idx + idx  # a trial's job number is its trial number
+            self.launched.append((number, list(overrides)))
+            job = JobReturn()
+            job.status = JobStatus.COMPLETED
+            job.return_value = self.rule(number, list(overrides))
+            returns.append(job)
+        return returns
+
+
+def _search(tmp_path, *overrides, **settings):
+    from conftest import CONF_DIR
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from launcher.config.schema import register_configs
+    from launcher.sweep.search import Search
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        config = hydra_compose(
+            config_name="config",
+            overrides=[f"hydra.sweep.dir={tmp_path}", *overrides],
+            return_hydra_config=True,
+        )
+        loader = GlobalHydra.instance().config_loader()
+    search = Search(**settings)
+    search.config = config
+    search.hydra_context = type("Context", (), {"config_loader": loader})()
+    return search
+
+
+def _values(overrides, key):
+    return next(o.split("=", 1)[1] for o in overrides if o.startswith(f"{key}="))
+
+
+def test_the_sweeper_runs_n_trials_in_batches_and_tells_the_study_how_each_ended(tmp_path):
+    space = {"optimizer.learning_rate": {"low": 1e-3, "high": 10.0, "log": True}}
+    search = _search(tmp_path, n_trials=6, n_jobs=2, params=space, sampler={"name": "random", "seed": 0})
+
+    def rule(number, overrides):
+        rate = float(_values(overrides, "optimizer.learning_rate"))
+        if number == 1:
+            return JobResult(FAILED)
+        if rate > 1:
+            return JobResult(PRUNED, {"val_accuracy": 0.1})
+        return JobResult(DONE, {"val_accuracy": 1 / (1 + rate)})
+
+    search.launcher = FakeLauncher(rule)
+    search.sweep(["train.epochs=3"])
+    study = optuna.load_study(study_name="launcher", storage=f"sqlite:///{tmp_path}/optuna.db")
+    states = {t.number: t.state.name for t in study.trials}
+    assert len(states) == 6 and states[1] == "FAIL"
+    for trial in study.trials:
+        if trial.number != 1:
+            expected = "PRUNED" if trial.params["optimizer.learning_rate"] > 1 else "COMPLETE"
+            assert trial.state.name == expected
+    assert [n for n, _ in search.launcher.launched] == list(range(6))
+    assert all("train.epochs=3" in o for _, o in search.launcher.launched)  # the fixed overrides reach every job
+    assert (tmp_path / "summary" / "search" / "search.json").exists()
+
+    # Run again: the study has its 6, nothing is asked; more trials asked only up to a raised n_trials.
+    again = _search(tmp_path, n_trials=6, n_jobs=2, params=space, sampler={"name": "random", "seed": 0})
+    again.launcher = FakeLauncher(rule)
+    again.sweep(["train.epochs=3"])
+    assert again.launcher.launched == []
+    more = _search(tmp_path, n_trials=8, n_jobs=2, params=space, sampler={"name": "random", "seed": 0})
+    more.launcher = FakeLauncher(rule)
+    more.sweep(["train.epochs=3"])
+    assert [n for n, _ in more.launcher.launched] == [6, 7]
+    rates = [
+        t.params["optimizer.learning_rate"]
+        for t in optuna.load_study(study_name="launcher", storage=f"sqlite:///{tmp_path}/optuna.db").trials
+    ]
+    assert len(set(rates)) == 8  # the reseeded sampler did not propose its first points again
+
+
+def test_a_trial_left_running_is_launched_again_with_its_values_and_a_stopped_one_stays_running(tmp_path):
+    space = {"model.hidden_units": {"choices": [[16], [32], [64]]}, "train.epochs": {"low": 1, "high": 9}}
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    first = _search(tmp_path, n_trials=4, n_jobs=1, params=space, sampler={"name": "random", "seed": 0})
+    first.launcher = FakeLauncher(lambda n, o: JobResult(STOPPED if n == 1 else DONE, {"val_accuracy": 0.5}))
+    first.sweep([])
+    study = optuna.load_study(study_name="launcher", storage=storage)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "RUNNING", "COMPLETE", "COMPLETE"]
+    left = [o for n, o in first.launcher.launched if n == 1][0]
+
+    again = _search(tmp_path, n_trials=4, n_jobs=1, params=space, sampler={"name": "random", "seed": 0})
+    again.launcher = FakeLauncher(lambda n, o: JobResult(DONE, {"val_accuracy": 0.7}))
+    again.sweep([])
+    assert again.launcher.launched == [(1, left)]  # the same overrides: the same job dir, checkpoints, run
+    assert [t.state.name for t in optuna.load_study(study_name="launcher", storage=storage).trials] == ["COMPLETE"] * 4
+
+
+def test_a_grid_search_stops_at_the_grids_size_and_visits_each_point_once(tmp_path):
+    space = {"scaling": {"choices": ["global", "per_replica"]}, "train.epochs": {"low": 1, "high": 3}}
+    search = _search(tmp_path, n_trials=20, n_jobs=2, params=space, sampler={"name": "grid", "seed": 0})
+    search.launcher = FakeLauncher(lambda n, o: JobResult(DONE, {"val_accuracy": 0.5}))
+    search.sweep([])
+    seen = sorted((_values(o, "scaling"), _values(o, "train.epochs")) for _, o in search.launcher.launched)
+    assert seen == [(s, e) for s in ("global", "per_replica") for e in ("1", "2", "3")]
+
+
+def test_a_fail_fast_stop_ends_the_search_before_its_next_batch(tmp_path):
+    from launcher.files import STOP_FILE, write_json_atomic
+
+    space = {"optimizer.learning_rate": {"low": 1e-3, "high": 1.0}}
+
+    def rule(number, overrides):
+        if number == 2:  # what sweep.job does when a job fails under sweep.fail_fast=true
+            write_json_atomic(tmp_path / STOP_FILE, {"job": "x", "exit_code": 1, "log": "x"})
+            return JobResult(FAILED)
+        return JobResult(DONE, {"val_accuracy": 0.5})
+
+    search = _search(tmp_path, n_trials=10, n_jobs=2, params=space)
+    search.launcher = FakeLauncher(rule)
+    search.sweep([])
+    assert [n for n, _ in search.launcher.launched] == [0, 1, 2, 3]
+
+
+def test_a_fixed_value_on_the_command_line_takes_its_key_out_of_the_space_and_sweep_syntax_adds_one(tmp_path):
+    space = {"optimizer.learning_rate": {"low": 1e-3, "high": 1.0}}
+    search = _search(tmp_path, params=space)
+    fixed, dimensions, problems = search.plan(["optimizer.learning_rate=0.01", "scaling=choice(global,per_replica)"])
+    assert problems == [] and fixed == ["optimizer.learning_rate=0.01"]
+    assert [(d.key, d.choices) for d in dimensions] == [("scaling", ("global", "per_replica"))]
+    _, _, nothing = search.plan(["optimizer.learning_rate=0.01"])
+    assert [p.key for p in nothing] == ["hydra.sweeper.params"]

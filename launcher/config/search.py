@@ -103,11 +103,21 @@ def make_sampler(spec: Mapping, seed: int | None, grid: dict | None = None):
     """The Optuna sampler a spec names, seeded with `seed`; grid takes the search space's values."""
     name = str(spec.get("name", "tpe"))
     arguments = {k: v for k, v in spec.items() if k not in ("name", "seed")}
+    cls = _optuna_class("sampler", name)
     if name == "grid":
         arguments["search_space"] = grid or {}
-    if "seed" in inspect.signature(_optuna_class("sampler", name)).parameters:
+
+        class AskAndTellGrid(cls):
+            """Optuna's grid sampler stops the study when the grid is done, which only `optimize()` allows; the
+            search asks no more than the grid's size itself."""
+
+            def after_trial(self, study, trial, state, values) -> None:
+                pass
+
+        cls = AskAndTellGrid
+    if "seed" in inspect.signature(cls).parameters:
         arguments["seed"] = seed
-    return _optuna_class("sampler", name)(**arguments)
+    return cls(**arguments)
 
 
 def prunes(spec: Mapping | None) -> bool:

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from launcher.config.tasks import objective
 from launcher.console import quiet_tracking_logs
 from launcher.files import STOP_FILE, SWEEP_FILE, read_json, write_json_atomic
 from launcher.sweep.job import stopped_by, swept_keys
+from launcher.sweep.space import flatten
 from launcher.sweep.summary import summarise
 from launcher.tracking.client import with_retry
 from launcher.tracking.tracker import open_run
@@ -25,7 +26,10 @@ from launcher.tracking.uri import check_reachable, resolve_uri
 
 
 def _swept(config: DictConfig) -> list[str]:
-    return swept_keys(list(config.hydra.overrides.task)) + list((config.hydra.sweeper.get("params") or {}).keys())
+    """The keys the jobs differ by: sweep overrides, and a search's space (nested keys flattened)."""
+    params = config.hydra.sweeper.get("params") or {}
+    space = flatten(OmegaConf.to_container(params) if OmegaConf.is_config(params) else params)
+    return swept_keys(list(config.hydra.overrides.task)) + list(space)
 
 
 class SweepCallback(Callback):

@@ -111,15 +111,17 @@ def run_job(cfg: DictConfig, hydra_cfg) -> JobResult:
     print(f"[sweep job {hydra_cfg.job.num}] {name}" + (f" (again, in {job_dir})" if resuming else ""), flush=True)
     log_path = job_dir / "job.log"
     with open(log_path, "a" if resuming else "w") as log:
-        returncode = _run_until_stopped(args, hydra_cfg.runtime.cwd, log, sweep_dir)
+        returncode, stopped = _run_until_stopped(args, hydra_cfg.runtime.cwd, log, sweep_dir)
     outcome = OutcomeRecord.read(job_dir)
     if returncode != 0 and state.get("parent_run_id") and not (outcome and outcome.run_id):
         if own_run := remembered_run(job_dir):  # the job's own run exists, its process is gone (killed): settle it
-            _settle_killed_child(state, own_run, name, log_path, returncode)
-        else:
+            _settle_killed_child(state, own_run, name, log_path, returncode, "KILLED" if stopped else "FAILED")
+        elif not stopped:
             _record_failed_child(state, name, overrides, log_path, returncode)
     # A process a signal ended (-N: SIGKILL, the OOM killer) wrote nothing: an outcome here is an earlier attempt's.
     result = JobResult.of(outcome if returncode >= 0 else None, job_dir)
+    if stopped and result.status not in (DONE, PRUNED):  # the sweep stopped it (maybe before it could save)
+        result = JobResult(STOPPED, job_dir=str(job_dir))
     if result.status == FAILED and cfg.sweep.fail_fast and not stopped_by(sweep_dir):
         write_json_atomic(sweep_dir / STOP_FILE, {"job": name, "exit_code": returncode, "log": str(log_path)})
         print(f"[sweep job {hydra_cfg.job.num}] {name} failed: sweep.fail_fast=true stops the sweep", flush=True)
@@ -131,14 +133,14 @@ def run_job(cfg: DictConfig, hydra_cfg) -> JobResult:
     return result
 
 
-def _run_until_stopped(args: list[str], cwd: str, log, sweep_dir: Path) -> int:
-    """The job's process to its end; when a fail-fast sweep stops meanwhile, it is asked to save and stop
-    (SIGTERM: the preemption path), so the same sweep again resumes it."""
+def _run_until_stopped(args: list[str], cwd: str, log, sweep_dir: Path) -> tuple[int, bool]:
+    """The job's process to its end, and whether the sweep stopped it: when a fail-fast sweep stops meanwhile,
+    the job is asked to save and stop (SIGTERM: the preemption path), so the same sweep again resumes it."""
     process = subprocess.Popen(args, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
     signalled = False
     while True:
         try:
-            return process.wait(timeout=0.5)
+            return process.wait(timeout=0.5), signalled
         except subprocess.TimeoutExpired:
             if not signalled and stopped_by(sweep_dir):
                 process.send_signal(signal.SIGTERM)
@@ -202,10 +204,10 @@ def _record_failed_child(state: dict, name: str, overrides: list[str], log_path:
     with_retry(client.set_terminated, run_id, status="FAILED")
 
 
-def _settle_killed_child(state: dict, run_id: str, name: str, log_path: Path, code: int) -> None:
+def _settle_killed_child(state: dict, run_id: str, name: str, log_path: Path, code: int, status: str) -> None:
     """A job whose process died without ending its MLflow run (a signal, the OOM killer): the run is FAILED
-    with the exit code and the tags of a child (it may have died before setting them), not left RUNNING; a
-    re-run of the sweep continues it."""
+    (KILLED when a fail-fast sweep stopped it) with the exit code and the tags of a child (it may have died before
+    setting them), not left RUNNING; a re-run of the sweep continues it."""
     from mlflow.entities import RunTag
     from mlflow.tracking import MlflowClient
 
@@ -219,7 +221,7 @@ def _settle_killed_child(state: dict, run_id: str, name: str, log_path: Path, co
         "sweep.overrides": name,
     }
     with_retry(client.log_batch, run_id, tags=[RunTag(k, v) for k, v in tags.items()])
-    with_retry(client.set_terminated, run_id, status="FAILED")
+    with_retry(client.set_terminated, run_id, status=status)
 
 
 def _shown(override: str) -> str:

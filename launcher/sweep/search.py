@@ -13,6 +13,7 @@ and new trials are asked until the study holds `n_trials`.
 from __future__ import annotations
 
 import copy
+import math
 import sys
 import time
 import warnings
@@ -39,15 +40,15 @@ from launcher.config.tasks import known_epoch_metrics, metric_names, objective
 from launcher.files import SWEEP_FILE, read_json, write_json_atomic
 from launcher.outcome import EXIT_REFUSED
 from launcher.sweep.callback import withdraw
-from launcher.sweep.job import DONE, FAILED, PRUNED, STOPPED, stopped_by
+from launcher.sweep.job import DONE, PRUNED, STOPPED, stopped_by
 from launcher.sweep.space import (
     Dimension,
     KeyFacts,
+    from_sweep,
     grid_space,
     in_condition_order,
     override_of,
     override_text,
-    parse_dimension,
     parse_space,
     space_problems,
     suggest,
@@ -124,11 +125,7 @@ class Search(Sweeper):
         fixed, from_cli = [], []
         for override in OverridesParser.create().parse_overrides(arguments):
             if override.is_sweep_override():
-                key = override.get_key_element()
-                try:
-                    from_cli.append(parse_dimension(key, override.get_value_element_as_str()))
-                except ValueError as error:
-                    problems.append(Violation(key, override.input_line, str(error), "choice(a,b) or interval(lo,hi)"))
+                from_cli.append(from_sweep(override.get_key_element(), override.value()))
             else:
                 fixed.append(override.input_line)
         pinned = {line.split("=", 1)[0].lstrip("+~") for line in fixed}
@@ -276,7 +273,8 @@ class Search(Sweeper):
         study.set_user_attr(STUDY_PRUNER, self.pruner)
         study.set_user_attr(STUDY_OBJECTIVES, self.objectives)
         self._remember_study(sweep_dir, storage_url)
-        self._announce(dimensions, study, earlier)
+        total = min(self.n_trials, math.prod(len(v) for v in grid.values())) if grid else self.n_trials
+        self._announce(dimensions, earlier, total)
 
         resumed = [
             (t.number, [override_of(k, v) for k, v in t.params.items()])
@@ -289,7 +287,7 @@ class Search(Sweeper):
                 break
             batch = resumed[: self.n_jobs]
             resumed = resumed[len(batch) :]
-            while len(batch) < self.n_jobs and len(study.trials) < self.n_trials:
+            while len(batch) < self.n_jobs and len(study.trials) < total:
                 trial = study.ask()
                 chosen = suggest(trial, dimensions, self._config_value)
                 batch.append((trial.number, [override_of(k, v) for k, v in chosen.items()]))
@@ -323,12 +321,14 @@ class Search(Sweeper):
         state["study"] = {"storage": storage_url, "name": self.study_name}
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
 
-    def _announce(self, dimensions: list[Dimension], study, earlier: int) -> None:
+    def _announce(self, dimensions: list[Dimension], earlier: int, total: int) -> None:
         goal = ", ".join(f"{d} {o}" for o, d in zip(self.objectives, self.directions, strict=True))
         print(
             f"Search: study {self.study_name!r}, {goal}; sampler {self.sampler.get('name', 'tpe')}, pruner "
             f"{self.pruner.get('name', 'none')} ({PRUNERS[str(self.pruner.get('name', 'none'))].does}); "
-            f"{self.n_trials} trials, {self.n_jobs} at a time"
+            f"{total} trials"
+            + (f" (the grid's size; n_trials={self.n_trials})" if total < self.n_trials else "")
+            + f", {self.n_jobs} at a time"
             + (f"; continuing: {earlier} trial(s) in the study already" if earlier else ""),
             flush=True,
         )
@@ -349,7 +349,7 @@ class Search(Sweeper):
             study.tell(number, state=TrialState.PRUNED)
             return
         values = [result.value(name) for name in self.objectives]
-        if result.status == FAILED or result.status != DONE or any(v != v for v in values):
+        if result.status != DONE or any(math.isnan(v) for v in values):  # failed, or never logged the objective
             study.tell(number, state=TrialState.FAIL)
             return
         study.tell(number, values)

@@ -44,8 +44,9 @@ class Dimension:
         """Every value a grid search visits: the choices, or the range walked by its step."""
         if self.kind == CATEGORICAL:
             return list(self.choices)
-        count = int(math.floor((self.high - self.low) / self.step + 1e-9)) + 1
-        values = [self.low + i * self.step for i in range(count)]
+        step = self.step or 1  # an int range steps by 1 unless told
+        count = int(math.floor((self.high - self.low) / step + 1e-9)) + 1
+        values = [self.low + i * step for i in range(count)]
         return [int(v) for v in values] if self.kind == INT else [round(v, 12) for v in values]
 
     def active(self, value_of: Callable[[str], str | None]) -> bool:
@@ -128,12 +129,18 @@ def parse_dimension(key: str, spec: Any) -> Dimension:
 
 def _from_sweep_syntax(key: str, text: str) -> Dimension:
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
 
     try:
         value = OverridesParser.create().parse_override(f"{key}={text}").value()
     except Exception as error:  # Hydra's grammar error, reported as the spec it could not read
         raise ValueError(f"Hydra's sweep syntax: choice(...), range(...), interval(...) ({error})") from None
+    return from_sweep(key, value)
+
+
+def from_sweep(key: str, value: Any) -> Dimension:
+    """A dimension from a value Hydra's parser made of a sweep override (`choice`, `range`, `interval`, tagged)."""
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+
     log = "log" in getattr(value, "tags", set())
     if isinstance(value, ChoiceSweep):
         return Dimension(key, CATEGORICAL, choices=tuple(override_text(v) for v in value.list))

@@ -218,8 +218,16 @@ def test_a_conditional_two_objective_search_runs_through_the_cluster_launchers_l
 
 
 def test_a_fail_fast_sweep_stops_at_its_first_failed_job_and_the_parent_names_it(tmp_path):
+    """Two jobs at a time: job 0 is refused while job 1 trains (30 epochs); job 1 is stopped, job 2 never starts."""
     done = subprocess.run(
-        _command(tmp_path, "sweep.fail_fast=true", "model.hidden_units=[0],[16],[16,8]", "train.epochs=1"),
+        _command(
+            tmp_path,
+            "sweep.fail_fast=true",
+            "hydra/launcher=parallel",
+            "model.hidden_units=[0],[16],[16,8]",
+            "train.epochs=30",
+            "tracking.system_metrics=false",
+        ),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -227,16 +235,19 @@ def test_a_fail_fast_sweep_stops_at_its_first_failed_job_and_the_parent_names_it
     )
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "sweep.fail_fast=true: the sweep stopped at model.hidden_units=[0]" in done.stderr
-    assert done.stdout.count("not started, the sweep stopped at model.hidden_units=[0]") == 2
+    assert "model.hidden_units=[16]: stopped (the sweep stopped)" in done.stdout
+    assert "model.hidden_units=[16,8]: not started, the sweep stopped at model.hidden_units=[0]" in done.stdout
+    sweep = tmp_path / "sweep"
+    assert read_json(sweep / "0" / OUTCOME_FILE)["status"] == "REFUSED"
+    stopped = read_json(sweep / "1" / OUTCOME_FILE)  # None when the signal came before the launcher's guard
+    assert stopped is None or stopped["status"] == "KILLED", stopped
+    assert not (sweep / "2" / OUTCOME_FILE).exists()
     _, parent, kids = _runs(tmp_path)
     assert parent.info.status == "FAILED"
     assert parent.data.tags["sweep.stopped_by"] == "model.hidden_units=[0] (exit 2)"
-    assert [k.info.run_name for k in kids] == ["model.hidden_units=[0]"]  # the others never ran
-    assert read_json(tmp_path / "sweep" / "0" / OUTCOME_FILE)["status"] == "REFUSED"
-    assert (
-        not (tmp_path / "sweep" / "1" / OUTCOME_FILE).exists()
-        and not (tmp_path / "sweep" / "2" / OUTCOME_FILE).exists()
-    )
+    by_name = {k.info.run_name: k.info.status for k in kids}
+    assert by_name.pop("model.hidden_units=[0]") == "FAILED"
+    assert set(by_name.values()) <= {"KILLED"} and "model.hidden_units=[16,8]" not in by_name
 
 
 BROKEN = {
