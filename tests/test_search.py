@@ -350,6 +350,13 @@ def test_a_run_that_is_no_trial_opens_nothing_and_a_missing_trial_is_refused(tmp
     assert refused.value.violations[0].key == "sweep.trial"
 
 
+@pytest.mark.parametrize("name", ["none", "median", "percentile", "successive_halving", "hyperband", "threshold"])
+def test_every_pruner_in_the_table_is_built_from_its_spec(name):
+    arguments = {"percentile": {"percentile": 25.0}, "threshold": {"lower": 0.2}}.get(name, {})
+    pruner = make_pruner({"name": name, **arguments})
+    assert type(pruner).__name__.lower().replace("nop", "none").startswith(name.split("_")[0][:4])
+
+
 def test_the_pruner_a_trial_builds_is_the_one_the_sweeper_stored():
     pruner = make_pruner({"name": "percentile", "percentile": 25.0, "n_warmup_steps": 2})
     assert type(pruner).__name__ == "PercentilePruner" and pruner._percentile == 25.0
@@ -570,3 +577,32 @@ def test_a_fixed_value_on_the_command_line_takes_its_key_out_of_the_space_and_sw
     assert [(d.key, d.choices) for d in dimensions] == [("scaling", ("global", "per_replica"))]
     _, _, nothing = search.plan(["optimizer.learning_rate=0.01"])
     assert [p.key for p in nothing] == ["hydra.sweeper.params"]
+
+
+def test_no_new_trial_starts_once_the_timeout_has_passed(tmp_path, monkeypatch):
+    from launcher.sweep import search as search_module
+
+    clock = [0.0]
+    monkeypatch.setattr(search_module.time, "monotonic", lambda: clock[0])
+
+    def rule(number, overrides):
+        clock[0] += 40.0  # each trial takes 40 s on this clock
+        return JobResult(DONE, {"val_accuracy": 0.5})
+
+    space = {"optimizer.learning_rate": {"low": 1e-3, "high": 1.0}}
+    search = _search(tmp_path, n_trials=10, n_jobs=1, timeout=100, params=space)
+    search.launcher = FakeLauncher(rule)
+    search.sweep([])
+    assert [n for n, _ in search.launcher.launched] == [0, 1, 2]  # started at 0, 40 and 80 s; not at 120
+
+
+def test_a_pruner_on_a_search_whose_trials_report_once_is_refused(tmp_path):
+    space = {"optimizer.learning_rate": {"low": 1e-3, "high": 1.0}}
+    search = _search(tmp_path, "train.epochs=1", params=space, pruner={"name": "median"})
+    _, _, problems = search.plan([])
+    assert [p.key for p in problems] == ["hydra.sweeper.pruner.name"] and "reports once" in problems[0].expected
+    both = {**space, "train.epochs": {"low": 1, "high": 5}}
+    searched = _search(tmp_path, "train.epochs=1", params=both, pruner={"name": "median"})
+    assert searched.plan([])[2] == []  # epochs searched: most trials report more than once
+    every = _search(tmp_path, "train.epochs=1", "train.val_every_steps=5", params=space, pruner={"name": "median"})
+    assert every.plan([])[2] == []

@@ -185,6 +185,20 @@ class Search(Sweeper):
                         f"hydra.sweeper.objectives=[{[k for k in known if k.startswith('val_')][-1]}]",
                     )
                 )
+        searched = {d.key for d in dimensions}
+        once = (
+            self.config.train.epochs == 1 and not self.config.train.val_every_steps and "train.epochs" not in searched
+        )
+        if prunes(self.pruner) and once:
+            problems.append(
+                Violation(
+                    "hydra.sweeper.pruner.name",
+                    self.pruner.get("name"),
+                    "none when a trial reports once: train.epochs=1 without train.val_every_steps has nothing to "
+                    "prune before the end",
+                    "more epochs, train.val_every_steps=<N>, or hydra.sweeper.pruner.name=none",
+                )
+            )
         if prunes(self.pruner) and len(self.objectives) > 1:
             problems.append(
                 Violation(

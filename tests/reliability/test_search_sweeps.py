@@ -151,6 +151,8 @@ def test_a_pruned_search_stops_hopeless_trials_early_and_a_killed_search_continu
     assert parent.data.metrics["sweep.pruned_trials"] == len(pruned)
     assert parent.data.metrics["sweep.steps_saved"] == saved > 0
     assert {n for n, k in by_trial.items() if k.data.tags.get("pruned") == "true"} == set(pruned)
+    for number in pruned:  # a pruned trial keeps its checkpoints (saved at the epoch it stopped)
+        assert list((dirs[number] / "checkpoints").glob("ckpt-*.index")), number
 
     # The parent answers "what mattered": the best finished trial, the importances, the plots.
     best = study.best_trial
