@@ -56,7 +56,10 @@ def _fixed_matmul_rates() -> None:
     cache = tempfile.mkdtemp(prefix="launcher-test-cache-")  # whatever LAUNCHER_CACHE the person set
     atexit.register(shutil.rmtree, cache, ignore_errors=True)
     os.environ["LAUNCHER_CACHE"] = cache
-    (Path(cache) / "matmul_rates.json").write_text(json.dumps({machine_key(): EPYC_RATES}))
+    spread = {key: [rate, rate] for key, rate in EPYC_RATES.items()}
+    now = time.time()  # sound and fresh: no launch of the suite measures again
+    entry = {"rates": EPYC_RATES, "spread": spread, "rounds": 3, "measured_at": now, "checked_at": now, "busy": 0.0}
+    (Path(cache) / "matmul_rates.json").write_text(json.dumps({machine_key(): entry}))
 
 
 _fixed_matmul_rates()

@@ -1,8 +1,14 @@
-"""Measured matmul rates: measured once per machine in a child process, cached, and what auto falls back on."""
+"""Measured matmul rates: measured per machine in a child process, in interleaved rounds with their spread and
+the machine's load, cached; a provisional figure (busy machine, disagreeing samples, one old sample) is measured
+again; what auto falls back on."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
 
 import pytest
 from conftest import config
@@ -12,6 +18,21 @@ from launcher.plan import hardware
 from launcher.plan.resolve import resolve
 
 RATES = {"float32_graph": 200.0, "float32_xla": 190.0, "bfloat16_graph": 400.0, "bfloat16_xla": 190.0}
+TIGHT = {key: [rate * 0.98, rate * 1.01] for key, rate in RATES.items()}
+
+
+def sound(at: float = 0.0, **changes) -> hardware.Measurement:
+    """A figure measured at `at` on an idle machine, three samples close together."""
+    fields = {"rates": dict(RATES), "spread": TIGHT, "rounds": 3, "measured_at": at, "checked_at": at, "busy": 0.01}
+    return hardware.Measurement(**{**fields, **changes})
+
+
+class Clock:
+    def __init__(self, now: float = 1_000_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 @pytest.fixture
@@ -21,7 +42,10 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_cached_rates_of_this_machine_are_used_without_measuring(cache, monkeypatch):
-    cache.write_text(json.dumps({hardware.machine_key(): RATES, "another machine": {"float32_graph": 1.0}}))
+    import time
+
+    entry = sound(time.time()).to_json()
+    cache.write_text(json.dumps({hardware.machine_key(): entry, "another machine": {"float32_graph": 1.0}}))
     monkeypatch.setattr(hardware, "_measure_in_child", lambda: pytest.fail("measured although cached"))
     assert hardware.measured_rates() == RATES
 
@@ -29,16 +53,81 @@ def test_cached_rates_of_this_machine_are_used_without_measuring(cache, monkeypa
 def test_a_cache_miss_measures_once_and_keeps_other_machines(cache, monkeypatch):
     cache.write_text(json.dumps({"another machine": {"float32_graph": 1.0}}))
     calls = []
-    monkeypatch.setattr(hardware, "_measure_in_child", lambda: calls.append(1) or dict(RATES))
+    monkeypatch.setattr(hardware, "_measure_in_child", lambda: calls.append(1) or sound())
     assert hardware.measured_rates() == RATES
     assert hardware.measured_rates() == RATES
     assert len(calls) == 1
     saved = json.loads(cache.read_text())
-    assert saved[hardware.machine_key()] == RATES and "another machine" in saved
+    assert saved[hardware.machine_key()]["rates"] == RATES and "another machine" in saved
+
+
+@pytest.mark.parametrize(
+    ("figure", "why"),
+    [
+        (sound(busy=0.5), "other processes used 50% of the CPU"),
+        (sound(spread={**TIGHT, "bfloat16_graph": [204.7, 370.0]}), "samples disagree"),
+        (hardware.Measurement.from_json(RATES), "a single sample"),  # a figure cached before rounds existed
+    ],
+)
+def test_a_figure_from_a_busy_machine_disagreeing_samples_or_one_sample_is_provisional(figure, why):
+    assert figure.provisional and why in "; ".join(figure.problems())
+    assert "provisional" in figure.describe(figure.checked_at + 10)
+    assert not sound().provisional and sound().problems() == []
+
+
+def test_when_a_launch_measures_again():
+    week = hardware.MAX_AGE_SEC
+    assert not sound(at=0).due(100.0)  # sound and fresh
+    assert sound(at=0).due(week + 1)  # sound but old
+    busy = sound(at=0, busy=0.6)
+    assert not busy.due(hardware.RETRY_SEC - 1) and busy.due(hardware.RETRY_SEC)  # not at every launch of a burst
+    assert hardware.Measurement.from_json(RATES).due(hardware.RETRY_SEC)
+
+
+def test_a_figure_taken_under_load_is_replaced_by_the_first_launch_a_minute_later(cache, monkeypatch):
+    """The issue's case (AMD EPYC): a first launch on a busy machine cached bf16 at 1.16x float32; the idle
+    machine gives ~2x. The bad figure serves the launches of the next minute, the next one measures again."""
+    clock = Clock()
+    loaded = sound(rates={**RATES, "bfloat16_graph": 232.0}, busy=0.55)
+    idle = sound()
+    results = iter([loaded, idle])
+    calls = []
+    monkeypatch.setattr(hardware, "_measure_in_child", lambda: calls.append(1) or next(results))
+    first = hardware.measurement(clock)
+    assert first.provisional and first.rates["bfloat16_graph"] == 232.0
+    clock.now += 30
+    assert hardware.measurement(clock).rates["bfloat16_graph"] == 232.0 and len(calls) == 1
+    clock.now += hardware.RETRY_SEC
+    again = hardware.measurement(clock)
+    assert len(calls) == 2 and not again.provisional and again.rates["bfloat16_graph"] == 400.0
+    assert again.measured_at == clock.now
+    clock.now += 3600
+    assert hardware.measurement(clock) == again and len(calls) == 2  # sound: kept for a week
+
+
+def test_a_provisional_remeasurement_does_not_replace_a_sound_figure(cache, monkeypatch):
+    clock = Clock()
+    cache.write_text(json.dumps({hardware.machine_key(): sound(at=clock.now - hardware.MAX_AGE_SEC).to_json()}))
+    monkeypatch.setattr(hardware, "_measure_in_child", lambda: sound(rates={**RATES, "float32_graph": 50.0}, busy=0.9))
+    kept = hardware.measurement(clock)
+    assert kept.rates == RATES and kept.checked_at == clock.now  # tried now: not again for a minute
+    clock.now += 10
+    monkeypatch.setattr(hardware, "_measure_in_child", lambda: pytest.fail("measured again within the minute"))
+    assert hardware.measurement(clock).rates == RATES
+
+
+def test_the_plan_quotes_the_figures_samples_age_and_why_it_is_provisional():
+    from fakes import EPYC_AVX512_BF16
+
+    figure = sound(at=1.0, busy=0.5)
+    env = replace(EPYC_AVX512_BF16, matmul_trust=figure.describe(7201.0))
+    reason = resolve(config("precision=auto", "xla=auto"), env).precision.reason("name")
+    assert "median of 3 interleaved samples, measured 2 h ago" in reason
+    assert "provisional (measured while other processes used 50% of the CPU)" in reason
 
 
 def test_a_failed_measurement_is_not_cached_and_auto_falls_back_to_cpu_flags(cache, monkeypatch):
-    monkeypatch.setattr(hardware, "_measure_in_child", dict)
+    monkeypatch.setattr(hardware, "_measure_in_child", lambda: None)
     assert hardware.measured_rates() == {}
     assert not cache.exists()
     plan = resolve(config("precision=auto", "xla=auto"), CPU_AVX512_BF16)  # flags only, nothing measured
@@ -55,11 +144,25 @@ def test_the_machine_key_changes_with_the_cpu(tmp_path):
 
 
 @pytest.mark.e2e  # the launcher measures in a child process of its own
-def test_measuring_in_a_child_process_gives_every_dtype_and_backend(cache):
-    rates = hardware.measured_rates()  # the real thing: `python -m launcher.plan.hardware`, ~10 s
-    assert set(rates) == {f"{d}_{b}" for d in hardware.DTYPES for b in hardware.BACKENDS}
-    assert all(rate > 0 for rate in rates.values())
-    assert json.loads(cache.read_text()) == {hardware.machine_key(): rates}
+def test_measuring_in_a_child_process_gives_every_dtype_and_backend_and_sees_a_busy_machine(cache, monkeypatch):
+    """The real thing (`python -m launcher.plan.hardware`, ~12 s each), first with a busy loop on every core: that
+    figure is provisional; the first launch RETRY_SEC later (0 here) measures again, without the loops."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        loaded = hardware.measurement()
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    assert set(loaded.rates) == {f"{d}_{b}" for d in hardware.DTYPES for b in hardware.BACKENDS}
+    assert all(rate > 0 for rate in loaded.rates.values()) and loaded.rounds == hardware.ROUNDS
+    assert all(low <= loaded.rates[key] <= high for key, (low, high) in loaded.spread.items())
+    assert loaded.busy > hardware.BUSY_SHARE and loaded.provisional  # the loops had half the CPU or more
+    assert json.loads(cache.read_text())[hardware.machine_key()] == loaded.to_json()
+    monkeypatch.setattr(hardware, "RETRY_SEC", 0.0)
+    again = hardware.measurement()
+    assert again.measured_at > loaded.measured_at  # measured again, not the loaded figure kept
+    assert again.busy < loaded.busy  # (whether it is sound depends on what else this machine runs now)
 
 
 def test_concurrent_launches_on_one_machine_measure_once(cache, monkeypatch):
@@ -71,7 +174,7 @@ def test_concurrent_launches_on_one_machine_measure_once(cache, monkeypatch):
     def slow_measurement():
         calls.append(1)
         time.sleep(0.3)  # the other launches arrive while this one measures
-        return dict(RATES)
+        return sound()
 
     monkeypatch.setattr(hardware, "_measure_in_child", slow_measurement)
     results = []

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 import platform
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.console import quiet_stderr
-from launcher.plan.hardware import best_rate, measured_rates
+from launcher.plan.hardware import best_rate, measurement
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class Environment:
     machine: str = ""
     matmul_gflops: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
     """Measured matmul rates, "<dtype>_<backend>" -> GFLOP/s ({} when not measured); see plan.hardware."""
+    matmul_trust: str = field(default="", compare=False, hash=False)
+    """How far the rates can be trusted: samples, age, and why they are provisional (`Measurement.describe`)."""
 
     def matmul_rate(self, dtype: str, backend: str) -> float | None:
         return self.matmul_gflops.get(f"{dtype}_{backend}")
@@ -124,6 +127,7 @@ def probe(measure: bool = False) -> Environment:
 
     with quiet_stderr():
         gpus = _probe_gpus()
+    measured = measurement() if measure and not gpus else None
     return Environment(
         cpu_count=os.cpu_count() or 1,
         cpu_flags=read_cpu_flags(),
@@ -133,5 +137,6 @@ def probe(measure: bool = False) -> Environment:
         tf_config=read_tf_config(),
         slurm=read_slurm(),
         machine=platform.machine(),
-        matmul_gflops=measured_rates() if measure and not gpus else {},
+        matmul_gflops=dict(measured.rates) if measured else {},
+        matmul_trust=measured.describe(time.time()) if measured else "",
     )

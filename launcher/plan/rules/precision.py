@@ -25,7 +25,7 @@ def auto_precision(env: Environment) -> tuple[str, str]:
         measured = (
             f"measured here, 2048^3 matmul: bfloat16 {bf16:.0f} GFLOP/s vs float32 {fp32:.0f} "
             f"({bf16 / fp32:.2f}x; bf16 needs >= {FAST_BF16_RATIO}x)"
-        )
+        ) + (f"; {env.matmul_trust}" if env.matmul_trust else "")
         return ("bf16" if env.cpu_has_fast_bf16 else "fp32"), measured
     if env.cpu_has_fast_bf16:
         return "bf16", "CPU has AMX: oneDNN runs bfloat16 matmuls several times faster than float32 (not measured)"
