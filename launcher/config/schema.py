@@ -591,6 +591,10 @@ class Config:
     """Seeds weights, data order and dropout."""
     deterministic: bool = False
     """TensorFlow op determinism (slower kernels): a resumed run matches an uninterrupted one bit for bit."""
+    tune: str = "off"
+    """auto: time the steps precision=auto and xla=auto allow (each in a child process, a few chunks on this
+    model and data) on the first launch of this model, data, batch, strategy and machine, and use the fastest;
+    later launches read the cached table. force: time them again. off: decide by the measured matmul rates."""
     explain: bool = False
     """Print and save the Plan, then exit without training."""
     tf_logs: bool = False

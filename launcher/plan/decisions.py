@@ -307,6 +307,13 @@ class ResumePlan(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TunePlan(Section):
+    """How tune=auto chose the step: the candidates timed (or the cached table), or why it did not tune."""
+
+    tune: str = decision("tune")
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrialPlan(Section):
     """This run is one trial of an hparams_search study (added at launch, from the study's stored settings)."""
 

@@ -29,6 +29,16 @@ FAST_BF16_RATIO = 1.3
 
 
 @dataclass(frozen=True)
+class TunedStep:
+    """What step timing chose (`launcher.run.tuning`): the precision and XLA setting of the fastest candidate, and
+    the table it was chosen from, as the Plan quotes it."""
+
+    precision: str
+    xla: bool
+    table: str
+
+
+@dataclass(frozen=True)
 class Environment:
     cpu_count: int = 1
     cpu_flags: frozenset[str] = field(default_factory=frozenset)
@@ -43,6 +53,8 @@ class Environment:
     """Measured matmul rates, "<dtype>_<backend>" -> GFLOP/s ({} when not measured); see plan.hardware."""
     matmul_trust: str = field(default="", compare=False, hash=False)
     """How far the rates can be trusted: samples, age, and why they are provisional (`Measurement.describe`)."""
+    tuned: TunedStep | None = field(default=None, compare=False, hash=False)
+    """The step `tune=auto` timed fastest on this model and machine (None: not tuned); auto decides by it."""
 
     def matmul_rate(self, dtype: str, backend: str) -> float | None:
         return self.matmul_gflops.get(f"{dtype}_{backend}")

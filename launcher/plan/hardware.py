@@ -89,10 +89,10 @@ class Measurement:
     def describe(self, now: float) -> str:
         """For the Plan: how much to trust the figure."""
         text = f"median of {self.rounds} interleaved samples" if self.rounds > 1 else "one sample"
-        text += f", measured {_age(now - self.measured_at)} ago" if self.measured_at else ", of unknown age"
+        text += f", measured {age_text(now - self.measured_at)} ago" if self.measured_at else ", of unknown age"
         if self.problems():
             text += f"; provisional ({'; '.join(self.problems())}): measured again by a launch from "
-            text += f"{_age(max(self.checked_at + RETRY_SEC - now, 0))} on"
+            text += f"{age_text(max(self.checked_at + RETRY_SEC - now, 0))} on"
         return text
 
     def to_json(self) -> dict:
@@ -110,7 +110,8 @@ class Measurement:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-def _age(seconds: float) -> str:
+def age_text(seconds: float) -> str:
+    """`2 h`, `3 d`: how long ago, for the Plan."""
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
         if seconds >= size:
             return f"{seconds / size:.0f} {unit}"

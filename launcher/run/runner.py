@@ -54,6 +54,8 @@ from launcher.run.review import collecting, review
 from launcher.run.serving import ServingExports, export_serving
 from launcher.run.slurm import REQUEUE_SIGNAL, requeue
 from launcher.run.trial import open_trial
+from launcher.run.tuning import command_line
+from launcher.run.tuning import decide as decide_step_by_timing
 from launcher.run.utilization import matmul_peak, process_age_seconds, training_flops_per_example
 from launcher.tracking.succession import remember_run, remembered_run
 from launcher.tracking.tensorboard import TensorBoardMirror
@@ -166,6 +168,10 @@ class Launch:
 
         config = self.config
         self.env = probe(measure=wants_measurements(config))
+        early: list = []
+        tuned = collecting(early, decide_step_by_timing, config, self.env, command_line(), self.launch_dir)
+        if tuned is not None:
+            self.env, tune_record = tuned
 
         def start_runtime(plan):
             return runtime.configure(plan, config.seed, config.deterministic)
@@ -178,6 +184,9 @@ class Launch:
             checked.problems,
         )
         self.init_source = checked.init_source
+        problems.extend(early)
+        if tuned is not None and tune_record is not None:
+            self.plan = self.plan.with_record(tune_record)
         self._arm_fault(problems)
         self._open_trial(problems)
         if config.checkpoint.enabled and not config.explain:

@@ -34,7 +34,9 @@ def auto_precision(env: Environment) -> tuple[str, str]:
 
 def decide_precision(cfg: Config, env: Environment, found: Findings) -> PrecisionPlan:
     requested = cfg.precision.name
-    if requested == PrecisionName.auto:
+    if requested == PrecisionName.auto and env.tuned is not None:
+        name, reason = env.tuned.precision, f"precision=auto, tune: the fastest step timed here ({env.tuned.table})"
+    elif requested == PrecisionName.auto:
         name, reason = auto_precision(env)
         reason = f"precision=auto: {reason}"
     else:

@@ -44,6 +44,8 @@ def _decide_xla(cfg: Config, env: Environment, found: Findings, precision: Preci
         return raw == "true", "requested"
     if breaks:
         return False, f"xla=auto: optimizer.name={cfg.optimizer.name}: {breaks}"
+    if env.tuned is not None:
+        return env.tuned.xla, f"xla=auto, tune: the fastest step timed here ({env.tuned.table})"
     xla, reason = auto_xla(env, precision, model_kind(cfg.model))
     return xla, f"xla=auto: {reason}"
 
