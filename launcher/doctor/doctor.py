@@ -27,6 +27,7 @@ from launcher.doctor.inspect import (
     scan,
 )
 from launcher.doctor.trials import Trial, render_overrides, run_trial
+from launcher.run.tuning import cached_summary
 from launcher.train import runtime
 
 ADDITIONS = ("baseline", "precision", "strategy", "xla")
@@ -66,6 +67,7 @@ def examine(config, env, overrides: str) -> Examination:
         exam.seconds = time.perf_counter() - started
         return exam
     exam.checks = environment_checks(plan, env)
+    exam.checks.append(("step tuning", cached_summary(config, env), "tune=auto's timing of this config, if any"))
     exam.trials, trained = _bisect(config, plan, steps, env)  # each judged against the baseline
     baseline = exam.trials[0]
     failing = first_failure(exam.trials)

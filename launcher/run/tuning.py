@@ -181,6 +181,15 @@ def decide(
     return _chosen(env, entry, f"timed now in {entry['seconds']:.0f} s (signature {key})")
 
 
+def cached_summary(config: Config, env: Environment) -> str:
+    """The cached timing of this config's signature on this machine, for the doctor's report."""
+    entry = read_json(tuning_file(), {}).get(signature(config, env))
+    if not entry:
+        return "not timed on this machine (tune=auto times the candidate steps on the first launch)"
+    _, plan = _chosen(env, entry, f"timed {age_text(time.time() - entry['measured_at'])} ago")
+    return f"{plan.tune}: {plan.reason('tune')}"
+
+
 def _time_and_cache(key, found, left_out, rule_choice, overrides, launch_dir, force: bool) -> dict | None:
     path = tuning_file()
     path.parent.mkdir(parents=True, exist_ok=True)
