@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from launcher.config.tasks import objective
 from launcher.files import JOB_FILE, STOP_FILE, SWEEP_FILE, read_json, write_json_atomic
-from launcher.outcome import FINISHED, OutcomeRecord
+from launcher.outcome import FINISHED, KILLED, OutcomeRecord
 from launcher.tracking.client import with_retry
 from launcher.tracking.succession import remembered_run
 from launcher.tracking.uri import redact
@@ -66,7 +66,7 @@ class JobResult:
     @classmethod
     def of(cls, outcome: OutcomeRecord | None, job_dir: Path) -> JobResult:
         if outcome is None or outcome.status != FINISHED:
-            return cls(FAILED if outcome is None or outcome.status != "KILLED" else STOPPED, job_dir=str(job_dir))
+            return cls(STOPPED if outcome is not None and outcome.status == KILLED else FAILED, job_dir=str(job_dir))
         status = PRUNED if outcome.stop_reason == "pruned" else DONE
         return cls(status, {k: float(v) for k, v in outcome.metrics.items()}, str(job_dir))
 
