@@ -357,7 +357,7 @@ def test_every_pruner_in_the_table_is_built_from_its_spec(name):
     assert type(pruner).__name__.lower().replace("nop", "none").startswith(name.split("_")[0][:4])
 
 
-def test_the_pruner_a_trial_builds_is_the_one_the_sweeper_stored():
+def test_a_pruner_spec_passes_its_arguments_to_optunas_class():
     pruner = make_pruner({"name": "percentile", "percentile": 25.0, "n_warmup_steps": 2})
     assert type(pruner).__name__ == "PercentilePruner" and pruner._percentile == 25.0
 

@@ -14,8 +14,7 @@ import yaml
 from conftest import ROOT, TINY, config
 from fakes import CPU_AMX_MEASURED, CPU_PLAIN, EPYC_AVX512_BF16, ONE_A100, ONE_V100
 
-from launcher.config.errors import ConfigError
-from launcher.plan.resolve import resolve
+from launcher.plan.resolve import resolve, resolve_all
 from launcher.run import tuning
 from launcher.run.tuning import Candidate, Timing
 
@@ -136,10 +135,11 @@ def test_multi_worker_jobs_never_tune_and_explain_only_says_it_would(cache, monk
     assert env.tuned is None and record is None
 
 
-def test_an_unknown_tune_value_is_refused():
-    with pytest.raises(ConfigError) as refused:
-        tuning.decide(config("tune=sometimes"), EPYC_AVX512_BF16, [], ROOT)
-    assert refused.value.violations[0].key == "tune"
+def test_an_unknown_tune_value_is_refused_by_the_resolver_with_the_other_problems():
+    cfg = config("tune=sometimes", "xla=maybe")
+    assert tuning.decide(cfg, EPYC_AVX512_BF16, [], ROOT) == (EPYC_AVX512_BF16, None)  # nothing timed
+    _, problems = resolve_all(cfg, EPYC_AVX512_BF16)
+    assert {"tune", "xla"} <= {p.key for p in problems}
 
 
 def test_a_first_launch_times_the_steps_and_a_second_reads_the_cache_and_picks_the_same(tmp_path):

@@ -21,6 +21,12 @@ class OptimizerKind:
     not_under_xla: str | None = None  # why XLA breaks its update (xla=auto then stays off), if it does
 
 
+def xla_breaks(name: str) -> str | None:
+    """Why XLA breaks this optimizer's update (`OptimizerKind.not_under_xla`); None for one it does not, or yours."""
+    kind = OPTIMIZERS.get(str(name).strip())
+    return kind.not_under_xla if kind else None
+
+
 OPTIMIZERS = {
     kind.name: kind
     for kind in (

@@ -624,6 +624,16 @@ GROUP_SCHEMAS = {
 }
 
 
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}: the dotted keys of plain config data, as MLflow params and overrides name them."""
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: tree}
+
+
 def as_dict(config: Config) -> dict:
     """The typed config as plain data (Enums as their names): for config.yaml and MLflow params."""
     from omegaconf import OmegaConf

@@ -110,27 +110,32 @@ def monitor_problems(cfg, task: str, known: list[str]) -> list[Violation]:
         monitors.append(("train.early_stopping.monitor", tr.early_stopping.monitor))
     if tr.reduce_lr_on_plateau.enabled:
         monitors.append(("train.reduce_lr_on_plateau.monitor", tr.reduce_lr_on_plateau.monitor))
-    problems = []
-    for key, name in monitors:
-        if name and name.startswith("test_"):
-            problems.append(
-                Violation(
-                    key,
-                    name,
-                    "a training or validation metric: test_* metrics are measured once, after training, and never "
-                    "steer it (a model chosen by its test score has no unbiased estimate left)",
-                    f"{key}={name.replace('test_', 'val_', 1)} (and train.test_at_end=true to report {name})",
-                )
-            )
-        elif name and name not in known:
-            shown = [n for n in known if n.startswith("val_")]
-            fix = f"{key}={'val_loss' if key != 'objective' else shown[-1]}"
-            problems.append(
-                Violation(
-                    key,
-                    name,
-                    f"an epoch metric of task={task}: one of {shown} (or the training values without val_)",
-                    fix,
-                )
-            )
-    return problems
+    found = (
+        metric_problem(key, name, task, known, "val_loss" if key != "objective" else None) for key, name in monitors
+    )
+    return [problem for problem in found if problem is not None]
+
+
+def metric_problem(key: str, name: str, task: str, known: list[str] | None, fix: str | None = None) -> Violation | None:
+    """A metric named to steer training (a monitor, a sweep's objective) that the run never logs, or a test_* one;
+    `known` None: a user metric's name is only known at build. `fix`: the metric suggested (default: the task's last
+    validation metric)."""
+    if not name:
+        return None
+    if name.startswith("test_"):
+        return Violation(
+            key,
+            name,
+            "a training or validation metric: test_* metrics are measured once, after training, and never "
+            "steer it (a model chosen by its test score has no unbiased estimate left)",
+            f"{key}={name.replace('test_', 'val_', 1)} (and train.test_at_end=true to report {name})",
+        )
+    if known is None or name in known:
+        return None
+    shown = [n for n in known if n.startswith("val_")]
+    return Violation(
+        key,
+        name,
+        f"an epoch metric of task={task}: one of {shown} (or the training values without val_)",
+        f"{key}={fix or shown[-1]}",
+    )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from launcher.config.schema import flatten
+
 # Plan decisions logged as `derived.<key>` params: the numbers a run is compared by.
 DERIVED = (
     "replicas",
@@ -21,16 +23,6 @@ DERIVED = (
     "loss_scale.optimizer",
 )
 NAME_GROUPS = ("model", "dataset", "precision", "strategy")
-
-
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}"""
-    if isinstance(tree, dict):
-        out: dict[str, Any] = {}
-        for key, value in tree.items():
-            out.update(flatten(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: tree}
 
 
 def run_name(config, choices: dict) -> str:

@@ -168,10 +168,7 @@ class Launch:
 
         config = self.config
         self.env = probe(measure=wants_measurements(config))
-        early: list = []
-        tuned = collecting(early, decide_step_by_timing, config, self.env, command_line(), self.launch_dir)
-        if tuned is not None:
-            self.env, tune_record = tuned
+        self.env, tune_record = decide_step_by_timing(config, self.env, command_line(), self.launch_dir)
 
         def start_runtime(plan):
             return runtime.configure(plan, config.seed, config.deterministic)
@@ -184,8 +181,7 @@ class Launch:
             checked.problems,
         )
         self.init_source = checked.init_source
-        problems.extend(early)
-        if tuned is not None and tune_record is not None:
+        if tune_record is not None:
             self.plan = self.plan.with_record(tune_record)
         self._arm_fault(problems)
         self._open_trial(problems)
@@ -433,7 +429,7 @@ class Launch:
                 )
                 outcome.result = engine.fit(config.train.epochs, start=self.position, hooks=hooks)
                 outcome.stop_reason = self._stop_reason(outcome.result)
-                self.tracker.set_tags({"stop_reason": outcome.stop_reason})
+                self.tracker.set_tags({"stop_reason": outcome.stop_reason, **self._pruned_tags()})
                 self.finish(outcome.result, engine)
                 outcome.weights_sha256 = self.weights_sha256
                 status = "FINISHED"
@@ -613,20 +609,23 @@ class Launch:
     def _stop_reason(self, result: FitResult) -> str:
         """Why training ended: its trial was pruned, early stopping, train.max_steps, or its epochs."""
         if self.pruning_hook is not None and self.pruning_hook.pruned_at is not None:
-            position, value = self.pruning_hook.pruned_at
-            self.tracker.set_tags(
-                {
-                    "pruned": "true",
-                    "pruned.epoch": str(position.epoch),
-                    "pruned.global_step": str(position.global_step),
-                    "pruned.value": f"{value:.6g}",
-                    "pruned.steps_saved": str(max(self.plan.schedule.total_steps - position.global_step, 0)),
-                }
-            )
             return "pruned"
         if result.stopped_early:
             return "early_stopping"
         return "max_steps" if self.plan.schedule.max_steps is not None else "epochs"
+
+    def _pruned_tags(self) -> dict[str, str]:
+        """Where a pruned trial stopped and the steps its schedule did not run ({} for any other run)."""
+        if self.pruning_hook is None or self.pruning_hook.pruned_at is None:
+            return {}
+        position, value = self.pruning_hook.pruned_at
+        return {
+            "pruned": "true",
+            "pruned.epoch": str(position.epoch),
+            "pruned.global_step": str(position.global_step),
+            "pruned.value": f"{value:.6g}",
+            "pruned.steps_saved": str(max(self.plan.schedule.total_steps - position.global_step, 0)),
+        }
 
     def _utilization_hook(self):
         flops, peak = _utilization_inputs(self.config, self.plan, self.built.model, self.tracker, self.env)

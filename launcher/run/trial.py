@@ -51,8 +51,9 @@ def open_trial(sweep: SweepConfig, val_every_steps: int | None, multi_worker: bo
             f"a trial of {where} ({missing})",
             "sweep.* is set by hparams_search for its jobs: run the search (-m hparams_search=...), not one job",
         ) from None
-    spec = storage.get_study_user_attrs(study_id).get(STUDY_PRUNER) or {"name": "none"}
-    objectives = storage.get_study_user_attrs(study_id).get(STUDY_OBJECTIVES) or []
+    stored = storage.get_study_user_attrs(study_id)
+    spec = stored.get(STUDY_PRUNER) or {"name": "none"}
+    objectives = stored.get(STUDY_OBJECTIVES) or []
     study = optuna.load_study(study_name=sweep.study_name, storage=storage, pruner=make_pruner(spec))
     objective = objectives[0] if len(objectives) == 1 else None
     pruning = prunes(spec) and objective is not None and not multi_worker

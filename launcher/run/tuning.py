@@ -17,7 +17,6 @@ import fcntl
 import hashlib
 import json
 import math
-import os
 import subprocess
 import sys
 import tempfile
@@ -25,16 +24,15 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from launcher.config.errors import ConfigError
-from launcher.config.optimizers import OPTIMIZERS
+from launcher.config.optimizers import xla_breaks
 from launcher.config.schema import Config, PrecisionName, StrategyKind, as_dict
-from launcher.files import OUTCOME_FILE, read_json
+from launcher.files import OUTCOME_FILE, read_json, write_json_atomic
 from launcher.plan.decisions import TunePlan
 from launcher.plan.environment import Environment, TunedStep
 from launcher.plan.hardware import age_text, cache_file, machine_key
 from launcher.plan.resolve import resolve_all
+from launcher.plan.rules.step import TUNE_CHOICES
 
-CHOICES = ("off", "auto", "force")
 TIMEOUT_SEC = 120  # one candidate's child process
 # Steps timed within this of the fastest are a tie (one short sample each): the rate rule's choice is kept then.
 TIE = 0.05
@@ -87,11 +85,6 @@ def command_line() -> list[str]:
         return []
 
 
-def check(config: Config) -> None:
-    if str(config.tune) not in CHOICES:
-        raise ConfigError.single("tune", config.tune, f"one of {list(CHOICES)}", "tune=auto")
-
-
 def candidates(config: Config, env: Environment) -> tuple[list[Candidate], list[str]]:
     """The steps auto may choose between for this config: every precision precision=auto allows (fp32; bf16 where
     the hardware has bfloat16 instructions; float16 on GPUs, the only hardware with a float16 fast path: both
@@ -108,7 +101,7 @@ def candidates(config: Config, env: Environment) -> tuple[list[Candidate], list[
             left_out.append("bf16: this CPU has no bfloat16 instructions (emulated: always slower)")
     else:
         precisions = [config.precision.name.value]
-    breaks = getattr(OPTIMIZERS.get(str(config.optimizer.name).strip()), "not_under_xla", None)
+    breaks = xla_breaks(config.optimizer.name)
     if auto_xla and breaks:
         left_out.append(f"xla: optimizer.name={config.optimizer.name}: {breaks}")
     xlas = ([False] if breaks else [False, True]) if auto_xla else [str(config.xla).strip().lower() == "true"]
@@ -157,10 +150,10 @@ def tuning_file() -> Path:
 def decide(
     config: Config, env: Environment, overrides: list[str], launch_dir: Path
 ) -> tuple[Environment, TunePlan | None]:
-    """The environment with the tuned step (or as it was), and the Plan's record of how it was decided."""
-    check(config)
-    mode = str(getattr(config.tune, "value", config.tune))
-    if mode == "off":
+    """The environment with the tuned step (or as it was), and the Plan's record of how it was decided. An unknown
+    `tune` value tunes nothing here; the resolver refuses it with the config's other problems."""
+    mode = str(config.tune)
+    if mode not in TUNE_CHOICES or mode == "off":
         return env, None
     if config.strategy.kind == StrategyKind.multi_worker:
         why = "multi-worker jobs never tune: every worker runs the step the matmul rates' rule picks, the same on each"
@@ -216,11 +209,7 @@ def _time_and_cache(key, found, left_out, rule_choice, overrides, launch_dir, fo
             "measured_at": time.time(),
             "seconds": round(time.monotonic() - started, 1),
         }
-        data = read_json(path, {})
-        data[key] = entry
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, path)
+        write_json_atomic(path, {**read_json(path, {}), key: entry})
         return entry
 
 

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from launcher.config.bounds import declared
 from launcher.config.errors import ConfigError, Violation
-from launcher.config.schema import to_config
+from launcher.config.schema import flatten, to_config
 from launcher.config.search import (
     PRUNERS,
     STUDY_OBJECTIVES,
@@ -36,7 +36,7 @@ from launcher.config.search import (
     prunes,
     spec_problems,
 )
-from launcher.config.tasks import known_epoch_metrics, metric_names, objective
+from launcher.config.tasks import known_epoch_metrics, metric_names, metric_problem, objective
 from launcher.files import SWEEP_FILE, read_json, write_json_atomic
 from launcher.outcome import EXIT_REFUSED
 from launcher.sweep.callback import withdraw
@@ -166,25 +166,8 @@ class Search(Sweeper):
             )
         task = getattr(self.config.task.name, "value", self.config.task.name)
         known = known_epoch_metrics(task, metric_names(task, self.config.task.metrics))
-        for name in self.objectives:
-            if name.startswith("test_"):
-                problems.append(
-                    Violation(
-                        "hydra.sweeper.objectives",
-                        name,
-                        "a training or validation metric: test_* are measured after training and never steer it",
-                        f"hydra.sweeper.objectives=[{name.replace('test_', 'val_', 1)}]",
-                    )
-                )
-            elif known is not None and name not in known:
-                problems.append(
-                    Violation(
-                        "hydra.sweeper.objectives",
-                        name,
-                        f"an epoch metric the runs log: one of {known}",
-                        f"hydra.sweeper.objectives=[{[k for k in known if k.startswith('val_')][-1]}]",
-                    )
-                )
+        found = (metric_problem("hydra.sweeper.objectives", name, task, known) for name in self.objectives)
+        problems += [problem for problem in found if problem is not None]
         searched = {d.key for d in dimensions}
         once = (
             self.config.train.epochs == 1 and not self.config.train.val_every_steps and "train.epochs" not in searched
@@ -236,19 +219,11 @@ class Search(Sweeper):
         return self._bounds_found
 
     def _all_keys(self) -> list[str]:
+        """Every config group and key, for the closest-match hint of an unknown key."""
         plain = OmegaConf.to_container(
             OmegaConf.masked_copy(self.config, [k for k in self.config if k != "hydra"]), resolve=False
         )
-        keys: list[str] = list(self.config.hydra.runtime.choices)
-
-        def walk(node, prefix):
-            for k, v in node.items():
-                keys.append(prefix + str(k))
-                if isinstance(v, dict):
-                    walk(v, f"{prefix}{k}.")
-
-        walk(plain, "")
-        return keys
+        return [*self.config.hydra.runtime.choices, *flatten(plain)]
 
     def _config_value(self, key: str) -> str | None:
         fact = self._facts(key)
@@ -390,7 +365,7 @@ def write_report(study, objectives: list[str], out: Path) -> dict:
         report["best"] = [{"number": t.number, "values": t.values, "params": t.params} for t in best]
     targets = [None] if len(objectives) == 1 else [lambda t, i=i: t.values[i] for i in range(len(objectives))]
     importances = {}
-    for name, target in zip(objectives, targets, strict=False):
+    for name, target in zip(objectives, targets, strict=True):
         try:
             found = optuna.importance.get_param_importances(study, target=target)
             importances[name] = {k: round(float(v), 4) for k, v in found.items()}

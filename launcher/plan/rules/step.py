@@ -4,13 +4,14 @@ optimizer applies its update."""
 from __future__ import annotations
 
 from launcher.config.models import ModelKind, model_kind
-from launcher.config.optimizers import OPTIMIZERS
+from launcher.config.optimizers import OPTIMIZERS, xla_breaks
 from launcher.config.schema import Config, OptimizerUpdate
 from launcher.plan.decisions import PrecisionPlan, StepPlan, StrategyPlan
 from launcher.plan.environment import Environment
 from launcher.plan.rules.findings import Findings
 
 XLA_CHOICES = ("true", "false", "auto")
+TUNE_CHOICES = ("off", "auto", "force")  # tune=: see launcher.run.tuning
 # XLA compiles the whole step when its matmuls run at least this fraction of oneDNN's: its fusion
 # of the elementwise work then wins (float32 on an AMD EPYC without AMX: XLA 0.91x oneDNN's matmul,
 # the XLA step 1.03x the hybrid one). Below it, oneDNN's matmuls are worth keeping.
@@ -33,11 +34,13 @@ def decide_step(
 
 
 def _decide_xla(cfg: Config, env: Environment, found: Findings, precision: PrecisionPlan) -> tuple[bool, str]:
+    if str(cfg.tune) not in TUNE_CHOICES:
+        found.refuse("tune", cfg.tune, f"one of {list(TUNE_CHOICES)}", "tune=auto")
     raw = str(cfg.xla).strip().lower()
     if raw not in XLA_CHOICES:
         found.refuse("xla", cfg.xla, f"one of {list(XLA_CHOICES)}", "xla=auto")
         raw = "false"
-    breaks = getattr(OPTIMIZERS.get(str(cfg.optimizer.name).strip()), "not_under_xla", None)
+    breaks = xla_breaks(cfg.optimizer.name)
     if raw == "true" and breaks:
         found.warn(f"xla=true with optimizer.name={cfg.optimizer.name}: {breaks}. Use xla=false (or xla=auto).")
     if raw != "auto":
