@@ -14,6 +14,8 @@ from typing import Any
 
 PLAN_FILE = "plan.yaml"
 CONFIG_FILE = "config.yaml"
+# tune=auto's table for this run's step (the candidates' rates, the choice), as the cache holds it.
+TUNING_FILE = "step_tuning.json"
 # What a launch did (run id, status, error, final metrics): read by sweeps and benchmarks.
 OUTCOME_FILE = "outcome.json"
 # A sweep's shared state (its id, the parent MLflow run), written before any job starts.

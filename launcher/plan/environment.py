@@ -30,12 +30,14 @@ FAST_BF16_RATIO = 1.3
 
 @dataclass(frozen=True)
 class TunedStep:
-    """What step timing chose (`launcher.run.tuning`): the precision and XLA setting of the fastest candidate, and
-    the table it was chosen from, as the Plan quotes it."""
+    """What step timing chose (`launcher.run.tuning`): the precision, XLA setting, update kind and steps per call of
+    the fastest candidate, and the table it was chosen from, as the Plan quotes it."""
 
     precision: str
     xla: bool
     table: str
+    update: str | None = None  # None: as optimizer.update decides
+    steps_per_execution: int | None = None  # None: train.steps_per_execution
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from launcher.config.models import architecture
 from launcher.config.schema import Config, as_dict
 from launcher.config.tasks import known_epoch_metrics, monitor_problems
 from launcher.contract import FitResult, HookList, Position, Preempted, headline
-from launcher.files import CONFIG_FILE, PLAN_FILE
+from launcher.files import CONFIG_FILE, PLAN_FILE, TUNING_FILE
 from launcher.outcome import CHECKPOINT_WRITE, NUMERICS_STOP, TRAINING_FAILURE
 from launcher.plan.decisions import FaultPlan, InitPlan, Plan, ResumePlan, render_record
 from launcher.plan.environment import probe
@@ -54,7 +54,7 @@ from launcher.run.review import collecting, review
 from launcher.run.serving import ServingExports, export_serving
 from launcher.run.slurm import REQUEUE_SIGNAL, requeue
 from launcher.run.trial import open_trial
-from launcher.run.tuning import command_line
+from launcher.run.tuning import command_line, copy_table
 from launcher.run.tuning import decide as decide_step_by_timing
 from launcher.run.utilization import matmul_peak, process_age_seconds, training_flops_per_example
 from launcher.tracking.succession import remember_run, remembered_run
@@ -198,6 +198,8 @@ class Launch:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._write_plan()
         (self.run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(self.settings))
+        if tune_record is not None:
+            copy_table(config, self.env, self.run_dir / TUNING_FILE)
         print(self.plan.render(), flush=True)
 
     def _arm_fault(self, problems: list) -> None:
@@ -384,6 +386,8 @@ class Launch:
                 self.tracker.set_tags(run_tags(plan, self.env, self.run_dir, tr, name))
                 self.tracker.log_artifact(self.run_dir / PLAN_FILE)
                 self.tracker.log_artifact(self.run_dir / CONFIG_FILE)
+                if (self.run_dir / TUNING_FILE).exists():
+                    self.tracker.log_artifact(self.run_dir / TUNING_FILE)
             if not self.tracker.resumed:
                 self.tracker.log_inputs(dataset_inputs(self.source, self.config.dataset))
             if restart := attempt_number():  # train.max_restarts: the supervisor says why this process exists

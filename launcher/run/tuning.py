@@ -1,13 +1,16 @@
-"""`tune=auto`: time the steps `precision=auto` / `xla=auto` allow on this model and machine, use the fastest.
+"""`tune=auto`: time the steps `precision=auto` / `xla=auto` / `optimizer.update=auto` allow on this model and
+machine, use the fastest.
 
-A matmul probe cannot know how a convnet or a model with small layers runs; timing the real step can. Each
-candidate (a precision and an XLA setting the resolver accepts for this config) trains two short epochs in a
-child process of its own (the launch's own TensorFlow runtime is untouched: its devices and policy are set once),
-and its second epoch's examples/s is its rate. The fastest is cached per signature (model, data, batch, strategy,
-optimizer, steps per call, machine, TensorFlow version) in `$LAUNCHER_CACHE/step_tuning.json` under a file lock;
-later launches with the same signature read it (`tune=force` times again). The resolver decides by the result
-(`Environment.tuned`) and the Plan quotes the table (`tune`). Multi-worker jobs never tune: every worker must run
-the same step, and timing on each could disagree; they decide by the matmul rates' rule.
+A matmul probe cannot know how a convnet or a model with small layers runs; timing the real step can. The
+candidates (a precision, an XLA setting and an update kind the resolver accepts for this config) are built and
+timed in one child process (`launcher.run.step_timing`: the launch's own TensorFlow runtime is untouched, its
+devices and policy are set once), in interleaved rounds, each with its median rate and spread; the fastest is
+then timed beside itself at 4x the steps per call, when the person left that at its default. The choice is cached
+per signature (model, data, batch, strategy, optimizer, steps per call, machine, TensorFlow version) in
+`$LAUNCHER_CACHE/step_tuning.json` under a file lock; later launches with the same signature read it
+(`tune=force` times again). The resolver decides by the result (`Environment.tuned`) and the Plan quotes the table
+(`tune`). Multi-worker jobs never tune: every worker must run the same step, and timing on each could disagree;
+they decide by the matmul rates' rule.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import copy
 import fcntl
 import hashlib
 import json
-import math
+import pickle
 import subprocess
 import sys
 import tempfile
@@ -25,47 +28,48 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from launcher.config.optimizers import xla_breaks
-from launcher.config.schema import Config, PrecisionName, StrategyKind, as_dict
-from launcher.files import OUTCOME_FILE, read_json, write_json_atomic
+from launcher.config.schema import Config, OptimizerUpdate, PrecisionName, StrategyKind, TrainConfig, as_dict
+from launcher.files import read_json, write_json_atomic
 from launcher.plan.decisions import TunePlan
 from launcher.plan.environment import Environment, TunedStep
 from launcher.plan.hardware import age_text, cache_file, machine_key
 from launcher.plan.resolve import resolve_all
-from launcher.plan.rules.step import TUNE_CHOICES
+from launcher.plan.rules.step import FUSED_KERNELS, TUNE_CHOICES
 
-TIMEOUT_SEC = 120  # one candidate's child process
-# Steps timed within this of the fastest are a tie (one short sample each): the rate rule's choice is kept then.
+FORMAT = 2  # of a cached entry: 2 added update kinds and steps per call (entries of 1 are timed again)
+TIMEOUT_SEC = 300  # the timing child, every candidate
+ROUNDS = 3  # interleaved timed rounds per candidate
+# Steps timed within this of the fastest are a tie (medians of three short rounds): the rate rule's choice is kept
+# then, and a longer call is taken only when it is more than this faster.
 TIE = 0.05
-# What the candidates' own launches leave out or pin: they time the step, nothing else.
-OWNED_KEYS = (
-    "precision",
-    "xla",
-    "tune",
-    "name",
-    "explain",
-    "mode",
-    "hydra.run.dir",
-    "train.epochs",
-    "train.max_steps_per_epoch",
-    "train.max_validation_steps",
-    "train.max_restarts",
-    "train.test_at_end",
-    "tracking.enabled",
-    "checkpoint.enabled",
-)
 
 
 @dataclass(frozen=True)
 class Candidate:
+    """One step the resolver allows: precision, XLA, how the update is applied, and (None: as configured) the
+    steps per call."""
+
     precision: str
     xla: bool
+    update: str = OptimizerUpdate.keras.value
+    steps_per_execution: int | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.precision} {'xla' if self.xla else 'graph'}"
+        fused = self.update == OptimizerUpdate.fused.value  # under XLA too when several replicas apply outside it
+        kind = ("xla+fused" if fused else "xla") if self.xla else ("hybrid" if fused else "graph")
+        calls = f" x{self.steps_per_execution}" if self.steps_per_execution else ""
+        return f"{self.precision} {kind}{calls}"
 
-    def overrides(self) -> list[str]:
-        return [f"precision={self.precision}", f"xla={'true' if self.xla else 'false'}"]
+    def applied(self, config: Config) -> Config:
+        """A copy of `config` running this step."""
+        trial = copy.deepcopy(config)
+        trial.precision.name = PrecisionName(self.precision)
+        trial.xla = "true" if self.xla else "false"
+        trial.optimizer.update = OptimizerUpdate(self.update)
+        if self.steps_per_execution:
+            trial.train.steps_per_execution = self.steps_per_execution
+        return trial
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class Timing:
     candidate: Candidate
     examples_per_sec: float | None  # None: it failed or went non-finite
     note: str = ""
+    spread: tuple[float, float] | None = None  # the slowest and fastest round
 
 
 def command_line() -> list[str]:
@@ -89,8 +94,9 @@ def candidates(config: Config, env: Environment) -> tuple[list[Candidate], list[
     """The steps auto may choose between for this config: every precision precision=auto allows (fp32; bf16 where
     the hardware has bfloat16 instructions; float16 on GPUs, the only hardware with a float16 fast path: both
     change the numerics, which precision=auto accepts) times XLA on and off when xla=auto (off only for an
-    optimizer XLA breaks); fixed where the person fixed them. A candidate the resolver refuses is left out, with
-    why."""
+    optimizer XLA breaks) times the update kinds optimizer.update=auto allows (a fused kernel or Keras's ops,
+    where XLA does not compile the update with the step); fixed where the person fixed them. A candidate the
+    resolver refuses is left out, with why."""
     auto_precision = config.precision.name == PrecisionName.auto
     auto_xla = str(config.xla).strip().lower() == "auto"
     kept, left_out = [], []
@@ -105,24 +111,40 @@ def candidates(config: Config, env: Environment) -> tuple[list[Candidate], list[
     if auto_xla and breaks:
         left_out.append(f"xla: optimizer.name={config.optimizer.name}: {breaks}")
     xlas = ([False] if breaks else [False, True]) if auto_xla else [str(config.xla).strip().lower() == "true"]
+    base, _ = resolve_all(config, replace(env, tuned=None))
+    auto_update = config.optimizer.update == OptimizerUpdate.auto and config.optimizer.name in FUSED_KERNELS
     for precision in precisions:
         for xla in xlas:
-            candidate = Candidate(precision, xla)
-            trial = copy.deepcopy(config)
-            trial.precision.name = PrecisionName(precision)
-            trial.xla = "true" if xla else "false"
-            _, problems = resolve_all(trial, replace(env, tuned=None))
-            if problems:
-                left_out.append(f"{candidate.label}: {problems[0].key}={problems[0].value!r} refused")
-            else:
-                kept.append(candidate)
+            compiled_whole = xla and base.strategy.replicas == 1  # XLA fuses the update itself
+            updates = ["fused", "keras"] if auto_update and not compiled_whole else [None]
+            for update in updates:
+                trial = copy.deepcopy(config)
+                trial.precision.name = PrecisionName(precision)
+                trial.xla = "true" if xla else "false"
+                if update:
+                    trial.optimizer.update = OptimizerUpdate(update)
+                plan, problems = resolve_all(trial, replace(env, tuned=None))
+                candidate = Candidate(precision, xla, update or plan.step.update)
+                if problems:
+                    left_out.append(f"{candidate.label}: {problems[0].key}={problems[0].value!r} refused")
+                else:
+                    kept.append(candidate)
     return kept, left_out
+
+
+def more_steps_per_call(config: Config, overrides: list[str]) -> tuple[int, ...]:
+    """Steps per call to try beside the fastest step: 4x train.steps_per_execution when the person left it at its
+    default (a value given on the command line or in a config file other than the default is kept)."""
+    given = any(o.split("=", 1)[0].lstrip("+~") == "train.steps_per_execution" for o in overrides)
+    if given or config.train.steps_per_execution != TrainConfig().steps_per_execution:
+        return ()
+    return (4 * config.train.steps_per_execution,)
 
 
 def rule(config: Config, env: Environment) -> Candidate:
     """What the matmul rates' rule picks without timing."""
     plan, _ = resolve_all(config, replace(env, tuned=None))
-    return Candidate(plan.precision.name, plan.step.xla)
+    return Candidate(plan.precision.name, plan.step.xla, plan.step.update)
 
 
 def signature(config: Config, env: Environment) -> str:
@@ -139,6 +161,7 @@ def signature(config: Config, env: Environment) -> str:
         "task": settings["task"],
         "machine": machine_key(),
         "tensorflow": env.tf_version,
+        "format": FORMAT,
     }
     return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -159,7 +182,8 @@ def decide(
         why = "multi-worker jobs never tune: every worker runs the step the matmul rates' rule picks, the same on each"
         return env, TunePlan.of(tune=("not tuned", why))
     found, left_out = candidates(config, env)
-    if len(found) < 2:
+    more = more_steps_per_call(config, overrides)
+    if len(found) < 2 and not more:
         return env, TunePlan.of(tune=("not tuned", f"one candidate step ({_listed(found)}): nothing to choose"))
     key = signature(config, env)
     cached = read_json(tuning_file(), {}).get(key)
@@ -168,7 +192,8 @@ def decide(
     if config.explain:
         would = f"tune={mode}: a launch would time {len(found)} candidate steps ({_listed(found)}) first"
         return env, TunePlan.of(tune=("not tuned yet", would))
-    entry = _time_and_cache(key, found, left_out, rule(config, env), overrides, launch_dir, force=mode == "force")
+    job = TimingJob(config, env, found, more, launch_dir)
+    entry = _time_and_cache(key, job, left_out, rule(config, env), force=mode == "force")
     if entry is None:
         return env, TunePlan.of(tune=("not tuned", "every candidate failed in timing: decided by the matmul rates"))
     return _chosen(env, entry, f"timed now in {entry['seconds']:.0f} s (signature {key})")
@@ -183,7 +208,27 @@ def cached_summary(config: Config, env: Environment) -> str:
     return f"{plan.tune}: {plan.reason('tune')}"
 
 
-def _time_and_cache(key, found, left_out, rule_choice, overrides, launch_dir, force: bool) -> dict | None:
+def copy_table(config: Config, env: Environment, path: Path) -> None:
+    """This config's cached timing table, beside the run's Plan (MLflow logs it as an artifact); nothing when the
+    config was not timed."""
+    entry = read_json(tuning_file(), {}).get(signature(config, env))
+    if entry:
+        write_json_atomic(path, {"signature": signature(config, env), **entry})
+
+
+@dataclass(frozen=True)
+class TimingJob:
+    """What the timing child is given: the launch's config and machine, the candidates, and the steps per call to
+    try beside the fastest."""
+
+    config: Config
+    env: Environment
+    found: list[Candidate]
+    more_steps_per_call: tuple[int, ...]
+    launch_dir: Path
+
+
+def _time_and_cache(key: str, job: TimingJob, left_out: list[str], rule_choice: Candidate, force: bool) -> dict | None:
     path = tuning_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
@@ -192,17 +237,25 @@ def _time_and_cache(key, found, left_out, rule_choice, overrides, launch_dir, fo
         if cached and not force:
             return cached
         started = time.monotonic()
-        timings = [time_candidate(c, overrides, launch_dir) for c in found]
+        timings = time_candidates(job)
         usable = [t for t in timings if t.examples_per_sec is not None]
         if not usable:
             return None
         fastest = max(usable, key=lambda t: t.examples_per_sec)
         tied = [t for t in usable if t.examples_per_sec >= (1 - TIE) * fastest.examples_per_sec]
-        best = next((t for t in tied if t.candidate == rule_choice), fastest)
+        best = next((t for t in tied if t.candidate == rule_choice), None) or next(
+            (t for t in tied if not t.candidate.steps_per_execution), fastest
+        )
         entry = {
             "choice": asdict(best.candidate),
             "table": [
-                {"step": t.candidate.label, "examples_per_sec": t.examples_per_sec, "note": t.note} for t in timings
+                {
+                    "step": t.candidate.label,
+                    "examples_per_sec": t.examples_per_sec,
+                    "spread": list(t.spread) if t.spread else None,
+                    "note": t.note,
+                }
+                for t in timings
             ],
             "left_out": left_out,
             "kept_rule": best.candidate != fastest.candidate,
@@ -213,56 +266,60 @@ def _time_and_cache(key, found, left_out, rule_choice, overrides, launch_dir, fo
         return entry
 
 
-def time_candidate(candidate: Candidate, overrides: list[str], launch_dir: Path, steps: int = 16) -> Timing:
-    """Two short epochs of this config under `candidate` in a child process; the second epoch's examples/s."""
-    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in OWNED_KEYS]
+def time_candidates(job: TimingJob) -> list[Timing]:
+    """Every candidate timed in one child process (`launcher.run.step_timing`), interleaved; a candidate that
+    failed, was refused or went non-finite has no rate and says why. The launch's own runtime is untouched."""
     with tempfile.TemporaryDirectory(prefix="launcher-tune-") as folder:
-        command = [
-            sys.executable,
-            "-m",
-            "launcher",
-            *kept,
-            *candidate.overrides(),
-            "tune=off",
-            "tracking.enabled=false",
-            "checkpoint.enabled=false",
-            "train.epochs=2",
-            f"train.max_steps_per_epoch={steps}",
-            "train.max_validation_steps=1",
-            "train.max_restarts=0",
-            "train.test_at_end=false",
-            f"hydra.run.dir={folder}",
-        ]
-        try:
-            subprocess.run(
-                command, cwd=launch_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=TIMEOUT_SEC
+        spec, result = Path(folder) / "spec.pkl", Path(folder) / "result.json"
+        spec.write_bytes(
+            pickle.dumps(
+                {
+                    "config": job.config,
+                    "env": replace(job.env, tuned=None),
+                    "candidates": job.found,
+                    "rounds": ROUNDS,
+                    "more_steps_per_call": job.more_steps_per_call,
+                }
             )
+        )
+        command = [sys.executable, "-m", "launcher.run.step_timing", str(spec), str(result)]
+        try:
+            done = subprocess.run(command, cwd=job.launch_dir, capture_output=True, text=True, timeout=TIMEOUT_SEC)
         except subprocess.TimeoutExpired:
-            return Timing(candidate, None, f"no result within {TIMEOUT_SEC} s")
-        outcome = read_json(Path(folder) / OUTCOME_FILE, {}) or {}
-    history = outcome.get("history") or []
-    if outcome.get("status") != "FINISHED" or len(history) < 2:
-        return Timing(candidate, None, (outcome.get("error") or "failed").splitlines()[0][:200])
-    rate, loss = history[-1].get("examples_per_sec"), history[-1].get("loss")
-    if rate is None or loss is None or not math.isfinite(loss) or not math.isfinite(rate):
-        return Timing(candidate, None, f"non-finite (loss {loss})")
-    return Timing(candidate, round(float(rate), 1))
+            return [Timing(c, None, f"no result within {TIMEOUT_SEC} s") for c in job.found]
+        rows = (read_json(result, {}) or {}).get("rows")
+    if not rows:
+        why = (done.stderr.strip().splitlines() or ["the timing process failed"])[-1][:200]
+        return [Timing(c, None, why) for c in job.found]
+    return [
+        Timing(Candidate(**row["candidate"]), row["examples_per_sec"], row["note"], _pair(row["spread"]))
+        for row in rows
+    ]
+
+
+def _pair(spread) -> tuple[float, float] | None:
+    return (spread[0], spread[1]) if spread else None
 
 
 def _chosen(env: Environment, entry: dict, how: str) -> tuple[Environment, TunePlan]:
     choice = Candidate(**entry["choice"])
-    table = "; ".join(
-        f"{row['step']} {row['examples_per_sec']:,.0f} ex/s"
-        if row["examples_per_sec"]
-        else f"{row['step']} {row['note']}"
-        for row in entry["table"]
-    )
+    table = "; ".join(_row_text(row) for row in entry["table"])
     left_out = f"; left out: {', '.join(entry['left_out'])}" if entry.get("left_out") else ""
     if entry.get("kept_rule"):
         left_out += f"; within {TIE:.0%} of the fastest: the matmul rates' choice kept"
-    tuned = TunedStep(choice.precision, choice.xla, f"{choice.label} from {table}")
+    tuned = TunedStep(
+        choice.precision, choice.xla, f"{choice.label} from {table}", choice.update, choice.steps_per_execution
+    )
     plan = TunePlan.of(tune=(f"{choice.label}", f"{how}: {table}{left_out}"))
     return replace(env, tuned=tuned), plan
+
+
+def _row_text(row: dict) -> str:
+    if not row["examples_per_sec"]:
+        return f"{row['step']} {row['note']}"
+    spread = row.get("spread")
+    within = f" [{spread[0]:,.0f}-{spread[1]:,.0f}]" if spread else ""
+    return f"{row['step']} {row['examples_per_sec']:,.0f}{within} ex/s"
 
 
 def _listed(found: list[Candidate]) -> str:

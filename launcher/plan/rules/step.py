@@ -24,13 +24,22 @@ def decide_step(
     cfg: Config, env: Environment, found: Findings, precision: PrecisionPlan, strategy: StrategyPlan
 ) -> StepPlan:
     xla = _decide_xla(cfg, env, found, precision)
-    update = _decide_update(cfg, found, whole_step_compiled=xla[0] and strategy.replicas == 1)
+    update = _decide_update(cfg, env, found, whole_step_compiled=xla[0] and strategy.replicas == 1)
     return StepPlan.of(
         xla=xla,
         update=update,
         kind=_step_kind(xla[0], update[0] == OptimizerUpdate.fused.value, strategy.replicas),
-        steps_per_execution=(cfg.train.steps_per_execution, "steps run per tf.function call (in-graph loop)"),
+        steps_per_execution=_steps_per_call(cfg, env),
     )
+
+
+def _steps_per_call(cfg: Config, env: Environment) -> tuple[int, str]:
+    if env.tuned is not None and env.tuned.steps_per_execution:
+        return env.tuned.steps_per_execution, (
+            f"tune: {env.tuned.steps_per_execution} steps per call timed faster than "
+            f"train.steps_per_execution={cfg.train.steps_per_execution} ({env.tuned.table})"
+        )
+    return cfg.train.steps_per_execution, "steps run per tf.function call (in-graph loop)"
 
 
 def _decide_xla(cfg: Config, env: Environment, found: Findings, precision: PrecisionPlan) -> tuple[bool, str]:
@@ -83,7 +92,7 @@ def auto_xla(env: Environment, precision: PrecisionPlan, model: ModelKind) -> tu
     return True, f"CPU {precision.name} without AMX, matmul rates not measured: XLA fuses the step"
 
 
-def _decide_update(cfg: Config, found: Findings, whole_step_compiled: bool) -> tuple[str, str]:
+def _decide_update(cfg: Config, env: Environment, found: Findings, whole_step_compiled: bool) -> tuple[str, str]:
     optimizer = str(cfg.optimizer.name).strip()
     kernel = FUSED_KERNELS.get(optimizer)
     update = cfg.optimizer.update
@@ -104,6 +113,8 @@ def _decide_update(cfg: Config, found: Findings, whole_step_compiled: bool) -> t
         )
     if whole_step_compiled:
         return OptimizerUpdate.keras.value, "update=auto: XLA compiles the update with the step and fuses it"
+    if env.tuned is not None and env.tuned.update:
+        return env.tuned.update, f"update=auto, tune: the fastest step timed here ({env.tuned.table})"
     return OptimizerUpdate.fused.value, (
         f"update=auto: {kernel}, one pass over each variable instead of Keras's ~10 elementwise "
         "ops (measured, MLP step: 1.26x bf16, 1.15x fp32 on an AMD EPYC without AMX)"

@@ -1,0 +1,175 @@
+"""The child process of `tune=auto`: every candidate step built and timed in this one process, interleaved.
+
+`python -m launcher.run.step_timing <spec.pkl> <result.json>`. The spec holds the launch's typed config, its
+environment and the candidates (`launcher.run.tuning`). One process pays TensorFlow's start once for all of
+them (a process per candidate cost ~5 s each: 22-57 s for four). Each candidate is reviewed, built and
+warmed up (its trace and compilation are not timed), then the candidates take turns: round after round each
+trains a few more chunks, so a burst of load on the machine falls on every candidate rather than on one.
+A candidate's rate is the median of its rounds, with their spread. The policy and devices are set per candidate
+by the same `runtime.configure` the launch uses; precision lives on each built model, so candidates coexist.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from launcher.config.errors import ConfigError
+from launcher.contract import Hook, HookList, Position
+from launcher.run.review import review
+from launcher.run.runner import numerics_guard
+from launcher.train import runtime
+
+ROUNDS = 3  # timed rounds per candidate, interleaved
+ROUND_SEC = 0.3  # at least this much timed training per round (and at least MIN_CHUNKS chunks)
+MIN_CHUNKS = 2
+MAX_CHUNKS = 400
+# What the timing changes on every candidate: nothing written, nothing validated inside the timed chunks.
+TIMING_SETTINGS = {
+    "epochs": 100_000,  # the rounds decide when to stop
+    "max_steps": 0,
+    "max_validation_steps": 1,
+    "val_every_steps": 0,
+    "test_at_end": False,
+    "measure_utilization": False,
+}
+
+
+@dataclass
+class Timed:
+    """One candidate in this process: its engine once built, its rounds' rates, or why it could not be timed."""
+
+    candidate: object  # launcher.run.tuning.Candidate
+    engine: object = None
+    position: Position = field(default_factory=Position)
+    rates: list[float] = field(default_factory=list)
+    note: str = ""
+
+    def row(self) -> dict:
+        rate = statistics.median(self.rates) if self.rates and not self.note else None
+        spread = [min(self.rates), max(self.rates)] if rate is not None else None
+        return {"candidate": asdict(self.candidate), "examples_per_sec": rate, "spread": spread, "note": self.note}
+
+
+class _Stopwatch(Hook):
+    """Times the chunks of one round: each from the end of the chunk before it in the same epoch (host work
+    between chunks counts: it is what steps_per_execution amortises), or from just before it after an epoch
+    boundary (validation is not the step); stops training once the round has enough."""
+
+    def __init__(self, model, global_batch: int, min_chunks: int = MIN_CHUNKS, min_seconds: float = ROUND_SEC):
+        self.model, self.global_batch = model, global_batch
+        self.min_chunks, self.min_seconds = min_chunks, min_seconds
+        self.seconds, self.steps, self.chunks = 0.0, 0, 0
+        self._since: float | None = None
+        self._epoch = -1
+
+    def steps_until_boundary(self, position: Position) -> int | None:
+        if position.epoch != self._epoch or self._since is None:
+            self._since, self._epoch = time.perf_counter(), position.epoch
+        return None
+
+    def after_steps(self, position: Position, logs: dict) -> None:
+        now = time.perf_counter()
+        ran = logs["telemetry"].ran
+        if not all(math.isfinite(v) for v in logs["telemetry"].losses):
+            raise FloatingPointError(f"non-finite loss at step {position.global_step}")
+        self.seconds += now - self._since
+        self.steps += ran
+        self.chunks += 1
+        self._since = now
+        if self.chunks >= MAX_CHUNKS or (self.chunks >= self.min_chunks and self.seconds >= self.min_seconds):
+            self.model.stop_training = True
+
+    @property
+    def rate(self) -> float:
+        return self.steps * self.global_batch / self.seconds if self.seconds > 0 else 0.0
+
+
+def prepare(candidate, config, env) -> Timed:
+    """Review and build `config` under `candidate`, then run two chunks (trace, compile, warm the caches)."""
+    from launcher.train.build import build
+    from launcher.train.engine import Engine
+
+    timed = Timed(candidate)
+    cfg = candidate.applied(config)
+    cfg.train = replace(cfg.train, **TIMING_SETTINGS)
+    try:
+        checked = review(cfg, env, lambda p: runtime.configure(p, cfg.seed, False))
+        if checked.problems:
+            timed.note = f"refused: {ConfigError(checked.problems).violations[0].key}"
+            return timed
+        built = build(cfg, checked.plan, checked.source, checked.strategy)
+        timed.engine = Engine(
+            built,
+            checked.plan,
+            checked.source,
+            seed=cfg.seed,
+            shuffle_buffer=cfg.dataset.shuffle_buffer,
+            verbose=0,
+            guard=numerics_guard(cfg, checked.plan),
+        )
+        warm = _Stopwatch(built.model, checked.plan.batch.global_batch, min_chunks=2, min_seconds=0.0)  # untimed
+        timed.engine.fit(TIMING_SETTINGS["epochs"], start=timed.position, hooks=HookList([warm]))
+    except Exception as err:  # a candidate that cannot run is a finding of the table, not a failed launch
+        timed.engine, timed.note = None, _why(err)
+    return timed
+
+
+def time_round(timed: Timed) -> None:
+    if timed.engine is None:
+        return
+    engine = timed.engine
+    watch = _Stopwatch(engine.model, engine.global_batch)
+    try:
+        engine.fit(TIMING_SETTINGS["epochs"], start=timed.position, hooks=HookList([watch]))
+    except Exception as err:
+        timed.engine, timed.note = None, _why(err)
+        return
+    timed.rates.append(round(watch.rate, 1))
+
+
+def time_all(candidates, config, env, rounds: int = ROUNDS, more_steps_per_call: tuple[int, ...] = ()) -> list[dict]:
+    """The candidates' rows (label, examples/s median, [min, max] over the rounds, note), in the given order.
+
+    `more_steps_per_call`: the fastest candidate is then timed again beside copies of it running that many steps
+    per call, interleaved (its rounds pooled): steps_per_execution only matters once the step itself is chosen."""
+    prepared = [prepare(c, config, env) for c in candidates]
+    _rounds(prepared, rounds)
+    timed_ok = [t for t in prepared if t.engine is not None and t.rates]
+    if more_steps_per_call and timed_ok:
+        best = max(timed_ok, key=lambda t: statistics.median(t.rates))
+        # A call longer than half an epoch cannot run whole (chunks end at the epoch's end): nothing to time.
+        fitting = [n for n in more_steps_per_call if 2 * n <= best.engine.plan.schedule.steps_per_epoch]
+        variants = [prepare(replace(best.candidate, steps_per_execution=n), config, env) for n in fitting]
+        if variants:
+            _rounds([best, *variants], rounds)
+            prepared += variants
+    return [t.row() for t in prepared]
+
+
+def _rounds(prepared: list[Timed], rounds: int) -> None:
+    for _ in range(rounds):
+        for timed in prepared:
+            time_round(timed)
+
+
+def _why(err: Exception) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[-1][:200] if lines else ''}"
+
+
+def main(spec_path: str, result_path: str) -> None:
+    spec = pickle.loads(Path(spec_path).read_bytes())
+    started = time.monotonic()
+    rows = time_all(spec["candidates"], spec["config"], spec["env"], spec["rounds"], spec["more_steps_per_call"])
+    Path(result_path).write_text(json.dumps({"rows": rows, "seconds": round(time.monotonic() - started, 1)}))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
