@@ -18,7 +18,7 @@ from launcher.run.utilization import process_age_seconds
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--workload", required=True, choices=["mlp", "cnn", "small"])
+    p.add_argument("--workload", required=True, choices=["mlp", "cnn", "lm", "small"])
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "mixed"])
     p.add_argument("--xla", default="false", choices=["true", "false"])
     p.add_argument("--epochs", type=int, default=3)
@@ -33,9 +33,11 @@ def main():
     keras.mixed_precision.set_global_policy(policy)
     x, y = make_data(spec)
     model = spec["keras_model"]()
+    # Next-token labels: padding (token 0) is not a target, as in the launcher's sequence task.
+    ignore = 0 if spec.get("task") == "sequence" else None
     model.compile(
         keras.optimizers.Adam(1e-3),
-        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=ignore),
         metrics=["accuracy"],
         jit_compile=args.xla == "true",
         steps_per_execution=args.steps_per_execution,

@@ -43,7 +43,12 @@ def profile_config(workload: str, name: str, steps: int) -> str:
             xla,
             1,
             f"{tmp}/run",
-            [*extra, "train.steps_per_execution=4", f"train.profile.steps={steps}", "train.profile.skip_steps=4"],
+            [
+                *(o for o in extra if not o.startswith("train.steps_per_execution=")),
+                "train.steps_per_execution=4",
+                f"train.profile.steps={steps}",
+                "train.profile.skip_steps=4",
+            ],
         )
         done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
@@ -77,7 +82,10 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", default="mlp", choices=sorted(WORKLOADS))
     parser.add_argument(
-        "--configs", nargs="+", default=["fp32", "fp32+xla", "bf16", "bf16+hybrid", "bf16+xla"], choices=sorted(CONFIGS)
+        "--configs",
+        nargs="+",
+        default=["fp32 graph", "fp32 xla", "bf16 graph", "bf16 hybrid", "bf16 xla"],
+        choices=sorted(CONFIGS),
     )
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args()

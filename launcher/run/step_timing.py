@@ -30,6 +30,10 @@ ROUNDS = 3  # timed rounds per candidate, interleaved
 ROUND_SEC = 0.3  # at least this much timed training per round (and at least MIN_CHUNKS chunks)
 MIN_CHUNKS = 2
 MAX_CHUNKS = 400
+# A chunk of steps_per_execution heavy steps can take seconds (16 x 90 ms on the 3x2048 MLP): the timed chunks are
+# cut to about this long. Where steps are that slow, the host's work between calls is noise beside them.
+CHUNK_SEC = 0.1
+WARM_CHUNKS = 3  # one step each: the first traces and compiles, the others say how long a step takes
 # What the timing changes on every candidate: nothing written, nothing validated inside the timed chunks.
 TIMING_SETTINGS = {
     "epochs": 100_000,  # the rounds decide when to stop
@@ -47,6 +51,7 @@ class Timed:
 
     candidate: object  # launcher.run.tuning.Candidate
     engine: object = None
+    chunk_steps: int | None = None  # the timed chunks' length (None: the engine's own, steps_per_execution)
     position: Position = field(default_factory=Position)
     rates: list[float] = field(default_factory=list)
     note: str = ""
@@ -62,17 +67,25 @@ class _Stopwatch(Hook):
     between chunks counts: it is what steps_per_execution amortises), or from just before it after an epoch
     boundary (validation is not the step); stops training once the round has enough."""
 
-    def __init__(self, model, global_batch: int, min_chunks: int = MIN_CHUNKS, min_seconds: float = ROUND_SEC):
+    def __init__(
+        self,
+        model,
+        global_batch: int,
+        min_chunks: int = MIN_CHUNKS,
+        min_seconds: float = ROUND_SEC,
+        chunk_steps: int | None = None,
+    ):
         self.model, self.global_batch = model, global_batch
-        self.min_chunks, self.min_seconds = min_chunks, min_seconds
+        self.min_chunks, self.min_seconds, self.chunk_steps = min_chunks, min_seconds, chunk_steps
         self.seconds, self.steps, self.chunks = 0.0, 0, 0
+        self.per_step: list[float] = []  # each chunk's seconds per step
         self._since: float | None = None
         self._epoch = -1
 
     def steps_until_boundary(self, position: Position) -> int | None:
         if position.epoch != self._epoch or self._since is None:
             self._since, self._epoch = time.perf_counter(), position.epoch
-        return None
+        return self.chunk_steps
 
     def after_steps(self, position: Position, logs: dict) -> None:
         now = time.perf_counter()
@@ -80,6 +93,7 @@ class _Stopwatch(Hook):
         if not all(math.isfinite(v) for v in logs["telemetry"].losses):
             raise FloatingPointError(f"non-finite loss at step {position.global_step}")
         self.seconds += now - self._since
+        self.per_step.append((now - self._since) / max(ran, 1))
         self.steps += ran
         self.chunks += 1
         self._since = now
@@ -92,7 +106,8 @@ class _Stopwatch(Hook):
 
 
 def prepare(candidate, config, env) -> Timed:
-    """Review and build `config` under `candidate`, then run two chunks (trace, compile, warm the caches)."""
+    """Review and build `config` under `candidate`, then run a few one-step chunks (trace, compile, warm the
+    caches) and size the timed chunks from them."""
     from launcher.train.build import build
     from launcher.train.engine import Engine
 
@@ -114,8 +129,12 @@ def prepare(candidate, config, env) -> Timed:
             verbose=0,
             guard=numerics_guard(cfg, checked.plan),
         )
-        warm = _Stopwatch(built.model, checked.plan.batch.global_batch, min_chunks=2, min_seconds=0.0)  # untimed
+        warm = _Stopwatch(built.model, checked.plan.batch.global_batch, WARM_CHUNKS, 0.0, chunk_steps=1)
         timed.engine.fit(TIMING_SETTINGS["epochs"], start=timed.position, hooks=HookList([warm]))
+        step_sec = min(warm.per_step[1:])
+        calls = checked.plan.step.steps_per_execution
+        fitting = max(1, int(CHUNK_SEC / step_sec)) if step_sec > 0 else calls
+        timed.chunk_steps = fitting if fitting < calls else None
     except Exception as err:  # a candidate that cannot run is a finding of the table, not a failed launch
         timed.engine, timed.note = None, _why(err)
     return timed
@@ -125,7 +144,7 @@ def time_round(timed: Timed) -> None:
     if timed.engine is None:
         return
     engine = timed.engine
-    watch = _Stopwatch(engine.model, engine.global_batch)
+    watch = _Stopwatch(engine.model, engine.global_batch, chunk_steps=timed.chunk_steps)
     try:
         engine.fit(TIMING_SETTINGS["epochs"], start=timed.position, hooks=HookList([watch]))
     except Exception as err:
