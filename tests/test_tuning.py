@@ -205,6 +205,41 @@ def test_the_timing_child_times_each_candidate_in_rounds_and_says_why_one_could_
     assert row["examples_per_sec"] is None and "non-finite" in row["note"], row
 
 
+def test_a_table_timed_on_a_busy_machine_is_timed_again_a_minute_later_and_a_sound_one_is_kept(
+    cache, monkeypatch, tmp_path
+):
+    """The first timing runs while other processes hold 60% of the CPU and ranks fp32 first; it is provisional:
+    the launches within 60 s use it (and say so), the first launch 60 s or more later times again on the now
+    idle machine and switches to bf16, which stays. A week later a busy re-timing never replaces that sound table."""
+    now, busy = [1000.0], [0.6]
+    monkeypatch.setattr(tuning, "clock", lambda: now[0])
+    monkeypatch.setattr(tuning, "others_share", lambda before, after: busy[0])
+    cfg = config("tune=auto", KERAS_UPDATE)
+    under_load = {"fp32 graph": 3000.0, "fp32 xla": 2000.0, "bf16 graph": 1500.0, "bf16 xla": 1000.0}
+    idle = {"fp32 graph": 3000.0, "fp32 xla": 4200.0, "bf16 graph": 5000.0, "bf16 xla": 3000.0}
+    timed = fake_timings(monkeypatch, under_load)
+    env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
+    assert env.tuned.precision == "fp32" and "provisional: timed while other processes used 60%" in record.reason(
+        "tune"
+    )
+    busy[0], now[0] = 0.01, 1030.0
+    timed = fake_timings(monkeypatch, idle)
+    env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
+    assert timed == [] and env.tuned.precision == "fp32"
+    assert "timed again by a launch from 30 s on" in record.reason("tune")
+    now[0] = 1061.0
+    env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
+    assert len(timed) == 4 and env.tuned.precision == "bf16" and "provisional" not in record.reason("tune")
+    now[0] = 5000.0
+    env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
+    assert len(timed) == 4 and env.tuned.precision == "bf16" and record.reason("tune").startswith("cached")
+    # A week on the table is timed again; under load, the result does not replace the sound table.
+    busy[0], now[0] = 0.7, 1061.0 + tuning.MAX_AGE_SEC
+    timed = fake_timings(monkeypatch, under_load)
+    env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
+    assert len(timed) == 4 and env.tuned.precision == "bf16" and record.reason("tune").startswith("cached")
+
+
 def test_an_unknown_tune_value_is_refused_by_the_resolver_with_the_other_problems():
     cfg = config("tune=sometimes", "xla=maybe")
     assert tuning.decide(cfg, EPYC_AVX512_BF16, [], ROOT) == (EPYC_AVX512_BF16, None)  # nothing timed

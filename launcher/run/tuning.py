@@ -32,7 +32,16 @@ from launcher.config.schema import Config, OptimizerUpdate, PrecisionName, Strat
 from launcher.files import read_json, write_json_atomic
 from launcher.plan.decisions import TunePlan
 from launcher.plan.environment import Environment, TunedStep
-from launcher.plan.hardware import age_text, cache_file, machine_key
+from launcher.plan.hardware import (
+    BUSY_SHARE,
+    MAX_AGE_SEC,
+    RETRY_SEC,
+    age_text,
+    cache_file,
+    cpu_snapshot,
+    machine_key,
+    others_share,
+)
 from launcher.plan.resolve import resolve_all
 from launcher.plan.rules.step import FUSED_KERNELS, TUNE_CHOICES
 
@@ -187,8 +196,8 @@ def decide(
         return env, TunePlan.of(tune=("not tuned", f"one candidate step ({_listed(found)}): nothing to choose"))
     key = signature(config, env)
     cached = read_json(tuning_file(), {}).get(key)
-    if cached and mode != "force":
-        return _chosen(env, cached, f"cached {age_text(time.time() - cached['measured_at'])} ago (signature {key})")
+    if cached and mode != "force" and (config.explain or not due(cached, clock())):
+        return _chosen(env, cached, f"cached {_trust(cached, clock())} (signature {key})")
     if config.explain:
         would = f"tune={mode}: a launch would time {len(found)} candidate steps ({_listed(found)}) first"
         return env, TunePlan.of(tune=("not tuned yet", would))
@@ -196,7 +205,39 @@ def decide(
     entry = _time_and_cache(key, job, left_out, rule(config, env), force=mode == "force")
     if entry is None:
         return env, TunePlan.of(tune=("not tuned", "every candidate failed in timing: decided by the matmul rates"))
-    return _chosen(env, entry, f"timed now in {entry['seconds']:.0f} s (signature {key})")
+    if entry["checked_at"] != entry["measured_at"]:  # timed again, provisional: the sound table stays
+        return _chosen(env, entry, f"cached {_trust(entry, clock())} (signature {key})")
+    how = f"timed now in {entry['seconds']:.0f} s" + (f"; {_provisional(entry)}" if _provisional(entry) else "")
+    return _chosen(env, entry, f"{how} (signature {key})")
+
+
+def clock() -> float:
+    """Now, for the cache's ages (a function of this module: tests move it)."""
+    return time.time()
+
+
+def _provisional(entry: dict) -> str:
+    """Why a cached table is provisional ("" when it is sound): timed while other processes used the CPU."""
+    busy = entry.get("busy")
+    if busy is not None and busy > BUSY_SHARE:
+        return f"provisional: timed while other processes used {busy:.0%} of the CPU"
+    return ""
+
+
+def due(entry: dict, now: float) -> bool:
+    """Whether a launch at `now` times this signature again: a provisional table once RETRY_SEC passed since the
+    last try, a sound one after MAX_AGE_SEC (what the matmul rates do)."""
+    if now - entry.get("checked_at", entry["measured_at"]) < RETRY_SEC:
+        return False
+    return bool(_provisional(entry)) or now - entry["measured_at"] >= MAX_AGE_SEC
+
+
+def _trust(entry: dict, now: float) -> str:
+    text = f"{age_text(now - entry['measured_at'])} ago"
+    if _provisional(entry):
+        retry = max(entry.get("checked_at", entry["measured_at"]) + RETRY_SEC - now, 0)
+        text += f"; {_provisional(entry)}: timed again by a launch from {age_text(retry)} on"
+    return text
 
 
 def cached_summary(config: Config, env: Environment) -> str:
@@ -204,7 +245,7 @@ def cached_summary(config: Config, env: Environment) -> str:
     entry = read_json(tuning_file(), {}).get(signature(config, env))
     if not entry:
         return "not timed on this machine (tune=auto times the candidate steps on the first launch)"
-    _, plan = _chosen(env, entry, f"timed {age_text(time.time() - entry['measured_at'])} ago")
+    _, plan = _chosen(env, entry, f"timed {_trust(entry, clock())}")
     return f"{plan.tune}: {plan.reason('tune')}"
 
 
@@ -234,10 +275,12 @@ def _time_and_cache(key: str, job: TimingJob, left_out: list[str], rule_choice: 
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another launch may be timing the same signature: wait for it
         cached = read_json(path, {}).get(key)
-        if cached and not force:
-            return cached
+        if cached and not force and not due(cached, clock()):
+            return cached  # another launch timed it meanwhile
         started = time.monotonic()
+        before = cpu_snapshot()
         timings = time_candidates(job)
+        busy = others_share(before, cpu_snapshot())
         usable = [t for t in timings if t.examples_per_sec is not None]
         if not usable:
             return None
@@ -259,9 +302,14 @@ def _time_and_cache(key: str, job: TimingJob, left_out: list[str], rule_choice: 
             ],
             "left_out": left_out,
             "kept_rule": best.candidate != fastest.candidate,
-            "measured_at": time.time(),
+            "measured_at": clock(),
+            "checked_at": clock(),
+            "busy": None if busy is None else round(busy, 3),
             "seconds": round(time.monotonic() - started, 1),
         }
+        entry["checked_at"] = entry["measured_at"]
+        if cached and not force and not _provisional(cached) and _provisional(entry):
+            entry = {**cached, "checked_at": entry["measured_at"]}  # a busy re-timing never replaces a sound table
         write_json_atomic(path, {**read_json(path, {}), key: entry})
         return entry
 
