@@ -117,6 +117,7 @@ def test_the_fastest_candidate_is_chosen_cached_and_the_plan_quotes_the_table(ca
     assert timed == ["fp32 graph", "fp32 xla", "bf16 graph", "bf16 xla"]
     assert (env.tuned.precision, env.tuned.xla) == ("bf16", False)
     assert record.tune == "bf16 graph" and "bf16 xla non-finite (loss nan)" in record.reason("tune")
+    assert "bf16 change the numerics" in record.reason("tune")  # bf16 was timed only because precision=auto
     plan = resolve(cfg, env)
     assert plan.precision.name == "bf16" and not plan.step.xla
     assert "tune: the fastest step timed here" in plan.precision.reason("name")
@@ -263,6 +264,7 @@ def test_a_first_launch_times_the_steps_and_a_second_reads_the_cache_and_picks_t
     assert first.returncode == 0, first.stderr[-2000:]
     decided = yaml.safe_load((tmp_path / "one" / "plan.yaml").read_text())["decisions"]
     assert decided["tune"]["reason"].startswith("timed now in")
+    assert "change the numerics" not in decided["tune"]["reason"]  # precision=fp32: every candidate is float32
     table = json.loads((tmp_path / "cache" / "step_tuning.json").read_text())
     (entry,) = table.values()
     assert [row["step"] for row in entry["table"]] == STEPS("fp32")

@@ -301,6 +301,7 @@ def _time_and_cache(key: str, job: TimingJob, left_out: list[str], rule_choice: 
                 for t in timings
             ],
             "left_out": left_out,
+            "numerics": _numerics(job.found),
             "kept_rule": best.candidate != fastest.candidate,
             "measured_at": clock(),
             "checked_at": clock(),
@@ -345,6 +346,17 @@ def time_candidates(job: TimingJob) -> list[Timing]:
     ]
 
 
+def _numerics(found: list[Candidate]) -> str:
+    """What the Plan says when candidates compute in another precision than float32."""
+    others = sorted({c.precision for c in found} - {"fp32"})
+    if not others:
+        return ""
+    return (
+        f"{' and '.join(others)} change the numerics (fewer mantissa bits; float16 with loss scaling): "
+        "timed because precision=auto allows them"
+    )
+
+
 def _pair(spread) -> tuple[float, float] | None:
     return (spread[0], spread[1]) if spread else None
 
@@ -355,6 +367,8 @@ def _chosen(env: Environment, entry: dict, how: str) -> tuple[Environment, TuneP
     left_out = f"; left out: {', '.join(entry['left_out'])}" if entry.get("left_out") else ""
     if entry.get("kept_rule"):
         left_out += f"; within {TIE:.0%} of the fastest: the matmul rates' choice kept"
+    if entry.get("numerics"):
+        left_out += f"; {entry['numerics']}"
     tuned = TunedStep(
         choice.precision, choice.xla, f"{choice.label} from {table}", choice.update, choice.steps_per_execution
     )
