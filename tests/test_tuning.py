@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -248,19 +246,14 @@ def test_an_unknown_tune_value_is_refused_by_the_resolver_with_the_other_problem
     assert {"tune", "xla"} <= {p.key for p in problems}
 
 
-def test_a_first_launch_times_the_steps_and_a_second_reads_the_cache_and_picks_the_same(tmp_path):
+def test_a_first_launch_times_the_steps_and_a_second_reads_the_cache_and_picks_the_same(tmp_path, launcher_here):
+    """Both launches through the real entry in this process (the timing child is a real process either way)."""
     env = {"LAUNCHER_CACHE": str(tmp_path / "cache")}
     os.makedirs(env["LAUNCHER_CACHE"])  # the suite's fixed matmul rates, in a cache of this test's own
     shutil.copy(os.path.join(os.environ["LAUNCHER_CACHE"], "matmul_rates.json"), env["LAUNCHER_CACHE"])
     # precision fixed: three candidates (fp32 hybrid, graph, xla) keep the test short; which does not matter here.
-    run = [sys.executable, "-m", "launcher", "tune=auto", "precision=fp32", *TINY]
-    first = subprocess.run(
-        [*run, "tracking.enabled=false", f"hydra.run.dir={tmp_path}/one"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-    )
+    run = ["tune=auto", "precision=fp32", *TINY]
+    first = launcher_here([*run, "tracking.enabled=false", f"hydra.run.dir={tmp_path}/one"], ROOT, env)
     assert first.returncode == 0, first.stderr[-2000:]
     decided = yaml.safe_load((tmp_path / "one" / "plan.yaml").read_text())["decisions"]
     assert decided["tune"]["reason"].startswith("timed now in")
@@ -271,13 +264,7 @@ def test_a_first_launch_times_the_steps_and_a_second_reads_the_cache_and_picks_t
     assert all(row["examples_per_sec"] > 0 and row["spread"][0] <= row["examples_per_sec"] for row in entry["table"])
     assert json.loads((tmp_path / "one" / "step_tuning.json").read_text())["table"] == entry["table"]
     uri = store(tmp_path / "mlflow.db")
-    second = subprocess.run(
-        [*run, f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/two"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-    )
+    second = launcher_here([*run, f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/two"], ROOT, env)
     assert second.returncode == 0, second.stderr[-2000:]
     again = yaml.safe_load((tmp_path / "two" / "plan.yaml").read_text())["decisions"]
     assert again["tune"]["reason"].startswith("cached") and again["tune"]["value"] == decided["tune"]["value"]
