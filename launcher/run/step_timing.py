@@ -115,7 +115,7 @@ def prepare(candidate, config, env) -> Timed:
     cfg = candidate.applied(config)
     cfg.train = replace(cfg.train, **TIMING_SETTINGS)
     try:
-        checked = review(cfg, env, lambda p: runtime.configure(p, cfg.seed, False))
+        checked = review(cfg, env, lambda p: runtime.configure(p, cfg.seed, cfg.deterministic))
         if checked.problems:
             timed.note = f"refused: {ConfigError(checked.problems).violations[0].key}"
             return timed

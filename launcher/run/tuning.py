@@ -120,20 +120,19 @@ def candidates(config: Config, env: Environment) -> tuple[list[Candidate], list[
     if auto_xla and breaks:
         left_out.append(f"xla: optimizer.name={config.optimizer.name}: {breaks}")
     xlas = ([False] if breaks else [False, True]) if auto_xla else [str(config.xla).strip().lower() == "true"]
-    base, _ = resolve_all(config, replace(env, tuned=None))
-    auto_update = config.optimizer.update == OptimizerUpdate.auto and config.optimizer.name in FUSED_KERNELS
+    untuned = replace(env, tuned=None)
+    base, _ = resolve_all(config, untuned)
+    auto_update = (
+        config.optimizer.update == OptimizerUpdate.auto and str(config.optimizer.name).strip() in FUSED_KERNELS
+    )
     for precision in precisions:
         for xla in xlas:
             compiled_whole = xla and base.strategy.replicas == 1  # XLA fuses the update itself
-            updates = ["fused", "keras"] if auto_update and not compiled_whole else [None]
+            updates = ["fused", "keras"] if auto_update and not compiled_whole else [config.optimizer.update.value]
             for update in updates:
-                trial = copy.deepcopy(config)
-                trial.precision.name = PrecisionName(precision)
-                trial.xla = "true" if xla else "false"
-                if update:
-                    trial.optimizer.update = OptimizerUpdate(update)
-                plan, problems = resolve_all(trial, replace(env, tuned=None))
-                candidate = Candidate(precision, xla, update or plan.step.update)
+                asked = Candidate(precision, xla, update)
+                plan, problems = resolve_all(asked.applied(config), untuned)
+                candidate = replace(asked, update=plan.step.update)  # what optimizer.update=auto resolves to
                 if problems:
                     left_out.append(f"{candidate.label}: {problems[0].key}={problems[0].value!r} refused")
                 else:
@@ -202,10 +201,10 @@ def decide(
         would = f"tune={mode}: a launch would time {len(found)} candidate steps ({_listed(found)}) first"
         return env, TunePlan.of(tune=("not tuned yet", would))
     job = TimingJob(config, env, found, more, launch_dir)
-    entry = _time_and_cache(key, job, left_out, rule(config, env), force=mode == "force")
+    entry, fresh = _time_and_cache(key, job, left_out, rule(config, env), force=mode == "force")
     if entry is None:
         return env, TunePlan.of(tune=("not tuned", "every candidate failed in timing: decided by the matmul rates"))
-    if entry["checked_at"] != entry["measured_at"]:  # timed again, provisional: the sound table stays
+    if not fresh:  # another launch timed it meanwhile, or a busy re-timing left the sound table in place
         return _chosen(env, entry, f"cached {_trust(entry, clock())} (signature {key})")
     how = f"timed now in {entry['seconds']:.0f} s" + (f"; {_provisional(entry)}" if _provisional(entry) else "")
     return _chosen(env, entry, f"{how} (signature {key})")
@@ -269,21 +268,24 @@ class TimingJob:
     launch_dir: Path
 
 
-def _time_and_cache(key: str, job: TimingJob, left_out: list[str], rule_choice: Candidate, force: bool) -> dict | None:
+def _time_and_cache(
+    key: str, job: TimingJob, left_out: list[str], rule_choice: Candidate, force: bool
+) -> tuple[dict | None, bool]:
+    """The table this launch decides by (None: every candidate failed) and whether it is the one just timed."""
     path = tuning_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another launch may be timing the same signature: wait for it
         cached = read_json(path, {}).get(key)
         if cached and not force and not due(cached, clock()):
-            return cached  # another launch timed it meanwhile
+            return cached, False  # another launch timed it meanwhile
         started = time.monotonic()
         before = cpu_snapshot()
         timings = time_candidates(job)
         busy = others_share(before, cpu_snapshot())
         usable = [t for t in timings if t.examples_per_sec is not None]
         if not usable:
-            return None
+            return None, False
         fastest = max(usable, key=lambda t: t.examples_per_sec)
         tied = [t for t in usable if t.examples_per_sec >= (1 - TIE) * fastest.examples_per_sec]
         best = next((t for t in tied if t.candidate == rule_choice), None) or next(
@@ -303,16 +305,17 @@ def _time_and_cache(key: str, job: TimingJob, left_out: list[str], rule_choice: 
             "left_out": left_out,
             "numerics": _numerics(job.found),
             "kept_rule": best.candidate != fastest.candidate,
-            "measured_at": clock(),
-            "checked_at": clock(),
+            "measured_at": (now := clock()),
+            "checked_at": now,
             "busy": None if busy is None else round(busy, 3),
             "seconds": round(time.monotonic() - started, 1),
         }
-        entry["checked_at"] = entry["measured_at"]
         if cached and not force and not _provisional(cached) and _provisional(entry):
-            entry = {**cached, "checked_at": entry["measured_at"]}  # a busy re-timing never replaces a sound table
+            kept = {**cached, "checked_at": now}  # a busy re-timing never replaces a sound table
+            write_json_atomic(path, {**read_json(path, {}), key: kept})
+            return kept, False
         write_json_atomic(path, {**read_json(path, {}), key: entry})
-        return entry
+        return entry, True
 
 
 def time_candidates(job: TimingJob) -> list[Timing]:
