@@ -407,5 +407,30 @@ class LoadgroupGuard:
             raise pytest.UsageError(f"--dist loadgroup is not grouping {lost[0]} (pytest-xdist#1386): pin pytest<9.2")
 
 
+class CpuAccount:
+    """`LAUNCHER_TEST_CPU=<file>`: append each test's wall time and CPU time (this process and the processes it
+    waited for: launches, sweeps and their jobs, servers) as JSON lines. On two shared cores the suite's length
+    follows its CPU time, not the wall time `--durations` shows."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        import resource
+
+        def cpu() -> float:
+            own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+        wall, used = time.time(), cpu()
+        yield
+        row = {"test": item.nodeid, "wall": round(time.time() - wall, 2), "cpu": round(cpu() - used, 2)}
+        with open(self.path, "a") as out:
+            out.write(json.dumps(row) + "\n")
+
+
 def pytest_configure(config):
     config.pluginmanager.register(LoadgroupGuard(), "launcher-loadgroup-guard")
+    if path := os.environ.get("LAUNCHER_TEST_CPU"):
+        config.pluginmanager.register(CpuAccount(path), "launcher-cpu-account")

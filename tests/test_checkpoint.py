@@ -113,14 +113,14 @@ def newest_checkpoint(run_dir: Path, suffix: str = ".index") -> int:
     ],
     ids=["mid-epoch", "epoch-boundary", "during-checkpoint-write", "corrupt-newest"],
 )
-def test_sigkill_and_resume_reaches_identical_state(reference, tmp_path, fault, newest, resumed_from):
+def test_sigkill_and_resume_reaches_identical_state(reference, tmp_path, launcher_here, fault, newest, resumed_from):
     run_dir = tmp_path / "run"
     killed = run_with_fault(run_dir, fault, *EXACT, "precision=mixed")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert newest_checkpoint(run_dir) == newest
     if fault == "KILL@steps:82":
         (run_dir / "checkpoints" / f"ckpt-{newest}.data-00000-of-00001").write_bytes(b"\0" * 64)
-    resumed = run_to_end(run_dir, *EXACT, "precision=mixed")
+    resumed = run_here(launcher_here, run_dir, *EXACT, "precision=mixed")
     assert f"global step {resumed_from})" in resumed.stdout
     assert (
         f"Resuming at epoch {resumed_from // STEPS_PER_EPOCH + 1}, step {resumed_from % STEPS_PER_EPOCH}"
@@ -146,14 +146,14 @@ def test_sigkill_and_resume_reaches_identical_state(reference, tmp_path, fault, 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("checkpoint-reference")
-def test_negative_control_without_the_data_position_the_weights_differ(reference, tmp_path):
+def test_negative_control_without_the_data_position_the_weights_differ(reference, tmp_path, launcher_here):
     run_dir = tmp_path / "run"
     assert run_with_fault(run_dir, "KILL@steps:22", *EXACT, "precision=mixed").returncode == -signal.SIGKILL
     for sidecar in (run_dir / "checkpoints").glob("ckpt-*.json"):
         state = json.loads(sidecar.read_text())
         state["position"]["step_in_epoch"] = 0  # forget where in the epoch we were
         sidecar.write_text(json.dumps(state))
-    run_to_end(run_dir, *EXACT, "precision=mixed")
+    run_here(launcher_here, run_dir, *EXACT, "precision=mixed")
     final = checkpoint_tensors(run_dir)
     # Model weights are saved once, under the optimizer's path to them.
     weights = [name for name in reference if "_trainable_variables" in name]
@@ -189,7 +189,7 @@ def test_a_training_process_that_dies_restarts_by_itself_and_reaches_identical_s
 
 
 @pytest.mark.slow
-def test_mirrored_resume_from_tfrecord_shards_reaches_identical_state(tmp_path):
+def test_mirrored_resume_from_tfrecord_shards_reaches_identical_state(tmp_path, launcher_here):
     """Streamed data: the digits as 6 TFRecord shards (the converter's output), killed mid-epoch under mirrored,
     resumed exactly (the epoch's first batches re-read and skipped)."""
     mirrored = [
@@ -202,11 +202,11 @@ def test_mirrored_resume_from_tfrecord_shards_reaches_identical_state(tmp_path):
     steps = 1438 // 64  # global batch 64, remainder dropped
     total = steps * EPOCHS
     reference_dir = tmp_path / "ref"
-    run_to_end(reference_dir, *mirrored)
+    run_here(launcher_here, reference_dir, *mirrored)
     run_dir = tmp_path / "run"
     assert run_with_fault(run_dir, "KILL@steps:32", *mirrored).returncode == -signal.SIGKILL
     assert newest_checkpoint(run_dir) == 30
-    resumed = run_to_end(run_dir, *mirrored)
+    resumed = run_here(launcher_here, run_dir, *mirrored)
     assert f"Resuming at epoch 2, step {30 - steps} (global step 30)" in resumed.stdout
     assert re.search(r"data.resume\s+exact \(skips\)", resumed.stdout)
     final = checkpoint_tensors(run_dir, total)
@@ -218,20 +218,20 @@ def test_mirrored_resume_from_tfrecord_shards_reaches_identical_state(tmp_path):
 
 
 @pytest.mark.slow
-def test_xla_resume_reaches_identical_state(tmp_path):
+def test_xla_resume_reaches_identical_state(tmp_path, launcher_here):
     compiled = [*EXACT, "precision=fp32", "xla=true"]
     total = (1438 // 32) * EPOCHS  # XLA drops the ragged last batch
     reference_dir = tmp_path / "ref"
-    run_to_end(reference_dir, *compiled)
+    run_here(launcher_here, reference_dir, *compiled)
     run_dir = tmp_path / "run"
     assert run_with_fault(run_dir, "KILL@steps:22", *compiled).returncode == -signal.SIGKILL
-    resumed = run_to_end(run_dir, *compiled)
+    resumed = run_here(launcher_here, run_dir, *compiled)
     assert "Resuming at epoch 1, step 20 (global step 20)" in resumed.stdout
     assert_identical(checkpoint_tensors(run_dir, total), checkpoint_tensors(reference_dir, total))
 
 
 @pytest.mark.slow
-def test_sigterm_saves_at_that_step_marks_killed_and_resumes_the_same_run(tmp_path):
+def test_sigterm_saves_at_that_step_marks_killed_and_resumes_the_same_run(tmp_path, launcher_here):
     run_dir = tmp_path / "run"
     epochs = 4
     args = [*EXACT, "precision=fp32", "checkpoint.interval_steps=0", f"train.epochs={epochs}"]
@@ -245,7 +245,7 @@ def test_sigterm_saves_at_that_step_marks_killed_and_resumes_the_same_run(tmp_pa
     assert [r.info.status for r in runs] == ["KILLED"]
     run_id = runs[0].info.run_id
 
-    resumed = run_to_end(run_dir, *args)
+    resumed = run_here(launcher_here, run_dir, *args)
     assert "Resuming at epoch 2, step 5 (global step 50)" in resumed.stdout
     client, runs = mlflow_runs(run_dir)
     assert [(r.info.run_id, r.info.status) for r in runs] == [(run_id, "FINISHED")]
