@@ -96,7 +96,6 @@ def check_sweep(client, parent, kids, names):
         assert row["status"] == "FINISHED"
 
 
-STRATEGIES = ("default", "mirrored")
 NAMES = [
     "precision=fp32,strategy=default",
     "precision=fp32,strategy=mirrored",
@@ -193,24 +192,21 @@ def test_the_pages_a_sweep_prints_open_in_a_real_browser_on_its_runs_and_their_c
 def test_parallel_jobs_share_one_sqlite_store_each_in_its_own_process_and_a_refused_job_does_not_stop_the_sweep(
     tmp_path,
 ):
-    """Six jobs, four at a time, into one SQLite store: mixed + loss_scale=none is refused (those two jobs are
-    FAILED runs naming the key and the fix), the fp32 and bf16 jobs beside them train, each in its own process and
-    in its own precision."""
+    """Three jobs at once into one SQLite store: mixed + loss_scale=none is refused (a FAILED run naming the key
+    and the fix), the fp32 and bf16 jobs beside it train, each in its own process and in its own precision. (Jobs
+    under both strategies: the server sweep above.)"""
     done = sweep(
         tmp_path,
         "hydra/launcher=parallel",
-        "hydra.launcher.n_jobs=4",
+        "hydra.launcher.n_jobs=3",
         "precision=mixed,fp32,bf16",
-        "strategy=default,mirrored",
         "loss_scale=none",
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "database is locked" not in done.stdout + done.stderr
     client, parent, kids = parent_and_children(f"sqlite:///{tmp_path}/mlflow.db")
     by_name = {k.info.run_name: k for k in kids}
-    assert sorted(by_name) == sorted(
-        f"precision={p},strategy={s}" for p in ("mixed", "fp32", "bf16") for s in STRATEGIES
-    )
+    assert sorted(by_name) == sorted(f"precision={p}" for p in ("mixed", "fp32", "bf16"))
     for name, kid in by_name.items():
         if name.startswith("precision=mixed"):
             assert kid.info.status == "FAILED"
@@ -218,7 +214,7 @@ def test_parallel_jobs_share_one_sqlite_store_each_in_its_own_process_and_a_refu
         else:
             assert kid.info.status == "FINISHED", (name, kid.data.tags.get("error"))
             assert [m.step for m in client.get_metric_history(kid.info.run_id, "val_loss")] == [0, 1]
-    assert parent.info.status == "FINISHED" and parent.data.tags["sweep.failed_jobs"] == "2"
+    assert parent.info.status == "FINISHED" and parent.data.tags["sweep.failed_jobs"] == "1"
     assert parent.data.tags["sweep.best_overrides"] in by_name
     logs = "".join(p.read_text() for p in (tmp_path / "sweep").glob("*/job.log"))
     assert "database is locked" not in logs
@@ -241,7 +237,7 @@ def test_parallel_jobs_share_one_sqlite_store_each_in_its_own_process_and_a_refu
         for job in sorted((tmp_path / "sweep").iterdir())
         if (job / "outcome.json").exists()
     ]
-    assert len(pids) == 6 and len(set(pids)) == 6 and state["sweep_pid"] not in pids
+    assert len(pids) == 3 and len(set(pids)) == 3 and state["sweep_pid"] not in pids
     assert state["tensorflow_loaded"] is False
 
 
