@@ -24,9 +24,9 @@ HOPELESS = {
     "objective": "val_accuracy",
     "hydra": {
         "sweeper": {
-            "n_trials": 12,
+            "n_trials": 8,
             "n_jobs": 2,
-            "sampler": {"name": "tpe", "seed": 0},
+            "sampler": {"name": "tpe", "seed": 33},
             "pruner": {"name": "median", "n_startup_trials": 3, "n_warmup_steps": 0},
             "params": {"optimizer.learning_rate": {"low": 1.0e-3, "high": 10.0, "log": True}},
         }
@@ -95,23 +95,23 @@ def test_a_pruned_search_stops_hopeless_trials_early_and_a_killed_search_continu
     command = _command(
         tmp_path, f"hydra.searchpath=[file://{conf}]", "hparams_search=hopeless", "hydra/launcher=parallel", *SMALL
     )
-    # Killed once trials 0-5 have ended and trial 6 has started training (its MLflow run exists).
+    # Killed once trials 0-3 have ended and trials 4 and 5 have started (trial 4's MLflow run exists).
     first = subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     deadline = time.time() + 600
     while not (
-        all((sweep / str(n) / OUTCOME_FILE).exists() for n in range(6)) and (sweep / "6" / "mlflow_run.json").exists()
+        all((sweep / str(n) / OUTCOME_FILE).exists() for n in range(4)) and (sweep / "4" / "mlflow_run.json").exists()
     ):
-        assert first.poll() is None and time.time() < deadline, "the search ended before trial 6 started"
+        assert first.poll() is None and time.time() < deadline, "the search ended before trial 4 started"
         time.sleep(0.05)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
-    ended_before = {n: read_json(sweep / str(n) / OUTCOME_FILE) for n in range(6)}
-    killed_run = read_json(sweep / "6" / "mlflow_run.json")["run_id"]
+    ended_before = {n: read_json(sweep / str(n) / OUTCOME_FILE) for n in range(4)}
+    killed_run = read_json(sweep / "4" / "mlflow_run.json")["run_id"]
     storage = f"sqlite:///{sweep}/optuna.db"
     before = {t.number: t for t in optuna.load_study(study_name="launcher", storage=storage).trials}
-    assert before[6].state.name == "RUNNING"
+    assert before[4].state.name == "RUNNING"
 
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -119,21 +119,22 @@ def test_a_pruned_search_stops_hopeless_trials_early_and_a_killed_search_continu
 
     study = optuna.load_study(study_name="launcher", storage=storage)
     trials = {t.number: t for t in study.trials}
-    assert sorted(trials) == list(range(12))  # the study's 12, not 12 more
+    assert sorted(trials) == list(range(8))  # the study's 8, not 8 more
     assert {t.state.name for t in trials.values()} <= {"COMPLETE", "PRUNED"}, {n: t.state for n, t in trials.items()}
     for number, earlier in before.items():  # no trial asked again with other values
         assert trials[number].params == earlier.params
     dirs = _trial_dirs(sweep)
-    assert sorted(dirs) == list(range(12)) and all(dirs[n] == sweep / str(n) for n in dirs)
+    assert sorted(dirs) == list(range(8)) and all(dirs[n] == sweep / str(n) for n in dirs)
     for number, outcome in ended_before.items():  # ended before the kill: not run again, same state
         assert read_json(dirs[number] / OUTCOME_FILE) == outcome
         assert trials[number].state.name == ("PRUNED" if outcome["stop_reason"] == "pruned" else "COMPLETE")
-    assert read_json(dirs[6] / OUTCOME_FILE)["run_id"] == killed_run  # resumed into its own child run
+    assert read_json(dirs[4] / OUTCOME_FILE)["run_id"] == killed_run  # resumed into its own child run
 
     # The hopeless trials that started once the pruner had its 3 finished trials were pruned in the first epochs.
     learning_rate = {n: t.params["optimizer.learning_rate"] for n, t in trials.items()}
     hopeless = [n for n, lr in learning_rate.items() if lr >= 0.5 and n >= 4]
-    assert hopeless, learning_rate  # TPE's seeded start draws some (3.7 and 7.2 with seed 0)
+    # Seed 33 draws two (3.0 for trial 4, killed and resumed; 1.6 for trial 7, drawn after the restart).
+    assert len(hopeless) >= 2, learning_rate
     for number in hopeless:
         assert trials[number].state.name == "PRUNED", (number, learning_rate[number])
         assert max(trials[number].intermediate_values) <= 2  # reported epochs before it stopped
@@ -146,7 +147,7 @@ def test_a_pruned_search_stops_hopeless_trials_early_and_a_killed_search_continu
     }
     assert set(planned.values()) == {69}  # 3 epochs of 23 steps
     client, parent, kids = _runs(tmp_path)
-    assert len(kids) == 12 and all(k.info.status == "FINISHED" for k in kids)
+    assert len(kids) == 8 and all(k.info.status == "FINISHED" for k in kids)
     by_trial = {int(k.data.params["sweep.trial"]): k for k in kids}
     ran = {n: int(by_trial[n].data.tags.get("pruned.global_step", planned[n])) for n in trials}
     assert sum(ran.values()) < sum(planned.values())
