@@ -30,7 +30,7 @@ def test_run_logs_to_a_real_tracking_server(cli_here, mlflow_server):
 
 
 @pytest.mark.slow
-def test_preempted_run_is_killed_on_the_server_and_resumes_into_the_same_run(cli, mlflow_server):
+def test_preempted_run_is_killed_on_the_server_and_resumes_into_the_same_run(cli, cli_here, mlflow_server):
     url, _ = mlflow_server
     args = [*TINY, "precision=fp32", "xla=false", f"tracking.uri={url}", "tracking.experiment=remote"]
     stopped = cli(*args, env={"LAUNCHER_FAULT": "TERM@steps:5"})
@@ -42,7 +42,7 @@ def test_preempted_run_is_killed_on_the_server_and_resumes_into_the_same_run(cli
     experiment = client.get_experiment_by_name("remote").experiment_id
     runs = client.search_runs([experiment])
     assert [r.info.status for r in runs] == ["KILLED"]
-    resumed = cli(*args)
+    resumed = cli_here(*args)  # the same command again, in this process
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming at epoch 1, step 5 (global step 5)" in resumed.stdout
     again = client.search_runs([experiment])

@@ -39,7 +39,7 @@ def _launch(tmp_path, *overrides, fault=None):
 
 
 @pytest.mark.slow
-def test_a_run_killed_before_its_first_checkpoint_trains_again_in_the_same_mlflow_run(tmp_path):
+def test_a_run_killed_before_its_first_checkpoint_trains_again_in_the_same_mlflow_run(tmp_path, launcher_here):
     run = [f"hydra.run.dir={tmp_path}/run", *SMALL, "tracking.step_metrics_every=4"]
     # SIGKILL at global step 8 of epoch 1: step points are in flight, no checkpoint exists yet.
     killed = _launch(tmp_path, *run, fault="KILL@steps:8")
@@ -50,7 +50,7 @@ def test_a_run_killed_before_its_first_checkpoint_trains_again_in_the_same_mlflo
     ghost = runs[0].info.run_id
     assert read_json(tmp_path / "run" / RUN_FILE)["run_id"] == ghost  # remembered from the moment it was made
 
-    again = _launch(tmp_path, *run)
+    again = launcher_here([*run, f"tracking.uri={store(tmp_path / 'mlflow.db')}"], ROOT)  # in this process
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"the earlier run {ghost} was left RUNNING by a launch that is gone" in again.stdout
     client, runs = _runs(tmp_path / "mlflow.db")

@@ -86,7 +86,9 @@ def _final_weights(run_dir: Path) -> list[np.ndarray]:
 
 
 @pytest.mark.slow
-def test_a_run_resumes_on_an_empty_disk_from_the_store_never_from_a_half_uploaded_checkpoint(s3_server, tmp_path):
+def test_a_run_resumes_on_an_empty_disk_from_the_store_never_from_a_half_uploaded_checkpoint(
+    s3_server, tmp_path, launcher_here
+):
     server = MlflowServer(tmp_path)
     server.artifacts = "s3://ckpts/mlflow"  # the server's usual setting: artifacts proxied to the same store
     server.start()
@@ -106,17 +108,14 @@ def test_a_run_resumes_on_an_empty_disk_from_the_store_never_from_a_half_uploade
         assert remote.fs.exists("ckpts/runs/one/ckpt-46.index")  # half-uploaded
         shutil.rmtree(run_dir)  # a new machine: nothing on the local disk
 
-        resumed = subprocess.run(remote_args, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+        resumed = launcher_here(remote_args[3:], ROOT)  # the same command on the "new machine", in this process
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         assert "downloaded ckpt-23" in resumed.stdout
         assert "Resuming at epoch 2, step 0 (global step 23)" in resumed.stdout
         assert remote.complete_steps() == [46, 69]  # keep 2, remotely too
         assert remote.fs.exists("ckpts/runs/one/model.keras")
 
-        reference = subprocess.run(
-            [*args[:3], f"hydra.run.dir={tmp_path / 'reference'}", *args[4:]],
-            cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
-        )  # fmt: skip
+        reference = launcher_here([f"hydra.run.dir={tmp_path / 'reference'}", *args[4:]], ROOT)
         assert reference.returncode == 0, reference.stderr[-3000:]
         for mine, theirs in zip(_final_weights(run_dir), _final_weights(tmp_path / "reference"), strict=True):
             np.testing.assert_array_equal(mine, theirs)
