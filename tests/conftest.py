@@ -10,6 +10,7 @@ import atexit
 import contextlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -184,6 +185,7 @@ def launcher_here(capfd, monkeypatch):
             # before Hydra, unlike in a CLI process) would close the stream it holds: one of pytest's captures.
             patch.setattr(absl_logging.get_absl_handler().python_handler, "stream", sys.__stderr__)
             patch.setattr(sys, "argv", ["launcher", *args])
+            patch.delenv("LAUNCHER_FAULT", raising=False)  # only the fault this launch is given fires in it
             for key, value in (env or {}).items():
                 patch.setenv(key, value)
             patch.chdir(cwd)
@@ -415,17 +417,16 @@ class CpuAccount:
     def __init__(self, path: str):
         self.path = path
 
+    @staticmethod
+    def cpu_seconds() -> float:
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
-        import resource
-
-        def cpu() -> float:
-            own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-            return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-        wall, used = time.time(), cpu()
+        wall, used = time.time(), self.cpu_seconds()
         yield
-        row = {"test": item.nodeid, "wall": round(time.time() - wall, 2), "cpu": round(cpu() - used, 2)}
+        row = {"test": item.nodeid, "wall": round(time.time() - wall, 2), "cpu": round(self.cpu_seconds() - used, 2)}
         with open(self.path, "a") as out:
             out.write(json.dumps(row) + "\n")
 

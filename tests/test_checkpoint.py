@@ -50,7 +50,8 @@ def run_to_end(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
 
 
 def run_here(launcher_here, run_dir: Path, *overrides: str):
-    """`run_to_end` through the same entry in this process, for tests that kill nothing."""
+    """`run_to_end` through the same entry in this process, for a launch nothing kills (a resume after a killed
+    process, a reference run)."""
     done = launcher_here(command(run_dir, *overrides)[3:], run_dir.parent)
     assert done.returncode == 0, done.stderr[-3000:]
     return done

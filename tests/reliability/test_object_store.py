@@ -96,11 +96,10 @@ def test_a_run_resumes_on_an_empty_disk_from_the_store_never_from_a_half_uploade
         run_dir = tmp_path / "run"
         args = [sys.executable, "-m", "launcher", f"hydra.run.dir={run_dir}", f"tracking.uri={server.url}", *EXACT]
         remote_args = [*args, "checkpoint.directory=s3://ckpts/runs/one"]
-        env = {k: v for k, v in os.environ.items() if k != "LAUNCHER_FAULT"}
         # Killed with ckpt-46's TensorFlow files in the store and its sidecar not yet.
         killed = subprocess.run(
             remote_args, cwd=ROOT, capture_output=True, text=True, timeout=600,
-            env={**env, "LAUNCHER_FAULT": "KILL@before_remote_sidecar:46"},
+            env={**os.environ, "LAUNCHER_FAULT": "KILL@before_remote_sidecar:46"},
         )  # fmt: skip
         assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
         remote = RemoteCheckpoints("s3://ckpts/runs/one")
