@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import warm
 
 from launcher.run.local_workers import free_ports  # the product's own; re-exported to tests
 
@@ -137,10 +138,19 @@ def config(*overrides: str):
 
 @pytest.fixture
 def cli(tmp_path):
-    """Run the real `python -m launcher` in a subprocess with a temp run dir and MLflow store."""
+    """Run the real `python -m launcher` in a process of its own with a temp run dir and MLflow store: started warm
+    (tests/warm.py: forked with TensorFlow already imported) unless it must be a new interpreter."""
 
-    def run(*overrides: str, timeout: int = 300, env: dict | None = None, cwd: Path = ROOT, new_store: bool = False):
-        """`new_store`: the launch creates its MLflow store (else it opens an empty one made for the test)."""
+    def run(
+        *overrides: str,
+        timeout: int = 300,
+        env: dict | None = None,
+        cwd: Path = ROOT,
+        new_store: bool = False,
+        cold: bool = False,
+    ):
+        """`new_store`: the launch creates its MLflow store (else it opens an empty one made for the test).
+        `cold`: a new interpreter, for tests of what a fresh process prints while it loads TensorFlow."""
         db = tmp_path / "mlflow.db"
         args = [
             sys.executable,
@@ -151,7 +161,7 @@ def cli(tmp_path):
             *overrides,
         ]
         full_env = {**os.environ, **(env or {})}
-        return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
+        return warm.run(args, cwd=cwd, env=full_env, timeout=timeout, cold=cold)
 
     return run
 
@@ -375,15 +385,14 @@ def pytest_collection_modifyitems(config, items):
                 if inspect.isfunction(helper)
                 and helper.__module__ == module.__name__
                 and not name.startswith("test_")
-                and any(word in source_of(helper) for word in ("subprocess", "Popen"))
+                and any(word in source_of(helper) for word in ("subprocess", "Popen", "warm.run"))
             }
         helpers = spawning.get(module.__name__, set()) if module is not None else set()
         if item.get_closest_marker("e2e") is not None:
             continue  # marked by hand (its process is started by the launcher code it calls)
         if (
             E2E_FIXTURES & set(getattr(item, "fixturenames", ()))
-            or "subprocess" in source
-            or "Popen" in source
+            or any(word in source for word in ("subprocess", "Popen", "warm.run"))
             or any(f"{helper}(" in source for helper in helpers)
         ):
             item.add_marker(pytest.mark.e2e)
@@ -411,8 +420,8 @@ class LoadgroupGuard:
 
 class CpuAccount:
     """`LAUNCHER_TEST_CPU=<file>`: append each test's wall time and CPU time (this process and the processes it
-    waited for: launches, sweeps and their jobs, servers) as JSON lines. On two shared cores the suite's length
-    follows its CPU time, not the wall time `--durations` shows."""
+    waited for: launches, warm ones too, sweeps and their jobs, servers) as JSON lines. On two shared cores the
+    suite's length follows its CPU time, not the wall time `--durations` shows."""
 
     def __init__(self, path: str):
         self.path = path
@@ -420,7 +429,7 @@ class CpuAccount:
     @staticmethod
     def cpu_seconds() -> float:
         own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + warm.children_cpu
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):

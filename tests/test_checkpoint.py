@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import warm
 from conftest import ROOT, digits_shards, store
 
 from launcher.contract import Position
@@ -44,7 +45,7 @@ def command(run_dir: Path, *overrides: str) -> list[str]:
 
 
 def run_to_end(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(command(run_dir, *overrides), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = warm.run(command(run_dir, *overrides), cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -95,7 +96,7 @@ def reference(tmp_path_factory):
 def run_with_fault(run_dir: Path, fault: str, *overrides: str) -> subprocess.CompletedProcess:
     """Run until the test-only fault (LAUNCHER_FAULT, see launcher/run/faults.py) fires at its exact point."""
     env = {**os.environ, "LAUNCHER_FAULT": fault}
-    return subprocess.run(command(run_dir, *overrides), cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    return warm.run(command(run_dir, *overrides), cwd=ROOT, timeout=600, env=env)
 
 
 def newest_checkpoint(run_dir: Path, suffix: str = ".index") -> int:

@@ -1,7 +1,8 @@
 """The real CLI: default run into MLflow, explain, and every kind of bad input.
 
-The default run, explain, `--help` and each exit code start a real `python -m launcher` process (`cli`); the
-other checks run the same entry in-process (`cli_here`), where the process itself is not what they test.
+The default run, explain, `--help` and each exit code start a real `python -m launcher` process (`cli`): a new
+interpreter (`cold=True`) where the test reads what a fresh process prints while TensorFlow loads, else forked warm
+(tests/warm.py); the other checks run the same entry in-process (`cli_here`), where the process is not the subject.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from conftest import TINY, runs_in
 
 
 def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
-    done = cli(*TINY, "+tracking.tags.team=vision", "tracking.register_model=digits-mlp", new_store=True)
+    done = cli(*TINY, "+tracking.tags.team=vision", "tracking.register_model=digits-mlp", new_store=True, cold=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Plan:" in done.stdout and "Done." in done.stdout
     assert "\x1b[" not in done.stdout  # not a terminal: no progress bar escape codes
@@ -85,7 +86,7 @@ def test_the_doctor_s_first_float16_launch_on_a_new_store_prints_no_library_nois
     """What the person reads is the launcher's: no MLflow INFO lines about creating a new store's tables, no
     TensorFlow C++ lines (oneDNN's float16 fallback, which landed in the middle of the doctor's report), in a real
     first launch. (The default run's test checks the same on a new store in train mode.)"""
-    done = cli("mode=doctor", "precision=mixed", "doctor.steps=8", "model.hidden_units=[16]", new_store=True)
+    done = cli("mode=doctor", "precision=mixed", "doctor.steps=8", "model.hidden_units=[16]", new_store=True, cold=True)
     assert done.returncode == 0, done.stderr[-3000:]
     console = done.stdout + done.stderr
     assert "Doctor:" in done.stdout
@@ -240,14 +241,14 @@ def mlflow_run(tmp_path):
 
 
 def test_exit_code_1_for_a_config_hydra_cannot_compose(cli):
-    done = cli("model=foo")
+    done = cli("model=foo", cold=True)  # a new interpreter: what it prints before TensorFlow loads
     assert done.returncode == 1
     assert "Could not find 'model/foo'" in done.stderr
     assert "Traceback" not in done.stderr and "tensorflow" not in done.stderr.lower()
 
 
 def test_exit_code_2_for_a_refused_config(cli, tmp_path):
-    done = cli("precision=mixed", "loss_scale=none")
+    done = cli("precision=mixed", "loss_scale=none", cold=True)
     assert done.returncode == 2
     # In a fresh process (the in-process refusal tests load TensorFlow beforehand): no start-up noise, no traceback.
     assert "Traceback" not in done.stderr and "tensorflow" not in done.stderr.lower()

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
 import sys
 
 import pytest
+import warm
 from conftest import ROOT
 
 MARK = "<!-- runnable -->"
@@ -105,13 +105,7 @@ def test_every_runnable_command_runs(page, chain, tmp_path, launcher_here):
     for command in chain:
         args = shlex.split(command)[3:]  # after "python -m launcher"
         if needs_a_process(args):
-            done = subprocess.run(
-                [sys.executable, "-m", "launcher", *args, *SHRINK],
-                cwd=tmp_path,
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
+            done = warm.run([sys.executable, "-m", "launcher", *args, *SHRINK], cwd=tmp_path, timeout=600)
         else:
             done = launcher_here([*args, *SHRINK], tmp_path)
         assert done.returncode == 0, f"{page.name}: {command}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+import warm
 from conftest import compose, config, runs_in
 from fakes import CPU_PLAIN
 
@@ -175,11 +175,9 @@ def test_frozen_weights_move_only_after_the_unfreeze_and_a_kill_after_it_resumes
     assert rates == pytest.approx([0.0005, 0.0005, 0.0005])  # read after each epoch: from step 45 on, halved
 
     # SIGKILL at global step 70 (in epoch 2, unfrozen; before that step's save), in a process of its own.
-    killed = subprocess.run(
+    killed = warm.run(
         [sys.executable, "-m", "launcher", f"hydra.run.dir={tmp_path / 'again'}", *PHASES],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=600,
         env={**os.environ, "LAUNCHER_FAULT": "KILL@steps:70"},
     )

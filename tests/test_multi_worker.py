@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm
 from conftest import ROOT, TINY, compose, digits_shards, free_ports, runs_in, store
 
 QUIET = ["tracking.system_metrics=false"]
@@ -58,7 +59,7 @@ def test_two_local_workers_train_like_one_process_with_the_same_global_batch(tmp
         run_dir=job,
         db=tmp_path / "mlflow.db",
     )
-    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = warm.run(args, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:]
     out = done.stdout
     assert re.search(r"\[worker 0\]\s+replicas\s+2\s+2 worker\(s\) x 1 device\(s\)", out)
@@ -101,7 +102,7 @@ def start_job(args, log, job, step, err=None):
     """The job running in the background until the chief's checkpoint at `step` exists."""
     out = open(log, "a")  # noqa: SIM115 - a pipe nobody reads would block the workers
     errors = open(err, "a") if err else subprocess.PIPE  # noqa: SIM115 - closed with `out` by the caller
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=errors, text=True)
+    proc = warm.Popen(args, cwd=ROOT, stdout=out, stderr=errors, text=True)
     deadline = time.time() + 180
     while not (job / "checkpoints" / f"ckpt-{step}.json").exists():
         assert proc.poll() is None and time.time() < deadline, f"no checkpoint at step {step}"
@@ -170,7 +171,7 @@ def test_a_killed_worker_stops_the_job_which_restarts_by_itself_a_signal_stops_e
     assert (job / "checkpoints" / f"ckpt-{stopped}.json").exists()
 
     short = [a if not a.startswith("train.epochs=") else "train.epochs=3" for a in args]
-    done = subprocess.run(short, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = warm.run(short, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:]
     assert re.search(rf"\[worker 1\] Resuming at .*global step {stopped}\)", done.stdout)
     (run,) = mlflow_runs(db)  # the chief continued its MLflow run through both interruptions
@@ -202,11 +203,9 @@ def test_bad_cluster_specs_are_refused_before_any_wait_and_a_missing_peer_is_nam
 
     ports = free_ports(2)
     workers = f"strategy.workers=[127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}]"
-    alone = subprocess.run(
+    alone = warm.run(
         launcher("strategy=multi_worker", workers, "strategy.connect_timeout=5", run_dir=tmp_path / "alone", db=db),
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert alone.returncode == -signal.SIGKILL  # killed by its watchdog process, after its message below
@@ -217,7 +216,7 @@ def test_bad_cluster_specs_are_refused_before_any_wait_and_a_missing_peer_is_nam
     ports = free_ports(2)
     workers = f"strategy.workers=[127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}]"
     procs = [
-        subprocess.Popen(
+        warm.Popen(
             launcher(
                 "strategy=multi_worker",
                 workers,
@@ -239,7 +238,7 @@ def test_bad_cluster_specs_are_refused_before_any_wait_and_a_missing_peer_is_nam
         assert "optimizer.learning_rate=0.001: expected the chief's value on every worker; worker 1 has 0.002" in err
     assert not mlflow_runs_exist(db)
 
-    refused = subprocess.run(
+    refused = warm.run(
         launcher(
             "strategy=multi_worker",
             "strategy.local_workers=2",
@@ -248,8 +247,6 @@ def test_bad_cluster_specs_are_refused_before_any_wait_and_a_missing_peer_is_nam
             db=db,
         ),
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert refused.returncode == 2

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import warm
 from conftest import TINY, free_port, runs_in
 
 # Loaded the way a serving stack loads them: TensorFlow alone, the launcher never imported.
@@ -45,7 +46,7 @@ def shipped(tmp_path_factory):
     from sklearn.datasets import load_digits
 
     folder = tmp_path_factory.mktemp("shipped")
-    done = subprocess.run(
+    done = warm.run(
         [
             sys.executable,
             "-m",
@@ -57,8 +58,6 @@ def shipped(tmp_path_factory):
             "strategy=mirrored",
             "export.formats=[keras,saved_model,tflite]",
         ],
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]

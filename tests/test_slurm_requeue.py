@@ -4,11 +4,11 @@ requeued job resumes from it. Slurm itself is not here: a fake `scontrol` on PAT
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from dataclasses import replace
 
 import pytest
+import warm
 from conftest import ROOT, config, store
 from fakes import CPU_PLAIN
 
@@ -59,15 +59,13 @@ def test_the_time_limit_warning_saves_requeues_and_the_requeued_job_resumes(tmp_
         "train.epochs=2",
     ]
     # The warning at global step 12 of 23 in epoch 1 (digits, batch 64, ragged last batch kept).
-    warned = subprocess.run(
-        args, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**env, "LAUNCHER_FAULT": "USR1@steps:12"}
-    )
+    warned = warm.run(args, cwd=ROOT, timeout=600, env={**env, "LAUNCHER_FAULT": "USR1@steps:12"})
     assert warned.returncode == 128 + 10, warned.stderr[-2000:]
     assert "Slurm job 4242 requeued" in warned.stdout
     assert (tmp_path / "scontrol.calls").read_text().split() == ["requeue", "4242"]
     assert (tmp_path / "run" / "checkpoints" / "ckpt-12.json").exists()
 
-    requeued = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    requeued = warm.run(args, cwd=ROOT, timeout=600, env=env)
     assert requeued.returncode == 0, requeued.stderr[-2000:]
     assert "Resuming at epoch 1, step 12 (global step 12)" in requeued.stdout
     from mlflow.tracking import MlflowClient

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm
 import yaml
 from conftest import ROOT, store
 
@@ -29,7 +30,7 @@ def sweep(tmp_path: Path, *overrides: str, uri: str | None = None) -> subprocess
         f"hydra.sweep.dir={tmp_path}/sweep",
         f"tracking.uri={uri}",
     ]
-    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    return warm.run(args, cwd=ROOT, timeout=900)
 
 
 def parent_and_children(uri: str):

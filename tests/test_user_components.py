@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import warm
 from conftest import ROOT
 
 from launcher.config.errors import ConfigError
@@ -52,13 +52,8 @@ def test_a_signature_that_cannot_take_the_arguments_is_refused_before_the_call()
 
 
 def run_cli(args: list[str], cwd: Path, env: dict | None = None, timeout: int = 400):
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
+    return warm.run(
+        [sys.executable, "-m", "launcher", *args], cwd=cwd, timeout=timeout, env={**os.environ, **(env or {})}
     )
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 
 import pytest
+import warm
 from conftest import ROOT, store
 
 from launcher.files import RUN_FILE, read_json
@@ -35,7 +35,7 @@ def _launch(tmp_path, *overrides, fault=None):
     if fault:
         env["LAUNCHER_FAULT"] = fault
     args = [sys.executable, "-m", "launcher", *overrides, f"tracking.uri={store(tmp_path / 'mlflow.db')}"]
-    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    return warm.run(args, cwd=ROOT, timeout=600, env=env)
 
 
 @pytest.mark.slow

@@ -11,12 +11,12 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import warm
 from conftest import ROOT, MlflowServer
 
 from launcher.config.errors import ConfigError
@@ -97,10 +97,9 @@ def test_a_run_resumes_on_an_empty_disk_from_the_store_never_from_a_half_uploade
         args = [sys.executable, "-m", "launcher", f"hydra.run.dir={run_dir}", f"tracking.uri={server.url}", *EXACT]
         remote_args = [*args, "checkpoint.directory=s3://ckpts/runs/one"]
         # Killed with ckpt-46's TensorFlow files in the store and its sidecar not yet.
-        killed = subprocess.run(
-            remote_args, cwd=ROOT, capture_output=True, text=True, timeout=600,
-            env={**os.environ, "LAUNCHER_FAULT": "KILL@before_remote_sidecar:46"},
-        )  # fmt: skip
+        killed = warm.run(
+            remote_args, cwd=ROOT, timeout=600, env={**os.environ, "LAUNCHER_FAULT": "KILL@before_remote_sidecar:46"}
+        )
         assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
         remote = RemoteCheckpoints("s3://ckpts/runs/one")
         assert remote.complete_steps() == [23]

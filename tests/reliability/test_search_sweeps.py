@@ -12,6 +12,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import warm
 import yaml
 from conftest import ROOT, store
 
@@ -96,9 +97,7 @@ def test_a_pruned_search_stops_hopeless_trials_early_and_a_killed_search_continu
         tmp_path, f"hydra.searchpath=[file://{conf}]", "hparams_search=hopeless", "hydra/launcher=parallel", *SMALL
     )
     # Killed once trials 0-3 have ended and trials 4 and 5 have started (trial 4's MLflow run exists).
-    first = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    first = warm.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 600
     while not (
         all((sweep / str(n) / OUTCOME_FILE).exists() for n in range(4)) and (sweep / "4" / "mlflow_run.json").exists()
@@ -113,7 +112,7 @@ def test_a_pruned_search_stops_hopeless_trials_early_and_a_killed_search_continu
     before = {t.number: t for t in optuna.load_study(study_name="launcher", storage=storage).trials}
     assert before[4].state.name == "RUNNING"
 
-    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    again = warm.run(command, cwd=ROOT, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "continuing: " in again.stdout and "Continuing sweep" in again.stdout
 
@@ -194,13 +193,11 @@ PARETO = {
 @pytest.mark.slow
 def test_a_conditional_two_objective_search_runs_through_the_cluster_launchers_local_mode(tmp_path):
     conf = _search_config(tmp_path, "pareto", PARETO)
-    done = subprocess.run(
+    done = warm.run(
         _command(
             tmp_path, f"hydra.searchpath=[file://{conf}]", "hparams_search=pareto", "hydra/launcher=slurm_local", *SMALL
         ),
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -225,7 +222,7 @@ def test_a_conditional_two_objective_search_runs_through_the_cluster_launchers_l
 
 def test_a_fail_fast_sweep_stops_at_its_first_failed_job_and_the_parent_names_it(tmp_path):
     """Two jobs at a time: job 0 is refused while job 1 trains (30 epochs); job 1 is stopped, job 2 never starts."""
-    done = subprocess.run(
+    done = warm.run(
         _command(
             tmp_path,
             "sweep.fail_fast=true",
@@ -235,8 +232,6 @@ def test_a_fail_fast_sweep_stops_at_its_first_failed_job_and_the_parent_names_it
             "tracking.system_metrics=false",
         ),
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
@@ -276,12 +271,8 @@ BROKEN = {
 
 def test_every_problem_of_a_search_is_refused_at_once_before_anything_runs(tmp_path):
     conf = _search_config(tmp_path, "broken", BROKEN)
-    done = subprocess.run(
-        _command(tmp_path, f"hydra.searchpath=[file://{conf}]", "hparams_search=broken"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    done = warm.run(
+        _command(tmp_path, f"hydra.searchpath=[file://{conf}]", "hparams_search=broken"), cwd=ROOT, timeout=300
     )
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Invalid configuration (7 problems):" in done.stderr

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+import warm
 from conftest import ROOT, store
 
 from launcher.files import OUTCOME_FILE, read_json
@@ -60,7 +61,7 @@ def test_a_killed_sweep_rerun_skips_finished_jobs_and_resumes_the_killed_one(tmp
     sweep = tmp_path / "sweep"
     # Job 0 finishes; job 1 waits after its first checkpoint, where the whole sweep is killed.
     env = dict(os.environ, LAUNCHER_FAULT="PAUSE@after_save:23", LAUNCHER_FAULT_RESUME=str(tmp_path / "never"))
-    first = subprocess.Popen(
+    first = warm.Popen(
         _command(tmp_path, *SWEEP),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -80,7 +81,7 @@ def test_a_killed_sweep_rerun_skips_finished_jobs_and_resumes_the_killed_one(tmp
     _, _, before = _children(tmp_path)
     killed_run = before["scaling.batch_size=64"].info.run_id
 
-    again = subprocess.run(_command(tmp_path, *SWEEP), cwd=ROOT, capture_output=True, text=True, timeout=900)
+    again = warm.run(_command(tmp_path, *SWEEP), cwd=ROOT, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Continuing sweep" in again.stdout
     assert "scaling.batch_size=32: finished in an earlier run of this sweep" in again.stdout

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+import warm
 from conftest import ROOT, TINY, MlflowServer, free_port
 
 from launcher.tracking.spool import PENDING_FILE
@@ -34,7 +35,7 @@ def _start_launch(tmp_path, server_url, *extra):
         *RUN,
         *extra,
     ]
-    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = warm.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = []
     for line in proc.stdout:
         seen.append(line)
