@@ -104,6 +104,7 @@ def _split_cpu() -> None:
 
 
 _split_cpu()
+warm.settle_environment()  # launches forked warm compare their environment with this one
 
 
 @pytest.fixture(autouse=True)
@@ -200,13 +201,17 @@ def launcher_here(capfd, monkeypatch):
                 patch.setenv(key, value)
             patch.chdir(cwd)
             patch.syspath_prepend(str(cwd))  # as `python -m` does: the person's packages import from there
-            imported = set(sys.modules)
+            imported, environment = set(sys.modules), dict(os.environ)
             try:
                 cli_module.entry()
                 code = 0
             except SystemExit as exit_:
                 code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
             finally:
+                # What the launch set for itself (its log-level and MLflow defaults) ends with it, as with its
+                # process: the test process's environment stays the one warm starts compare with.
+                os.environ.clear()
+                os.environ.update(environment)
                 # The person's modules: the next launch imports its own. Never the launcher's own (first imported
                 # lazily during a launch from the repository root): a second copy would break isinstance checks.
                 own = (ROOT / "launcher").resolve().is_relative_to(Path(cwd).resolve())

@@ -23,6 +23,12 @@ def same_console(text: str, tmp_path) -> str:
     return text.replace(str(tmp_path / "warm"), "<run>").replace(str(tmp_path / "cold"), "<run>")
 
 
+@pytest.fixture(autouse=True)
+def warm_even_if_told_cold(monkeypatch):
+    """These tests are about the warm start: they make it whatever LAUNCHER_TEST_COLD says."""
+    monkeypatch.delenv(warm.COLD_ENV, raising=False)
+
+
 def test_a_warm_launch_prints_and_exits_as_a_cold_one(tmp_path):
     """The Plan of float16 + mirrored + XLA (TensorFlow's runtime made in the child: two logical devices), then a
     refusal: line for line the same console and exit code."""
