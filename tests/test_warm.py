@@ -78,6 +78,7 @@ def test_a_warm_launch_is_a_process_of_its_own_with_its_session_and_signals(tmp_
     ],
 )
 def test_a_start_is_warm_only_when_nothing_read_at_import_differs(extra, env, warm_start):
-    args = [sys.executable, "-m", "launcher", "explain=true", *extra]
-    assert warm._warm(args, {**os.environ, **env}) is warm_start
-    assert warm._warm([sys.executable, "-c", "pass"], dict(os.environ)) is False
+    """Against the server's own environment, as this test process has it wherever it runs in the suite: a launch
+    with no variable of its own starts warm (an earlier launch or test left nothing behind that turns it cold)."""
+    assert warm.forks_alike(["explain=true", *extra], {**os.environ, **env}, warm.baseline()) is warm_start
+    assert warm.launcher_args([sys.executable, "-c", "pass"]) is None  # anything but the launcher: cold

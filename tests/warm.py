@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -217,9 +218,9 @@ class Server:
     """The warm server of this test process."""
 
     def __init__(self):
-        folder = tempfile.mkdtemp(prefix="launcher-warm-")
-        self.path = os.path.join(folder, "socket")
-        self.env = dict(_baseline or os.environ)
+        self.folder = tempfile.mkdtemp(prefix="launcher-warm-")
+        self.path = os.path.join(self.folder, "socket")
+        self.env = baseline()
         code = f"import sys; sys.path[0] = {str(TESTS)!r}; import warm; warm.serve({self.path!r}, {os.getpid()})"
         self.process = subprocess.Popen(
             [sys.executable, "-c", code], cwd=ROOT, env=self.env, stdout=subprocess.PIPE, text=True
@@ -231,20 +232,28 @@ class Server:
             )
         atexit.register(self.close)
 
-    def serves(self, args: list[str], env: dict) -> bool:
-        """Whether a fork of this server is the process `python -m launcher <args>` with `env` would be."""
-        if self.process.poll() is not None or COLD_ARGS & set(args):
-            return False
-        for key in set(env) | set(self.env):
-            loaded = key.startswith(IMPORT_TIME) or key in IMPORT_TIME_NAMES
-            if loaded and key not in READ_LATER and env.get(key) != self.env.get(key):
-                return False
-        return True
-
     def close(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
             self.process.wait(30)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def baseline() -> dict[str, str]:
+    """The environment the server imports under."""
+    return dict(_baseline or os.environ)
+
+
+def forks_alike(args: list[str], env: dict, imported_under: dict) -> bool:
+    """Whether a fork of a server that imported under `imported_under` is the process `python -m launcher <args>`
+    with `env` would be: no argument and no variable that is read at import differs."""
+    if COLD_ARGS & set(args):
+        return False
+    for key in set(env) | set(imported_under):
+        loaded = key.startswith(IMPORT_TIME) or key in IMPORT_TIME_NAMES
+        if loaded and key not in READ_LATER and env.get(key) != imported_under.get(key):
+            return False
+    return True
 
 
 _server: list[Server] = []
@@ -382,9 +391,10 @@ class WarmProcess:
 
 def _warm(args, env: dict | None) -> bool:
     launcher = launcher_args(args)
-    if launcher is None or os.environ.get(COLD_ENV) == "1":
+    env = dict(os.environ if env is None else env)
+    if launcher is None or os.environ.get(COLD_ENV) == "1" or not forks_alike(launcher, env, baseline()):
         return False
-    return _warm_server().serves(launcher, dict(os.environ if env is None else env))
+    return _warm_server().process.poll() is None
 
 
 def Popen(args, *, cold: bool = False, **options):  # noqa: N802  (stands in for subprocess.Popen)
