@@ -108,6 +108,17 @@ warm.settle_environment()  # launches forked warm compare their environment with
 
 
 @pytest.fixture(autouse=True)
+def environment_after_each_test():
+    """What a test or the launcher code it calls in-process sets in os.environ (the launch's log-level defaults,
+    say) ends with the test: the next one, and the warm starts compared with conftest's environment, see none."""
+    before = dict(os.environ)
+    yield
+    if dict(os.environ) != before:
+        os.environ.clear()
+        os.environ.update(before)
+
+
+@pytest.fixture(autouse=True)
 def float32_policy_after_each_test():
     """Runs set Keras's global dtype policy and op determinism; never let one test's leak into the next
     (with determinism on, Keras silently turns `jit_compile=True` off)."""

@@ -80,5 +80,7 @@ def test_a_warm_launch_is_a_process_of_its_own_with_its_session_and_signals(tmp_
 def test_a_start_is_warm_only_when_nothing_read_at_import_differs(extra, env, warm_start):
     """Against the server's own environment, as this test process has it wherever it runs in the suite: a launch
     with no variable of its own starts warm (an earlier launch or test left nothing behind that turns it cold)."""
-    assert warm.forks_alike(["explain=true", *extra], {**os.environ, **env}, warm.baseline()) is warm_start
+    given, imported_under = {**os.environ, **env}, warm.baseline()
+    differ = sorted(k for k in set(given) | set(imported_under) if given.get(k) != imported_under.get(k))
+    assert warm.forks_alike(["explain=true", *extra], given, imported_under) is warm_start, differ
     assert warm.launcher_args([sys.executable, "-c", "pass"]) is None  # anything but the launcher: cold
