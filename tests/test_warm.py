@@ -75,6 +75,7 @@ def test_a_warm_launch_is_a_process_of_its_own_with_its_session_and_signals(tmp_
         ([], {"PYTHONPATH": "/elsewhere"}, False),
         ([], {"KERAS_HOME": "/elsewhere"}, False),
         (["tf_logs=true"], {}, False),  # TensorFlow's start-up lines are printed by its import
+        (["-m", "precision=fp32,bf16"], {}, False),  # a sweep's process records that it never loaded TensorFlow
     ],
 )
 def test_a_start_is_warm_only_when_nothing_read_at_import_differs(extra, env, warm_start):

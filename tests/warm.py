@@ -39,7 +39,9 @@ COLD_ENV = "LAUNCHER_TEST_COLD"
 IMPORT_TIME = ("TF_", "KERAS_", "CUDA", "XLA_", "OMP_", "KMP_", "MKL", "OPENBLAS", "PYTHON", "LD_", "GRPC_", "ABSL_")
 IMPORT_TIME_NAMES = {"HOME", "MALLOC_ARENA_MAX"}
 READ_LATER = {"TF_CONFIG"}
-COLD_ARGS = {"tf_logs=true"}
+# tf_logs=true: TensorFlow's C++ start-up lines come from its import. A sweep (-m): its own process records that it
+# never loaded TensorFlow (the jobs did, each in a process of its own), which a fork of the server cannot be.
+COLD_ARGS = {"tf_logs=true", "-m", "--multirun"}
 
 children_cpu = 0.0  # CPU seconds of the warm processes this process has waited for
 _baseline: dict[str, str] = {}
