@@ -6,8 +6,9 @@ of its own (its pid, its signals, its exit status, its own TensorFlow runtime, m
 
 What a process settles when it imports makes a start cold (a new interpreter through `subprocess`): a change to an
 environment variable TensorFlow, Keras, the C libraries or Python read when loaded, `tf_logs=true` (TensorFlow's
-C++ start-up lines come from the import), anything but `python -m launcher`, and tests that say `cold=True` (those
-about what a fresh process prints). `LAUNCHER_TEST_COLD=1` starts every launch cold: the suite passes either way.
+C++ start-up lines come from the import), a sweep (`-m`: its process records that it never loaded TensorFlow),
+anything but `python -m launcher`, and tests that say `cold=True` (those about what a fresh process prints).
+`LAUNCHER_TEST_COLD=1` starts every launch cold, as the suite did before warm starts.
 
 One server per test process, started on first use. Each start is one Unix-socket connection that carries the
 argv, environment, working directory and stdio descriptors (SCM_RIGHTS); the server forks, answers the pid and,
