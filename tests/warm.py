@@ -2,7 +2,8 @@
 TensorFlow, Keras, MLflow, Hydra and the launcher, then run as `python -m` runs it (`runpy` into a fresh
 `__main__`, the interpreter's exit path: non-daemon threads joined, `atexit` handlers run). Each is a real process
 of its own (its pid, its signals, its exit status, its own TensorFlow runtime, made after the fork); it skips the
-~10 s of CPU a cold start spends importing (11-15 CPU-s per tiny launch on a 2-core AMD EPYC, ~5 warm).
+~10 s of CPU a cold start spends importing (a tiny launch: 15.6-16.4 CPU-s cold, 4.6-5.3 warm, on a 2-core
+AMD EPYC without AMX).
 
 What a process settles when it imports makes a start cold (a new interpreter through `subprocess`): a change to an
 environment variable TensorFlow, Keras, the C libraries or Python read when loaded, `tf_logs=true` (TensorFlow's
