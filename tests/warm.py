@@ -349,9 +349,6 @@ class WarmProcess:
         if self.poll() is None:
             os.kill(self.pid, sig)
 
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
@@ -382,15 +379,6 @@ class WarmProcess:
             return data.decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")  # as text mode reads
 
         return read(self.stdout), read(self.stderr)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for stream in (self.stdout, self.stderr):
-            if stream is not None and not stream.closed:
-                stream.close()
-        self.wait()
 
 
 def _warm(args, env: dict | None) -> bool:
