@@ -252,7 +252,17 @@ class Tracker:
         return f"{page}  ({ui.serving()})" if ui.serve else page
 
 
-ARTIFACT_ROOT = Path("outputs") / "mlartifacts"  # a local store's artifacts, under the launch directory
+ARTIFACTS = "mlartifacts"
+
+
+def artifact_root(uri: str, launch_dir: Path) -> Path:
+    """Where a new experiment in a local store keeps its artifacts: beside a SQLite file, so the store and its
+    artifacts stay together wherever the launch ran from (the default `sqlite:///outputs/mlflow.db` gives
+    <launch dir>/outputs/mlartifacts); under <launch dir>/outputs for any other local store."""
+    resolved = resolve_uri(uri, launch_dir)
+    if resolved.startswith("sqlite:///"):
+        return Path(resolved[len("sqlite:///") :]).parent / ARTIFACTS
+    return launch_dir / "outputs" / ARTIFACTS
 
 
 def open_run(
@@ -269,12 +279,12 @@ def open_run(
     params: dict[str, Any] | None = None,
 ) -> Tracker:
     """The one way a launch, an evaluation, a doctor or a sweep opens its MLflow run: the URI resolved against
-    the launch directory, a local store's artifacts under <launch dir>/outputs/mlartifacts."""
+    the launch directory, a local store's artifacts where `artifact_root` says."""
     return Tracker(
         resolve_uri(uri, launch_dir),
         experiment,
         run_name,
-        launch_dir / ARTIFACT_ROOT,
+        artifact_root(uri, launch_dir),
         resume_run_id,
         parent_run_id=parent_run_id,
         run_dir=run_dir,
