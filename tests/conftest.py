@@ -409,8 +409,10 @@ E2E_FIXTURES = {
 def pytest_collection_modifyitems(config, items):
     """`e2e`: the test runs the CLI or starts processes (the real CLI in a subprocess or in-process, a server,
     workers: by its fixtures, its own code or a helper of its module that does); `slow`: multi-process or
-    multi-device runs (by hand, and every case whose parameters name `mirrored`); `unit`: everything else
-    (in-process logic and small one-device runs). `make test-fast` runs the unit tests; CI runs all."""
+    multi-device runs (by hand, and every case whose parameters name `mirrored`) and in-process trainings that
+    take seconds of CPU each (by hand: full-size networks, the precision x XLA grids, the doctor's runs); `unit`:
+    everything else (in-process logic and runs of a few steps). `make test-fast` runs the unit tests; CI runs
+    all."""
     import inspect
 
     def source_of(function) -> str:

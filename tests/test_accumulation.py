@@ -36,6 +36,7 @@ def distance(a, b) -> float:
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.slow  # two trainings per case, seconds of CPU in this process
 @pytest.mark.parametrize(
     "setup",
     [

@@ -357,6 +357,7 @@ def test_the_first_save_is_restored_into_fresh_objects_and_a_mismatch_fails_at_o
     assert not fresh.verified
 
 
+@pytest.mark.slow  # a training of 400 steps, seconds of CPU in this process
 def test_the_frequent_preset_saves_every_50_steps_and_every_epoch_and_keeps_5(tmp_path):
     """checkpoint=frequent as it behaves: saves at each multiple of 50 global steps and at each epoch end, the
     newest 5 kept, the best model by val_loss exported (steps per epoch read from the Plan)."""

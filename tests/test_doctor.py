@@ -101,6 +101,7 @@ def test_fixes_follow_the_addition_that_broke_the_run():
 # ------------------------------------------------------------------ broken setups
 
 
+@pytest.mark.slow  # the doctor's runs, seconds of CPU in this process
 def test_a_healthy_config_gets_a_clean_report_and_an_mlflow_run(tmp_path):
     code, report, run_dir = doctor(tmp_path, "precision=fp32", "xla=false")
     assert code == 0, report
@@ -117,6 +118,7 @@ def test_a_healthy_config_gets_a_clean_report_and_an_mlflow_run(tmp_path):
     }
 
 
+@pytest.mark.slow  # the doctor's runs, seconds of CPU in this process
 def test_a_layer_overflowing_float16_is_named_and_float32_layers_fix_it(tmp_path, monkeypatch):
     broken_models.use(monkeypatch, "overflow")
     code, report, run_dir = doctor(tmp_path, "precision=mixed", "xla=false")
@@ -130,6 +132,7 @@ def test_a_layer_overflowing_float16_is_named_and_float32_layers_fix_it(tmp_path
     trains_with(tmp_path, ["precision=mixed", "xla=false"], fix)
 
 
+@pytest.mark.slow  # the doctor's runs, seconds of CPU in this process
 def test_an_exploding_learning_rate_is_the_baseline_s_and_a_lower_rate_fixes_it(tmp_path):
     broken = [
         "model.activation=linear",
@@ -173,6 +176,7 @@ def test_a_learning_rate_that_diverges_only_with_two_replicas_names_the_strategy
     trains_with(tmp_path, setup, fix)
 
 
+@pytest.mark.slow  # the doctor's runs, seconds of CPU in this process
 def test_nan_inputs_are_named_and_dropping_them_at_load_fixes_it(tmp_path):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(400, 16)).astype("float32")
@@ -188,6 +192,7 @@ def test_nan_inputs_are_named_and_dropping_them_at_load_fixes_it(tmp_path):
     trains_with(tmp_path, data, fix)
 
 
+@pytest.mark.slow  # the doctor's runs, seconds of CPU in this process
 def test_a_float16_output_is_named_and_the_launchers_float32_wrap_trains_like_the_baseline(tmp_path, monkeypatch):
     broken_models.use(monkeypatch, "float16_logits")
     code, report, _ = doctor(tmp_path, "precision=mixed", "xla=false")
@@ -196,6 +201,7 @@ def test_a_float16_output_is_named_and_the_launchers_float32_wrap_trains_like_th
     assert code == 0  # the launcher already applies the fix: the float16 trial trains like the baseline
 
 
+@pytest.mark.slow  # the doctor's runs, seconds of CPU in this process
 def test_an_injected_gradient_poison_is_localised_to_its_layer_in_the_backward_pass(tmp_path, monkeypatch):
     broken_models.use(monkeypatch, "poisoned")
     code, report, _ = doctor(tmp_path, "precision=mixed", "strategy=mirrored", "xla=true", "doctor.max_fixes=1")

@@ -17,6 +17,7 @@ def run(tmp_path, *overrides):
     return outcome
 
 
+@pytest.mark.slow  # a training of many epochs, seconds of CPU in this process
 def test_early_stopping_stops_the_run(tmp_path):
     # mode=max on a falling val_loss: "no improvement" after the first epoch.
     outcome = run(
@@ -30,6 +31,7 @@ def test_early_stopping_stops_the_run(tmp_path):
     assert outcome.result.stopped_early
 
 
+@pytest.mark.slow  # a training of many epochs, seconds of CPU in this process
 def test_reduce_lr_on_plateau_lowers_the_learning_rate(tmp_path):
     outcome = run(
         tmp_path,
@@ -46,6 +48,7 @@ def test_reduce_lr_on_plateau_lowers_the_learning_rate(tmp_path):
     assert rates == pytest.approx([0.002, 0.002, 0.001])
 
 
+@pytest.mark.slow  # several trainings, seconds of CPU in this process
 def test_warmup_and_linear_scaling_drive_the_learning_rate(tmp_path):
     outcome = run(
         tmp_path,
@@ -63,6 +66,7 @@ def test_warmup_and_linear_scaling_drive_the_learning_rate(tmp_path):
     assert outcome.result.epochs[-1].logs["learning_rate"] == pytest.approx(0.002)
 
 
+@pytest.mark.slow  # a training of many epochs, seconds of CPU in this process
 def test_cosine_schedule_decays(tmp_path):
     outcome = run(tmp_path, "optimizer.schedule=cosine", "train.epochs=3", "optimizer.learning_rate=0.01")
     rates = [e.logs["learning_rate"] for e in outcome.result.epochs]

@@ -67,6 +67,7 @@ def test_a_missing_source_is_refused_naming_what_it_can_be(tmp_path):
         locate_init_source("models:/absent/1", tmp_path, f"sqlite:///{tmp_path}/m.db")
 
 
+@pytest.mark.slow  # trains the source run, seconds of CPU in this process
 def test_a_freeze_that_matches_no_layer_and_a_source_that_does_not_fit_are_refused_before_training(tmp_path):
     with pytest.raises(ConfigError, match=r"(?s)model.freeze=\['dens_\*'\].*no layer matches.*'dense_0'"):
         execute(compose("model.freeze=[dens_*]", "tracking.enabled=false"), tmp_path / "a", tmp_path)

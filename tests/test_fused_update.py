@@ -137,6 +137,7 @@ def engine_weights(tmp_path, *overrides, steps=8):
     return engine, weights
 
 
+@pytest.mark.slow  # two trainings per precision, seconds of CPU in this process
 @pytest.mark.parametrize(
     "overrides",
     [

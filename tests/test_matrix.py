@@ -14,6 +14,7 @@ from launcher.train.fused_update import FusedAdam
 from launcher.train.loss_scale import ReplicaSafeLossScaleOptimizer
 
 
+@pytest.mark.slow  # a training per precision x XLA cell, seconds of CPU in this process
 @pytest.mark.parametrize("xla", ["false", "true"])
 @pytest.mark.parametrize("strategy", ["default", "mirrored"])
 @pytest.mark.parametrize("precision", ["fp32", "mixed", "bf16"])
@@ -52,6 +53,7 @@ def test_every_combination_trains_and_loss_decreases(precision, strategy, xla, t
     assert outcome.result.final["val_accuracy"] > 0.5
 
 
+@pytest.mark.slow  # a training per precision x XLA cell, seconds of CPU in this process
 @pytest.mark.parametrize("xla", ["false", "true"])
 @pytest.mark.parametrize("strategy", ["default", "mirrored"])
 @pytest.mark.parametrize("precision", ["fp32", "mixed", "bf16"])

@@ -22,6 +22,7 @@ QUICK = [
 ]
 
 
+@pytest.mark.slow  # every built-in model trained, ResNet50 among them, seconds of CPU in this process
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -65,6 +66,7 @@ def test_each_model_trains_under_a_mixed_policy_with_float32_logits(overrides, t
     assert model.layers[-1].dtype_policy.name == "float32"
 
 
+@pytest.mark.slow  # builds every model, ResNet50 among them, seconds of CPU in this process
 def test_model_output_is_float32_and_layers_follow_the_policy():
     import keras
 

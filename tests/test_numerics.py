@@ -115,6 +115,7 @@ def test_skip_under_float32_adds_a_scale_one_optimizer_that_skips(tmp_path, monk
     assert 13 <= int(outcome.error.rsplit(" ", 1)[1]) <= 16
 
 
+@pytest.mark.slow  # two replicas: a multi-device run, seconds of CPU in this process
 def test_an_injected_nonfinite_gradient_stream_stops_float16_mirrored_xla_with_the_scale_curve(
     tmp_path, monkeypatch, capsys
 ):
@@ -151,6 +152,7 @@ def test_an_injected_nonfinite_gradient_stream_stops_float16_mirrored_xla_with_t
     assert skipped[5] == 0.0 and all(skipped[s] == 1.0 for s in range(6, stop_step + 1))
 
 
+@pytest.mark.slow  # several trainings, seconds of CPU in this process
 def test_healthy_runs_log_gradient_norm_and_skipped_steps(tmp_path):
     db = f"sqlite:///{tmp_path}/m.db"
     outcome = execute(
@@ -178,6 +180,7 @@ def test_healthy_runs_log_gradient_norm_and_skipped_steps(tmp_path):
 # ------------------------------------------------------------------ float32 layers
 
 
+@pytest.mark.slow  # two trainings, seconds of CPU in this process
 def test_a_float16_overflow_stops_and_float32_layers_fix_it(tmp_path, monkeypatch):
     broken_models.use(monkeypatch, "overflow")
     quiet = [

@@ -485,6 +485,7 @@ def _values(overrides, key):
     return next(o.split("=", 1)[1] for o in overrides if o.startswith(f"{key}="))
 
 
+@pytest.mark.slow  # a search's trials, seconds of CPU in this process
 def test_the_sweeper_runs_n_trials_in_batches_and_tells_the_study_how_each_ended(tmp_path):
     space = {"optimizer.learning_rate": {"low": 1e-3, "high": 10.0, "log": True}}
     search = _search(tmp_path, n_trials=6, n_jobs=2, params=space, sampler={"name": "random", "seed": 0})
@@ -526,6 +527,7 @@ def test_the_sweeper_runs_n_trials_in_batches_and_tells_the_study_how_each_ended
     assert len(set(rates)) == 8  # the reseeded sampler did not propose its first points again
 
 
+@pytest.mark.slow  # a search's trials, seconds of CPU in this process
 def test_a_trial_left_running_is_launched_again_with_its_values_and_a_stopped_one_stays_running(tmp_path):
     space = {"model.hidden_units": {"choices": [[16], [32], [64]]}, "train.epochs": {"low": 1, "high": 9}}
     storage = f"sqlite:///{tmp_path}/optuna.db"

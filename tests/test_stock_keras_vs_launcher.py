@@ -41,6 +41,7 @@ def test_stock_model_fit_with_jit_compile_fails_under_mirrored(mixed_policy):
         model.fit(x, y, batch_size=32, epochs=1, verbose=0)
 
 
+@pytest.mark.slow  # a full training, seconds of CPU in this process
 def test_launcher_trains_the_same_combination(tmp_path):
     cfg = compose(
         *TINY,

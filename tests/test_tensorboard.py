@@ -3,11 +3,13 @@ TensorBoard's own reader, and the log is an artifact of the MLflow run."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import TINY, compose, store
 
 from launcher.run.runner import execute
 
 
+@pytest.mark.slow  # a tracked training, seconds of CPU in this process
 def test_the_event_log_holds_the_step_and_epoch_scalars_and_the_plan_and_is_an_mlflow_artifact(tmp_path):
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -43,6 +45,7 @@ def test_the_event_log_holds_the_step_and_epoch_scalars_and_the_plan_and_is_an_m
     assert any(path.startswith("tensorboard/events.out.tfevents") for path in artifacts), artifacts
 
 
+@pytest.mark.slow  # a tracked training, seconds of CPU in this process
 def test_without_the_switch_no_event_log_is_written(tmp_path):
     node = compose(*TINY, "precision=fp32", "tracking.enabled=false")
     assert execute(node, tmp_path / "run", tmp_path).error is None
