@@ -255,13 +255,12 @@ class Tracker:
 ARTIFACTS = "mlartifacts"
 
 
-def artifact_root(uri: str, launch_dir: Path) -> Path:
+def artifact_root(resolved_uri: str, launch_dir: Path) -> Path:
     """Where a new experiment in a local store keeps its artifacts: beside a SQLite file, so the store and its
     artifacts stay together wherever the launch ran from (the default `sqlite:///outputs/mlflow.db` gives
     <launch dir>/outputs/mlartifacts); under <launch dir>/outputs for any other local store."""
-    resolved = resolve_uri(uri, launch_dir)
-    if resolved.startswith("sqlite:///"):
-        return Path(resolved[len("sqlite:///") :]).parent / ARTIFACTS
+    if resolved_uri.startswith("sqlite:///"):
+        return Path(resolved_uri[len("sqlite:///") :]).parent / ARTIFACTS
     return launch_dir / "outputs" / ARTIFACTS
 
 
@@ -280,11 +279,12 @@ def open_run(
 ) -> Tracker:
     """The one way a launch, an evaluation, a doctor or a sweep opens its MLflow run: the URI resolved against
     the launch directory, a local store's artifacts where `artifact_root` says."""
+    resolved = resolve_uri(uri, launch_dir)
     return Tracker(
-        resolve_uri(uri, launch_dir),
+        resolved,
         experiment,
         run_name,
-        artifact_root(uri, launch_dir),
+        artifact_root(resolved, launch_dir),
         resume_run_id,
         parent_run_id=parent_run_id,
         run_dir=run_dir,
