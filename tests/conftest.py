@@ -97,14 +97,13 @@ def runs_in(path: Path) -> list:
     return client.search_runs([e.experiment_id for e in client.search_experiments()])
 
 
-def _split_cpu() -> None:
+def _prepare_test_process() -> None:
+    """A process that runs tests: its CPU as 2 logical devices before TensorFlow's runtime starts (default and
+    mirrored strategies both run in-process), then the environment warm starts compare with."""
     from launcher.train.runtime import split_cpu
 
     split_cpu(2)
-
-
-_split_cpu()
-warm.settle_environment()  # launches forked warm compare their environment with this one
+    warm.settle_environment()
 
 
 @pytest.fixture(autouse=True)
@@ -489,6 +488,9 @@ class CpuAccount:
 
 
 def pytest_configure(config):
+    # pytest-xdist's controller only hands tests to its workers: no TensorFlow runtime there (~8 CPU-s).
+    if not (getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")):
+        _prepare_test_process()
     config.pluginmanager.register(LoadgroupGuard(), "launcher-loadgroup-guard")
     if path := os.environ.get("LAUNCHER_TEST_CPU"):
         config.pluginmanager.register(CpuAccount(path), "launcher-cpu-account")
