@@ -33,6 +33,15 @@ TRAINING_FAILURE, NUMERICS_STOP, CHECKPOINT_WRITE = "training", "numerics", "che
 FINISHED, FAILED, KILLED, REFUSED = "FINISHED", "FAILED", "KILLED", "REFUSED"
 
 
+FORKED_BY_ENV = "LAUNCHER_FORKED_BY"  # set by `forkserver` in each process it forks
+
+
+def forkserver_pid() -> int | None:
+    """The pid of the forkserver that forked this process (a warm start); None for a new interpreter."""
+    value = os.environ.get(FORKED_BY_ENV, "")
+    return int(value) if value.isdigit() else None
+
+
 @dataclass(frozen=True)
 class OutcomeRecord:
     """One process's result: its status, MLflow run, error, final metrics and exit code."""
@@ -48,6 +57,7 @@ class OutcomeRecord:
     failure: str | None = None  # TRAINING_FAILURE, NUMERICS_STOP or CHECKPOINT_WRITE, when FAILED
     stop_reason: str | None = None  # FINISHED: epochs, max_steps, early_stopping, or max_time (more to train)
     pid: int = field(default_factory=os.getpid)
+    forked_by: int | None = field(default_factory=forkserver_pid)  # the forkserver's pid, if one forked it
 
     @property
     def finished_training(self) -> bool:

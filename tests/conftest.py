@@ -476,7 +476,7 @@ class CpuAccount:
     @staticmethod
     def cpu_seconds() -> float:
         own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + warm.children_cpu
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + warm.children_cpu()
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):

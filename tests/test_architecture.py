@@ -1,6 +1,6 @@
 """The package tree reads as the data flow, and imports point one way.
 
-config -> plan -> train -> run        (sweep beside run; leaves: contract, files, console)
+config -> plan -> train -> run        (sweep beside run; leaves: contract, files, console, outcome, forkserver)
 """
 
 from __future__ import annotations
@@ -12,19 +12,20 @@ import sys
 from conftest import ROOT
 
 PACKAGE = ROOT / "launcher"
-LEAVES = {"contract", "files", "console", "outcome"}
+LEAVES = {"contract", "files", "console", "outcome", "forkserver"}
 # What each stage may import from the launcher (besides itself).
 ALLOWED = {
     "config": set(),
     "plan": {"config", "contract", "console"},
     "train": {"config", "plan", "contract", "console"},
     "tracking": {"config", "files"},
-    "run": {"config", "plan", "train", "tracking", "contract", "files", "console", "outcome"},
-    "sweep": {"config", "tracking", "contract", "files", "console", "outcome"},
+    "run": {"config", "plan", "train", "tracking", "contract", "files", "console", "outcome", "forkserver"},
+    "sweep": {"config", "tracking", "contract", "files", "console", "outcome", "forkserver"},
     "doctor": {"config", "plan", "train", "run", "tracking", "contract", "files", "console", "outcome"},
     "__main__": {"config", "run", "sweep", "doctor", "outcome"},
     **{leaf: set() for leaf in LEAVES},
     "outcome": {"files"},  # a leaf that writes through the shared JSON helpers
+    "forkserver": {"console", "outcome"},  # starts launcher processes: quiets TensorFlow, marks them forked
 }
 TF_FREE_MODULES = [
     "launcher.sweep.callback",
@@ -71,6 +72,7 @@ TF_FREE_MODULES = [
     "launcher.run.hooks.step_metrics",
     "launcher.doctor.diagnose",
     "launcher.outcome",
+    "launcher.forkserver",
     "launcher.run.shell",
     "launcher.run.review",
     "launcher.__main__",

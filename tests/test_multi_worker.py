@@ -70,6 +70,7 @@ def test_two_local_workers_train_like_one_process_with_the_same_global_batch(tmp
     assert chief["status"] == other["status"] == "FINISHED"
     assert chief["weights_sha256"] == other["weights_sha256"]
     assert chief["metrics"]["loss"] == other["metrics"]["loss"]  # reduced across both workers
+    assert chief["forked_by"] == other["forked_by"] is not None  # both forked by one forkserver, warm
     # Only the chief tracks, exports and traces; the other worker's temporary checkpoints are gone.
     (run,) = mlflow_runs(tmp_path / "mlflow.db")
     assert run.info.status == "FINISHED" and run.data.tags["plan.strategy"] == "multi_worker"

@@ -14,6 +14,8 @@ import pytest
 import warm
 from conftest import ROOT, TINY, store
 
+from launcher.forkserver import ForkedProcess
+
 
 def launch(tmp_path, name: str, *overrides: str) -> list[str]:
     return [sys.executable, "-m", "launcher", f"hydra.run.dir={tmp_path / name}", *overrides]
@@ -54,7 +56,7 @@ def test_a_warm_launch_is_a_process_of_its_own_with_its_session_and_signals(tmp_
     process = warm.Popen(
         args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
-    assert isinstance(process, warm.WarmProcess)
+    assert isinstance(process, ForkedProcess)
     assert process.pid not in (os.getpid(), warm._server[0].process.pid)
     assert os.getsid(process.pid) == process.pid
     deadline = time.time() + 240

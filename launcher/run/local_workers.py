@@ -27,8 +27,9 @@ import time
 from collections import deque
 from pathlib import Path
 
+from launcher import forkserver
 from launcher.outcome import OutcomeRecord
-from launcher.run.restarts import Attempt, die_with_parent
+from launcher.run.restarts import Attempt
 
 GRACE_SECONDS = 5.0
 TAIL_LINES = 25
@@ -80,7 +81,7 @@ class Worker:
         env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
         env["PYTHONUNBUFFERED"] = "1"
         # Its own session: a terminal's Ctrl-C reaches this launcher, which forwards it exactly once.
-        self.process = subprocess.Popen(
+        self.process = forkserver.start(
             command,
             cwd=cwd,
             env=env,
@@ -88,7 +89,7 @@ class Worker:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
-            preexec_fn=die_with_parent,
+            dies_with_parent=True,
         )
         self.thread = threading.Thread(target=self._stream, name=f"worker{index}-output", daemon=True)
 

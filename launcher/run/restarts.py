@@ -12,16 +12,15 @@ refusal (exit 2), a numerics stop, a checkpoint write that failed (the disk), an
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher import forkserver
 from launcher.outcome import EXIT_FAILED, FAILED, TRAINING_FAILURE, OutcomeRecord, exit_for_signal
 
 RESTART_ENV = "LAUNCHER_RESTART"  # which restart a child is (0: the first attempt), set by the supervisor
@@ -115,7 +114,7 @@ def child_attempts(overrides: list[str], run_dir: Path, launch_dir: Path) -> Cal
         if reason:
             env[REASON_ENV] = reason[:2000]
         # Its own session: a terminal's Ctrl-C reaches this supervisor, which passes it on exactly once.
-        child = subprocess.Popen(command, cwd=launch_dir, env=env, start_new_session=True, preexec_fn=die_with_parent)
+        child = forkserver.start(command, cwd=launch_dir, env=env, start_new_session=True, dies_with_parent=True)
         signalled = []
 
         def forward(signum, _frame):
@@ -143,10 +142,3 @@ def child_attempts(overrides: list[str], run_dir: Path, launch_dir: Path) -> Cal
         return Attempt.of_process(code, outcome, bool(signalled))
 
     return run
-
-
-def die_with_parent() -> None:
-    """Linux: a child gets SIGKILL if the process that started it dies without passing a signal on (best
-    effort): no training left running, holding the run dir, after its supervisor is gone."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from launcher import forkserver
 from launcher.config.tasks import objective
 from launcher.files import JOB_FILE, STOP_FILE, SWEEP_FILE, read_json, write_json_atomic
 from launcher.outcome import FINISHED, KILLED, OutcomeRecord
@@ -136,7 +137,7 @@ def run_job(cfg: DictConfig, hydra_cfg) -> JobResult:
 def _run_until_stopped(args: list[str], cwd: str, log, sweep_dir: Path) -> tuple[int, bool]:
     """The job's process to its end, and whether the sweep stopped it: when a fail-fast sweep stops meanwhile,
     the job is asked to save and stop (SIGTERM: the preemption path), so the same sweep again resumes it."""
-    process = subprocess.Popen(args, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+    process = forkserver.start(args, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
     signalled = False
     while True:
         try:

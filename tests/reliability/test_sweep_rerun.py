@@ -78,6 +78,10 @@ def test_a_killed_sweep_rerun_skips_finished_jobs_and_resumes_the_killed_one(tmp
     assert read_json(sweep / "0" / OUTCOME_FILE)["status"] == "FINISHED"
     assert not (sweep / "1" / OUTCOME_FILE).exists()
     finished_pid = read_json(sweep / "0" / OUTCOME_FILE)["pid"]
+    # Its jobs were forked by a forkserver the sweep started in its own session (the test process's is in
+    # another), killed with that session: job 1 died with it, and the rerun's jobs come from another server.
+    first_server = read_json(sweep / "0" / OUTCOME_FILE)["forked_by"]
+    assert first_server is not None
     _, _, before = _children(tmp_path)
     killed_run = before["scaling.batch_size=64"].info.run_id
 
@@ -87,6 +91,7 @@ def test_a_killed_sweep_rerun_skips_finished_jobs_and_resumes_the_killed_one(tmp
     assert "scaling.batch_size=32: finished in an earlier run of this sweep" in again.stdout
     assert read_json(sweep / "0" / OUTCOME_FILE)["pid"] == finished_pid  # not run again
     assert "Resuming at epoch 2, step 0 (global step 23)" in (sweep / "1" / "job.log").read_text()
+    assert read_json(sweep / "1" / OUTCOME_FILE)["forked_by"] not in (None, first_server)
     client, parent, kids = _children(tmp_path)
     assert sorted(kids) == ["scaling.batch_size=32", "scaling.batch_size=64"]  # no duplicate child runs
     assert kids["scaling.batch_size=64"].info.run_id == killed_run

@@ -1,0 +1,123 @@
+"""The launcher's forkserver (`launcher.forkserver`): which starts it forks, and that a forked child keeps a
+new interpreter's process group and dies with a parent it was told to die with. The sweeps, local workers and
+restarts that use it are tested end to end in their own files (their outcome records name the server)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import warm
+from conftest import ROOT, TINY, store
+
+from launcher import forkserver
+from launcher.outcome import FORKED_BY_ENV, OutcomeRecord
+
+
+def launcher(tmp_path, *overrides: str) -> list[str]:
+    return [sys.executable, "-m", "launcher", f"hydra.run.dir={tmp_path / 'run'}", *overrides]
+
+
+class Recorded:
+    """Stands in for `subprocess.Popen` in the routing tests: records that a start was cold."""
+
+    started: list[list[str]] = []
+
+    def __init__(self, args, **_options):
+        Recorded.started.append(list(args))
+
+
+@pytest.fixture
+def cold_starts(monkeypatch):
+    Recorded.started = []
+    monkeypatch.setattr(forkserver.subprocess, "Popen", Recorded)
+    monkeypatch.setattr(forkserver, "_own_server", lambda env: pytest.fail("no server may start"))
+    return Recorded.started
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["-m", "launcher", "tf_logs=true"], {}),  # TensorFlow's start-up lines are printed by its import
+        (["-m", "launcher", "explain=true"], {forkserver.SOCKET_ENV: "off"}),  # the person turned it off
+        (["-c", "print(1)"], {}),  # not the launcher
+    ],
+)
+def test_starts_a_fork_cannot_be_are_new_interpreters_without_any_server(cold_starts, args, env):
+    started = forkserver.start([sys.executable, *args], cwd=ROOT, env={**os.environ, **env, FORKED_BY_ENV: "1"})
+    assert isinstance(started, Recorded)
+    assert cold_starts == [[sys.executable, *args]]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "differs"),
+    [
+        ("TF_ENABLE_ONEDNN_OPTS", "0", True),  # read when TensorFlow loads
+        ("PYTHONPATH", "/elsewhere", True),
+        ("LC_ALL", "C", True),  # the interpreter's encoding
+        ("TF_CONFIG", "{}", False),  # read when the strategy is made, after the fork
+        ("PYTHONUNBUFFERED", "1", False),  # each child's stdio is made new
+        ("LAUNCHER_FAULT", "RAISE@steps:1", False),
+    ],
+)
+def test_a_variable_read_at_import_makes_a_start_differ(key, value, differs):
+    imported_under = {k: v for k, v in os.environ.items() if k != key}
+    assert (forkserver.differs_at_import({**imported_under, key: value}, imported_under) == key) is differs
+
+
+@pytest.mark.e2e  # starts this test process's server
+def test_the_server_refuses_a_start_that_differs_at_import_and_names_the_variable(tmp_path):
+    server = warm._warm_server()
+    assert server is not None
+    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "0" if os.environ.get("TF_ENABLE_ONEDNN_OPTS") != "0" else "1"}
+    with pytest.raises(forkserver.Refused, match="TF_ENABLE_ONEDNN_OPTS differs"):
+        forkserver.ForkedProcess(server.path, launcher(tmp_path, "explain=true"), cwd=ROOT, env=env)
+
+
+def test_a_forked_child_joins_its_requesters_group_and_dies_with_a_requester_that_is_killed(tmp_path):
+    """The requester leads a process group of its own in the server's session: its child is in that group (a
+    Ctrl-C reaches both, as with a new interpreter), and SIGKILL to the requester alone kills the child."""
+    server = warm._warm_server()
+    resume = tmp_path / "never"
+    env = {**os.environ, "LAUNCHER_FAULT": "PAUSE@steps:2", "LAUNCHER_FAULT_RESUME": str(resume)}
+    args = launcher(tmp_path, *TINY, f"tracking.uri={store(tmp_path / 'mlflow.db')}")
+    requester_code = (
+        "import os, subprocess, sys, time\n"
+        "from launcher import forkserver\n"
+        f"child = forkserver.start({args!r}, cwd={str(ROOT)!r}, stdout=subprocess.PIPE, text=True,"
+        " dies_with_parent=True)\n"
+        "print(child.pid, type(child).__name__, flush=True)\n"
+        "for line in child.stdout:\n"
+        "    if 'paused at steps 2' in line:\n"
+        "        print('paused', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    requester = subprocess.Popen(
+        [sys.executable, "-c", requester_code],
+        cwd=ROOT,
+        env={**env, forkserver.SOCKET_ENV: server.path},
+        stdout=subprocess.PIPE,
+        text=True,
+        process_group=0,
+    )
+    try:
+        pid, kind = requester.stdout.readline().split()
+        child = int(pid)
+        assert kind == "ForkedProcess"
+        assert os.getpgid(child) == requester.pid != os.getpgid(0)
+        assert requester.stdout.readline().strip() == "paused"
+        with open(f"/proc/{child}/stat") as stat:
+            assert int(stat.read().rsplit(")", 1)[1].split()[1]) == server.process.pid  # its parent: the server
+        requester.kill()
+        requester.wait(30)
+        deadline = time.time() + 30
+        while os.path.exists(f"/proc/{child}") and time.time() < deadline:
+            time.sleep(0.1)
+        assert not os.path.exists(f"/proc/{child}"), "the child outlived the requester it was told to die with"
+    finally:
+        requester.kill()
+        requester.stdout.close()
+    assert OutcomeRecord.read(tmp_path / "run") is None  # killed while paused: it wrote no outcome
