@@ -42,6 +42,7 @@ import traceback
 import types
 
 import setproctitle
+import threadpoolctl
 
 import launcher
 from launcher.console import quiet_tensorflow_logs
@@ -51,8 +52,18 @@ SOCKET_ENV = "LAUNCHER_FORKSERVER"  # a running server's socket (inherited by ch
 # Read when TensorFlow, Keras, the C libraries or Python load: a start that changes one is cold.
 IMPORT_TIME_PREFIXES = ("TF_", "KERAS_", "CUDA", "XLA_", "OMP_", "KMP_", "MKL", "OPENBLAS", "PYTHON", "LD_", "LC_")
 IMPORT_TIME_NAMES = {"HOME", "MALLOC_ARENA_MAX", "GRPC_VERBOSITY", "GRPC_TRACE", "LANG", "LANGUAGE"}
-# Read after the fork: the strategy's cluster, the output buffering (each child's stdio is made new), this module's.
-READ_LATER = {"TF_CONFIG", "PYTHONUNBUFFERED", SOCKET_ENV}
+# Thread limits the BLAS and OpenMP libraries read when they load (joblib's workers set them, so a parallel sweep's
+# jobs have them): a forked child applies them to the loaded libraries (threadpoolctl), by threadpoolctl's names.
+THREAD_LIMITS = {
+    "OMP_NUM_THREADS": "openmp",
+    "OPENBLAS_NUM_THREADS": "openblas",
+    "MKL_NUM_THREADS": "mkl",
+    "BLIS_NUM_THREADS": "blis",
+}
+# Read after the fork: the strategy's cluster, the output buffering (each child's stdio is made new), the thread
+# limits (above). KMP_INIT_AT_FORK: joblib sets it when imported (so in a sweep's workers, not in a fresh server);
+# only Intel's OpenMP runtime reads it, which TensorFlow's wheels do not load.
+READ_LATER = {"TF_CONFIG", "PYTHONUNBUFFERED", *THREAD_LIMITS, "KMP_INIT_AT_FORK"}
 COLD_ARGS = {"tf_logs=true"}  # TensorFlow's C++ start-up lines come from its import
 # What a launch imports before it trains (measured with -X importtime), beyond the launcher's own modules.
 PRELOAD = (
@@ -127,7 +138,19 @@ def _fresh_stdio(env: dict) -> None:
         setattr(sys, f"__{name}__", stream)
 
 
-def _become_launcher(request: dict, fds: list[int], inherited: list[int], started: int) -> None:
+def _thread_limits(env: dict, imported_under: dict) -> None:
+    """The BLAS and OpenMP thread limits this child was given where they differ from the server's: applied to the
+    libraries already loaded, as they would have read them loading in a new interpreter."""
+    limits = {}
+    for key, api in THREAD_LIMITS.items():
+        value = env.get(key, "")
+        if value != imported_under.get(key, "") and value.isdigit() and int(value) > 0:
+            limits[api] = int(value)
+    if limits:
+        threadpoolctl.threadpool_limits(limits=limits)
+
+
+def _become_launcher(request: dict, imported_under: dict, fds: list[int], inherited: list[int], started: int) -> None:
     """In the fork: become `python -m launcher <args>`; never returns. Writes to `started` once its session,
     group and stdio are set, as `subprocess.Popen` returns only after the exec."""
     code = 1
@@ -157,6 +180,7 @@ def _become_launcher(request: dict, fds: list[int], inherited: list[int], starte
         os.chdir(request["cwd"])
         sys.path[0] = request["cwd"]  # as `python -m` does: the working directory first
         _fresh_stdio(request["env"])
+        _thread_limits(request["env"], imported_under)
         sys.modules["__main__"] = types.ModuleType("__main__")
         sys.argv = ["-m", *request["args"]]
         try:
@@ -264,6 +288,10 @@ def _answer(sock, served: _Served, imported_under: dict, listener, waiting: list
         send(sock, {"cpu": served.reaped_cpu})
         sock.close()
         return
+    if request.get("op") == "hello":  # what `share` checks before it relies on this server
+        send(sock, {"session": os.getsid(0), "executable": sys.executable})
+        sock.close()
+        return
     if why := _refusal(request, imported_under):
         for fd in fds:
             os.close(fd)
@@ -277,7 +305,7 @@ def _answer(sock, served: _Served, imported_under: dict, listener, waiting: list
     if pid == 0:
         os.close(started)
         held = [listener, sock, *waiting, *watched.values()] + [s for s, _ in served.running.values() if s]
-        _become_launcher(request, fds, sorted({s.fileno() for s in held} - {-1}), set_up)
+        _become_launcher(request, imported_under, fds, sorted({s.fileno() for s in held} - {-1}), set_up)
     os.close(set_up)
     for fd in fds:
         os.close(fd)
@@ -480,6 +508,33 @@ def _own_server(env: dict) -> str | None:
                 _own_failed.append(str(error))
                 print(f"launcher: child processes start cold ({error})", file=sys.stderr, flush=True)
         return _own[0].path if _own else None
+
+
+def _answers_for_this_session(path: str) -> bool:
+    """Whether the server at `path` is up and can fork children for this process's session and interpreter."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(path)
+            send(sock, {"op": "hello"})
+            answer, _ = receive(sock)
+        except OSError:
+            return False
+    return bool(answer) and answer["session"] == os.getsid(0) and answer["executable"] == sys.executable
+
+
+def share() -> str | None:
+    """One server for every launcher process this one starts, directly or through others (joblib's workers,
+    submitit's local jobs): a usable inherited one, else this process's own, exported in LAUNCHER_FORKSERVER.
+    Started now, before those processes copy the environment. None when children start cold."""
+    inherited = os.environ.get(SOCKET_ENV)
+    if inherited == "off" or sys.platform != "linux":
+        return None
+    if inherited and _answers_for_this_session(inherited):
+        return inherited
+    path = _own_server(dict(os.environ))
+    if path is not None:
+        os.environ[SOCKET_ENV] = path
+    return path
 
 
 def start(args: list[str], *, cwd, env: dict | None = None, dies_with_parent: bool = False, **options):

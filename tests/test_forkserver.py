@@ -61,11 +61,25 @@ def test_starts_a_fork_cannot_be_are_new_interpreters_without_any_server(cold_st
         ("TF_CONFIG", "{}", False),  # read when the strategy is made, after the fork
         ("PYTHONUNBUFFERED", "1", False),  # each child's stdio is made new
         ("LAUNCHER_FAULT", "RAISE@steps:1", False),
+        ("OMP_NUM_THREADS", "1", False),  # a thread limit: applied after the fork (below)
+        ("KMP_INIT_AT_FORK", "FALSE", False),  # joblib's, for Intel's OpenMP (not loaded)
+        ("OMP_PROC_BIND", "true", True),
     ],
 )
 def test_a_variable_read_at_import_makes_a_start_differ(key, value, differs):
     imported_under = {k: v for k, v in os.environ.items() if k != key}
     assert (forkserver.differs_at_import({**imported_under, key: value}, imported_under) == key) is differs
+
+
+def test_a_forked_child_applies_the_thread_limits_it_was_given_to_the_loaded_libraries(monkeypatch):
+    """joblib's workers limit BLAS and OpenMP threads through the environment, which those libraries read as they
+    load: a child forked after they loaded gets the limits applied, only those that differ from the server's."""
+    applied = []
+    monkeypatch.setattr(forkserver.threadpoolctl, "threadpool_limits", lambda limits: applied.append(limits))
+    server = {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"}
+    forkserver._thread_limits({"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "2", "MKL_NUM_THREADS": "1"}, server)
+    forkserver._thread_limits(dict(server), server)
+    assert applied == [{"openmp": 1, "mkl": 1}]
 
 
 @pytest.mark.e2e  # starts this test process's server

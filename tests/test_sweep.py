@@ -18,7 +18,11 @@ from conftest import ROOT, store
 SMALL = ["model.hidden_units=[16]", "train.epochs=2", "scaling.batch_size=64", "checkpoint.enabled=false"]
 
 
-def sweep(tmp_path: Path, *overrides: str, uri: str | None = None) -> subprocess.CompletedProcess:
+def sweep(
+    tmp_path: Path, *overrides: str, uri: str | None = None, own_session: bool = False
+) -> subprocess.CompletedProcess:
+    """`own_session`: the sweep leads a session of its own (as a person's from a terminal does), so it starts its
+    own forkserver (the test process's is in another session)."""
     uri = uri or store(tmp_path / "mlflow.db")
     args = [
         sys.executable,
@@ -30,7 +34,13 @@ def sweep(tmp_path: Path, *overrides: str, uri: str | None = None) -> subprocess
         f"hydra.sweep.dir={tmp_path}/sweep",
         f"tracking.uri={uri}",
     ]
-    return warm.run(args, cwd=ROOT, timeout=900)
+    if not own_session:
+        return warm.run(args, cwd=ROOT, timeout=900)
+    process = warm.Popen(
+        args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    out, err = process.communicate(timeout=900)
+    return subprocess.CompletedProcess(args, process.returncode, out, err)
 
 
 def parent_and_children(uri: str):
@@ -195,13 +205,15 @@ def test_parallel_jobs_share_one_sqlite_store_each_in_its_own_process_and_a_refu
 ):
     """Three jobs at once into one SQLite store: mixed + loss_scale=none is refused (a FAILED run naming the key
     and the fix), the fp32 and bf16 jobs beside it train, each in its own process and in its own precision. (Jobs
-    under both strategies: the server sweep above.)"""
+    under both strategies: the server sweep above.) The sweep leads its own session: its three joblib workers
+    each start a job, all forked by the one forkserver the sweep started before them."""
     done = sweep(
         tmp_path,
         "hydra/launcher=parallel",
         "hydra.launcher.n_jobs=3",
         "precision=mixed,fp32,bf16",
         "loss_scale=none",
+        own_session=True,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "database is locked" not in done.stdout + done.stderr
@@ -233,13 +245,16 @@ def test_parallel_jobs_share_one_sqlite_store_each_in_its_own_process_and_a_refu
     # Isolation by construction: each job in its own process, none of them the sweep's, which
     # never loaded TensorFlow.
     state = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
-    pids = [
-        json.loads((job / "outcome.json").read_text())["pid"]
+    outcomes = [
+        json.loads((job / "outcome.json").read_text())
         for job in sorted((tmp_path / "sweep").iterdir())
         if (job / "outcome.json").exists()
     ]
+    pids = [o["pid"] for o in outcomes]
     assert len(pids) == 3 and len(set(pids)) == 3 and state["sweep_pid"] not in pids
     assert state["tensorflow_loaded"] is False
+    servers = {o["forked_by"] for o in outcomes}
+    assert len(servers) == 1 and None not in servers and state["sweep_pid"] not in servers, servers
 
 
 def test_slurm_launcher_config_loads():

@@ -14,6 +14,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from launcher import forkserver
 from launcher.config.tasks import objective
 from launcher.console import quiet_tracking_logs
 from launcher.files import STOP_FILE, SWEEP_FILE, read_json, write_json_atomic
@@ -38,6 +39,8 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not config.get("tf_logs", False):
             quiet_tracking_logs()
+        if not str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
+            forkserver.share()  # jobs on this machine, whichever process starts them, fork from one server
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         previous = read_json(sweep_dir / SWEEP_FILE)
