@@ -25,15 +25,18 @@ def quiet_tracking_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+# What a launch sets, unless already set, before it imports TensorFlow (its C++, absl and gRPC log levels).
+LOG_LEVEL_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_VERBOSITY": "ERROR", "ABSL_MIN_LOG_LEVEL": "2"}
+
+
 def quiet_tensorflow_logs(enabled: bool) -> None:
     """Hide TensorFlow's C++/absl start-up noise and MLflow's store set-up lines unless tf_logs=true (must run
     before import)."""
     if enabled:
         return
     quiet_tracking_logs()
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "2")
+    for key, value in LOG_LEVEL_DEFAULTS.items():
+        os.environ.setdefault(key, value)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     logging.getLogger("absl").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module="keras")

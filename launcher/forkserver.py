@@ -45,13 +45,15 @@ import setproctitle
 import threadpoolctl
 
 import launcher
-from launcher.console import quiet_tensorflow_logs
+from launcher.console import LOG_LEVEL_DEFAULTS, quiet_tensorflow_logs
 from launcher.outcome import FORKED_BY_ENV
 
 SOCKET_ENV = "LAUNCHER_FORKSERVER"  # a running server's socket (inherited by children), or "off"
 # Read when TensorFlow, Keras, the C libraries or Python load: a start that changes one is cold.
-IMPORT_TIME_PREFIXES = ("TF_", "KERAS_", "CUDA", "XLA_", "OMP_", "KMP_", "MKL", "OPENBLAS", "PYTHON", "LD_", "LC_")
-IMPORT_TIME_NAMES = {"HOME", "MALLOC_ARENA_MAX", "GRPC_VERBOSITY", "GRPC_TRACE", "LANG", "LANGUAGE"}
+IMPORT_TIME_PREFIXES = (
+    *("TF_", "KERAS_", "CUDA", "XLA_", "OMP_", "KMP_", "MKL", "OPENBLAS", "PYTHON", "LD_", "LC_", "GRPC_", "ABSL_"),
+)
+IMPORT_TIME_NAMES = {"HOME", "MALLOC_ARENA_MAX", "LANG", "LANGUAGE"}
 # Thread limits the BLAS and OpenMP libraries read when they load (joblib's workers set them, so a parallel sweep's
 # jobs have them): a forked child applies them to the loaded libraries (threadpoolctl), by threadpoolctl's names.
 THREAD_LIMITS = {
@@ -80,7 +82,10 @@ PRELOAD = (
 
 
 def differs_at_import(env: dict, imported_under: dict) -> str | None:
-    """The first variable read at import whose value in `env` is not the one the server imported under."""
+    """The first variable read at import whose value in `env` is not the one the server imported under. Both as
+    a launch imports under them: with the log levels it sets when they are unset (a launch's children inherit
+    the ones it set; a new interpreter would set the same before its import)."""
+    env, imported_under = {**LOG_LEVEL_DEFAULTS, **env}, {**LOG_LEVEL_DEFAULTS, **imported_under}
     for key in sorted(set(env) | set(imported_under)):
         loaded = key.startswith(IMPORT_TIME_PREFIXES) or key in IMPORT_TIME_NAMES
         if loaded and key not in READ_LATER and env.get(key) != imported_under.get(key):

@@ -14,6 +14,7 @@ import warm
 from conftest import ROOT, TINY, store
 
 from launcher import forkserver
+from launcher.console import LOG_LEVEL_DEFAULTS
 from launcher.outcome import FORKED_BY_ENV, OutcomeRecord
 
 
@@ -69,6 +70,17 @@ def test_starts_a_fork_cannot_be_are_new_interpreters_without_any_server(cold_st
 def test_a_variable_read_at_import_makes_a_start_differ(key, value, differs):
     imported_under = {k: v for k, v in os.environ.items() if k != key}
     assert (forkserver.differs_at_import({**imported_under, key: value}, imported_under) == key) is differs
+
+
+def test_the_log_levels_a_launch_sets_before_its_import_do_not_make_its_children_differ():
+    """A launch sets TensorFlow's, absl's and gRPC's log levels (when unset) before it imports TensorFlow, as the
+    server does: its children inherit them and still fork alike; a level set to something else differs."""
+    imported_under = {k: v for k, v in os.environ.items() if k not in LOG_LEVEL_DEFAULTS}
+    child = {**imported_under, **LOG_LEVEL_DEFAULTS}
+    assert forkserver.differs_at_import(child, imported_under) is None
+    assert forkserver.differs_at_import(imported_under, child) is None
+    louder = {**child, "TF_CPP_MIN_LOG_LEVEL": "0"}
+    assert forkserver.differs_at_import(louder, imported_under) == "TF_CPP_MIN_LOG_LEVEL"
 
 
 def test_a_forked_child_applies_the_thread_limits_it_was_given_to_the_loaded_libraries(monkeypatch):

@@ -3,9 +3,11 @@ in the first attempts only. The restart of a real killed training is in test_che
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
+import warm
 
 from launcher.config.errors import ConfigError
 from launcher.outcome import (
@@ -114,3 +116,8 @@ def test_a_training_exception_is_restarted_and_the_same_run_finishes(cli, tmp_pa
     runs = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
     assert [r.info.status for r in runs] == ["FINISHED"]
     assert runs[0].data.tags["restart.1.error"].startswith("InjectedFault")
+    # The restart was forked by the forkserver the launch was given (the test process's), not a new interpreter
+    # nor a server of the supervisor's own: the log levels the supervisor set did not make it differ.
+    restarted = OutcomeRecord.read(tmp_path / "run")
+    assert restarted is not None and restarted.forked_by is not None
+    assert os.environ.get(warm.COLD_ENV) == "1" or restarted.forked_by == warm._server[0].process.pid
