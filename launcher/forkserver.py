@@ -241,6 +241,10 @@ class _Served:
                     send(sock, {"returncode": os.waitstatus_to_exitcode(status), "cpu": cpu})
                 sock.close()
 
+    def connections(self) -> list[socket.socket]:
+        """The requesters still waiting for a running child: a close on one is that requester's end."""
+        return [sock for sock, _ in self.running.values() if sock is not None]
+
     def requester_gone(self, sock: socket.socket) -> None:
         """A requester's connection closed before its child ended: a child told to die with its parent dies."""
         for pid, (held, dies) in list(self.running.items()):
@@ -266,25 +270,20 @@ def serve(path: str, owner: int) -> None:
     os.dup2(quiet, 1)  # nobody reads this pipe after "ready"
     served = _Served()
     waiting: list[socket.socket] = []
-    watched: dict[int, socket.socket] = {}  # connections whose child runs: their close is the requester's end
     while os.getppid() == owner:
-        readable, _, _ = select.select([listener, *waiting, *watched.values()], [], [], 0.05)
+        readable, _, _ = select.select([listener, *waiting, *served.connections()], [], [], 0.05)
         for sock in readable:
             if sock is listener:
                 waiting.append(listener.accept()[0])
             elif sock in waiting:
                 waiting.remove(sock)
-                _answer(sock, served, imported_under, listener, waiting, watched)
+                _answer(sock, served, imported_under, listener, waiting)
             else:  # a running child's requester closed its end
-                watched.pop(sock.fileno(), None)
                 served.requester_gone(sock)
         served.reap()
-        for fd, sock in list(watched.items()):
-            if sock.fileno() == -1:
-                watched.pop(fd)
 
 
-def _answer(sock, served: _Served, imported_under: dict, listener, waiting: list, watched: dict) -> None:
+def _answer(sock, served: _Served, imported_under: dict, listener, waiting: list) -> None:
     request, fds = receive(sock, 3)
     if request is None:
         sock.close()
@@ -309,16 +308,16 @@ def _answer(sock, served: _Served, imported_under: dict, listener, waiting: list
     pid = os.fork()
     if pid == 0:
         os.close(started)
-        held = [listener, sock, *waiting, *watched.values()] + [s for s, _ in served.running.values() if s]
-        _become_launcher(request, imported_under, fds, sorted({s.fileno() for s in held} - {-1}), set_up)
+        held = [listener, sock, *waiting, *served.connections()]
+        _become_launcher(request, imported_under, fds, sorted({s.fileno() for s in held}), set_up)
     os.close(set_up)
     for fd in fds:
         os.close(fd)
     os.read(started, 1)  # empty if the child died first: its exit is reported all the same
     os.close(started)
     served.running[pid] = (sock, bool(request["dies_with_parent"]))
-    send(sock, {"pid": pid})
-    watched[sock.fileno()] = sock
+    with contextlib.suppress(OSError):  # the requester is gone: its close is seen in the next round
+        send(sock, {"pid": pid})
 
 
 def parent_death_signal(sig: int) -> None:
