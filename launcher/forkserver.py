@@ -79,6 +79,13 @@ PRELOAD = (
     "sklearn.datasets",
     "hydra_plugins.launcher_search",
 )
+# Work each launch would repeat in its own process that needs no TensorFlow runtime, done once in the server
+# (module:function, named by the component that knows it): AutoGraph's rewrite of the training and evaluation
+# loops, MLflow's index of installed packages. 7.5-8.1 -> 6.0-6.7 CPU-s for a tiny forked launch (Xeon with AMX).
+PREPARE = (
+    "launcher.train.engine:convert_chunk_loops",
+    "launcher.run.mlflow_record:index_installed_packages",
+)
 
 
 def differs_at_import(env: dict, imported_under: dict) -> str | None:
@@ -115,14 +122,17 @@ def receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict | None, list[in
 
 # ---------------------------------------------------------------------------------------------------- the server
 def preload() -> None:
-    """What a launch imports before it trains. Nothing here starts TensorFlow's runtime (no op, no device list):
-    each child makes its own after the fork."""
+    """What a launch imports before it trains, and the work it would repeat that `PREPARE` names. Nothing here
+    starts TensorFlow's runtime (no op, no device list): each child makes its own after the fork."""
     quiet_tensorflow_logs(False)  # what a launch without tf_logs=true does before it imports TensorFlow
     for module in pkgutil.walk_packages(launcher.__path__, "launcher."):
         if module.name != "launcher.__main__":  # run as __main__ by each child, as `python -m` does
             importlib.import_module(module.name)
     for name in PRELOAD:
         importlib.import_module(name)
+    for target in PREPARE:
+        module, function = target.split(":")
+        getattr(importlib.import_module(module), function)()
 
 
 def _fresh_stdio(env: dict) -> None:

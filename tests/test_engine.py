@@ -216,3 +216,32 @@ def test_warmup_ramps_the_scaled_learning_rate_step_by_step(tmp_path):
     # Step k (0-based) trains at 0.002 * (k + 1) / 8 during warmup, then at 0.002.
     expected = {k: 0.002 * min((k + 1) / 8, 1.0) for k in range(1, 11)}
     assert recorder.rates == pytest.approx(expected)
+
+
+def test_the_chunk_loops_converted_ahead_are_the_ones_a_run_traces(tmp_path, monkeypatch):
+    """What a forkserver prepares before it forks (`convert_chunk_loops`, in `forkserver.PREPARE`) is AutoGraph's
+    conversion of the loops a launch traces: after it, training converts neither loop again (each launch the
+    server forks skips ~1 CPU-s). Fails when the conversion is keyed otherwise than tf.function looks it up."""
+    from tensorflow.python.autograph.impl import api
+    from tensorflow.python.autograph.pyct import cache, transpiler
+
+    from launcher import forkserver
+    from launcher.train.engine import convert_chunk_loops
+
+    monkeypatch.setattr(api._TRANSPILER, "_cache", cache.CodeObjectCache())  # empty, as in a new process
+    converted: list[str] = []
+    rewrite = transpiler.GenericTranspiler.transform_function  # what runs on a miss only
+
+    def recorded(self, fn, user_context):
+        converted.append(fn.__qualname__)
+        return rewrite(self, fn, user_context)
+
+    monkeypatch.setattr(transpiler.GenericTranspiler, "transform_function", recorded)
+    assert "launcher.train.engine:convert_chunk_loops" in forkserver.PREPARE
+    convert_chunk_loops()
+    loops = {"Engine._telemetry_loop.<locals>.train_chunk", "Engine._eval_loop.<locals>.eval_chunk"}
+    assert set(converted) == loops
+    converted.clear()
+    run(tmp_path, "train.epochs=1", "train.steps_per_execution=4")
+    assert converted, "the run converted nothing at all: the recording does not see conversions"
+    assert not loops & set(converted), converted

@@ -147,3 +147,18 @@ def test_a_forked_child_joins_its_requesters_group_and_dies_with_a_requester_tha
         requester.kill()
         requester.stdout.close()
     assert OutcomeRecord.read(tmp_path / "run") is None  # killed while paused: it wrote no outcome
+
+
+def test_the_server_prepares_mlflows_package_index_that_a_model_export_reads(monkeypatch):
+    """`PREPARE` makes MLflow's module-to-package map in the server (a model export checks its pip requirements
+    against it; building it reads every installed package's metadata), so a forked launch finds it made."""
+    from mlflow.utils import requirements_utils
+
+    from launcher.run.mlflow_record import index_installed_packages
+
+    monkeypatch.setattr(requirements_utils, "_MODULES_TO_PACKAGES", None)
+    monkeypatch.setattr(requirements_utils, "_PACKAGES_TO_MODULES", None)
+    assert "launcher.run.mlflow_record:index_installed_packages" in forkserver.PREPARE
+    index_installed_packages()
+    assert requirements_utils._PACKAGES_TO_MODULES["tensorflow"] == "tensorflow"
+    assert "keras" in requirements_utils._MODULES_TO_PACKAGES

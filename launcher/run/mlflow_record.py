@@ -56,3 +56,15 @@ def save_mlflow_model(model, example, directory: Path) -> Path:
         pip_requirements=[f"tensorflow=={tf.__version__}", f"keras=={keras.__version__}"],
     )
     return directory
+
+
+def index_installed_packages() -> None:
+    """MLflow's map from modules to installed packages, made now: saving a model checks its pip requirements
+    against it, and building it reads every installed package's metadata (~0.5 CPU-s, once per process). A
+    forkserver calls this before it forks, so the launches it starts find it made. Best effort: a MLflow without
+    this private map loses nothing but the head start."""
+    from mlflow.utils import requirements_utils
+
+    index = getattr(requirements_utils, "_init_packages_to_modules_map", None)
+    if index is not None:
+        index()

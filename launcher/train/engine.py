@@ -25,6 +25,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import astuple, dataclass
+from types import SimpleNamespace
 
 import keras
 import numpy as np
@@ -182,7 +183,7 @@ class Engine:
         self._forward_backward_fn = (
             tf.function(self._forward_backward, jit_compile=True) if step == "replica_xla" else self._forward_backward
         )
-        strategy, task = self.strategy, self.task
+        task = self.task
 
         # Metrics are updated in replica context from the outputs the step returns. Under several replicas
         # outside the compiled forward (their on-read variables stay out of XLA, like the cross-replica apply);
@@ -198,7 +199,7 @@ class Engine:
             return stats
 
         # The replica functions have no tensor-dependent Python control flow: AutoGraph (which rewrites Python
-        # source at trace time, ~2 s of every launch) converts only the two chunk loops below.
+        # source at trace time, ~2 s of every launch) converts only the two chunk loops (`convert_chunk_loops`).
         replica_step = tf.autograph.experimental.do_not_convert(replica_step)
         eval_step = tf.autograph.experimental.do_not_convert(eval_step)
         if step == "fused_xla":
@@ -208,16 +209,22 @@ class Engine:
             # variables. Only one replica's evaluation is compiled.
             eval_step = tf.function(eval_step, jit_compile=True)
 
+        self._train_chunk = self._telemetry_loop(replica_step)
+        self._eval_chunk = self._eval_loop(eval_step)
+
+    def _eval_loop(self, eval_step):
+        """The evaluation chunk: steps in an in-graph loop, the loss sums and the task's metrics."""
+        strategy, metrics = self.strategy, self.task.val_metrics
+
         @tf.function
         def eval_chunk(iterator, steps):
             totals = tf.zeros([STATS], tf.float32)
             for _ in tf.range(steps):
                 x, y = next(iterator)
                 totals += strategy.reduce(SUM, strategy.run(eval_step, args=(x, y)), axis=None)
-            return totals, {m.name: m.result() for m in task.val_metrics}
+            return totals, {m.name: m.result() for m in metrics}
 
-        self._train_chunk = self._telemetry_loop(replica_step)
-        self._eval_chunk = eval_chunk
+        return eval_chunk
 
     def _telemetry_loop(self, replica_step):
         """The training chunk: steps in an in-graph loop, numerics counted on the device.
@@ -488,3 +495,22 @@ def _stats(per_example):
 def _epoch_line(epoch: int, epochs: int, logs: dict[str, float], metrics) -> str:
     parts = [f"{k}={logs[k]:.4g}" for k in headline(m.name for m in metrics) if k in logs]
     return f"  epoch {epoch + 1}/{epochs}: " + " ".join(parts)
+
+
+def convert_chunk_loops() -> None:
+    """AutoGraph's rewrite of the two chunk loops (their Python `for`, `if` and `break` into graph control flow),
+    done ahead: ~1 CPU-s of source transformation that every process pays on its first trace otherwise.
+
+    AutoGraph keeps a conversion per code object and options, whatever the closure, so a forkserver that calls
+    this before it forks spares it every launch it starts. Nothing is traced or run: TensorFlow's runtime is not
+    started (a fork after it would be unsafe)."""
+    stand_in = SimpleNamespace(
+        strategy=SimpleNamespace(num_replicas_in_sync=1),
+        optimizer=None,
+        task=SimpleNamespace(train_metrics=[], val_metrics=[]),
+        _scaled=False,
+        guard=SimpleNamespace(min_scale=None, on_nonfinite="stop", collapse_steps=0),
+        telemetry=False,
+    )
+    for loop in (Engine._telemetry_loop(stand_in, None), Engine._eval_loop(stand_in, None)):
+        tf.autograph.to_graph(loop.python_function)  # the same options tf.function converts with
