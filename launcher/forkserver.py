@@ -81,10 +81,11 @@ PRELOAD = (
 )
 # Work each launch would repeat in its own process that needs no TensorFlow runtime, done once in the server
 # (module:function, named by the component that knows it): AutoGraph's rewrite of the training and evaluation
-# loops, MLflow's index of installed packages. 7.5-8.1 -> 6.0-6.7 CPU-s for a tiny forked launch (Xeon with AMX).
+# loops, MLflow's index of installed packages, the config schemas in Hydra's store (benchmarks/fork_prepare.py).
 PREPARE = (
     "launcher.train.engine:convert_chunk_loops",
     "launcher.run.mlflow_record:index_installed_packages",
+    "launcher.config.schema:store_schemas",
 )
 
 

@@ -162,3 +162,27 @@ def test_the_server_prepares_mlflows_package_index_that_a_model_export_reads(mon
     index_installed_packages()
     assert requirements_utils._PACKAGES_TO_MODULES["tensorflow"] == "tensorflow"
     assert "keras" in requirements_utils._MODULES_TO_PACKAGES
+
+
+def test_the_schemas_the_server_stored_are_not_stored_again_by_a_launch(monkeypatch):
+    """`PREPARE` stores the config schemas in Hydra's store (converting each dataclass); a launch's
+    `register_configs` then stores none again, and still reads the installed plugins' choices."""
+    from hydra.core.config_store import ConfigStore
+
+    from launcher.config import schema
+
+    assert "launcher.config.schema:store_schemas" in forkserver.PREPARE
+    schema.store_schemas()
+    stored: list[str] = []
+    real = ConfigStore.store
+
+    def recorded(self, name, node, group=None, **options):
+        stored.append(f"{group}/{name}")
+        return real(self, name, node, group=group, **options)
+
+    monkeypatch.setattr(ConfigStore, "store", recorded)
+    read = []
+    monkeypatch.setattr(schema, "register_plugins", lambda cs: read.append(cs))
+    schema.register_configs()
+    assert not [s for s in stored if s.startswith("schema")], stored
+    assert read == [ConfigStore.instance()]
