@@ -14,13 +14,15 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from ab import interleaved, summary  # noqa: E402
 
 SERVER = """
 import json, os, sys
@@ -58,33 +60,20 @@ def sample(folder: Path, prepared: bool) -> dict:
     row = json.loads(done.stdout.strip().splitlines()[-1])
     if row["code"] != 0:
         raise SystemExit(f"the launch failed (exit {row['code']})")
-    return {"prepared": prepared, "cpu_s": round(row["cpu_s"], 2)}
+    return {"cpu_s": round(row["cpu_s"], 2)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=4)
     options = parser.parse_args()
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="fork-prepare-") as scratch:
-        for repeat in range(options.repeats):
-            for prepared in (True, False) if repeat % 2 == 0 else (False, True):
-                folder = Path(scratch) / f"{repeat}-{prepared}"
-                folder.mkdir()
-                row = {"repeat": repeat, **sample(folder, prepared)}
-                rows.append(row)
-                print(f"repeat {repeat}  {'prepared  ' if prepared else 'unprepared'}  {row['cpu_s']:6.2f} CPU-s")
-    summary = {}
-    for kind in (True, False):
-        cpu = [r["cpu_s"] for r in rows if r["prepared"] is kind]
-        name = "prepared" if kind else "unprepared"
-        summary[name] = {"median": statistics.median(cpu), "min": min(cpu), "max": max(cpu)}
-    summary["ratio"] = round(summary["prepared"]["median"] / summary["unprepared"]["median"], 3)
-    print(f"prepared {summary['prepared']}  unprepared {summary['unprepared']}  ratio {summary['ratio']:.2f}")
+    kinds = ("prepared", "unprepared")
+    rows = interleaved(options.repeats, kinds, lambda folder, kind: sample(folder, kind == "prepared"), "fork-")
+    result = summary(rows, kinds, ("cpu_s",))
     out = ROOT / "outputs" / "benchmarks-fork-prepare.json"
     out.parent.mkdir(exist_ok=True)
     machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
-    out.write_text(json.dumps({"machine": machine, "rows": rows, "summary": summary}, indent=2))
+    out.write_text(json.dumps({"machine": machine, "rows": rows, "summary": result}, indent=2))
     print(f"wrote {out}")
 
 

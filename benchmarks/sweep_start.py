@@ -16,14 +16,16 @@ import json
 import os
 import platform
 import resource
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from ab import interleaved, summary  # noqa: E402
 
 
 def sweep(folder: Path, jobs: int, forked: bool) -> dict:
@@ -56,7 +58,7 @@ def sweep(folder: Path, jobs: int, forked: bool) -> dict:
     was_forked = all(o.get("forked_by") is not None for o in outcomes)
     assert was_forked is forked, f"jobs forked: {was_forked}, asked: {forked}"
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return {"forked": forked, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}
 
 
 def main() -> None:
@@ -64,38 +66,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=4)
     options = parser.parse_args()
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="sweep-start-") as scratch:
-        for repeat in range(options.repeats):
-            for forked in (True, False) if repeat % 2 == 0 else (False, True):
-                folder = Path(scratch) / f"{repeat}-{'forked' if forked else 'cold'}"
-                folder.mkdir()
-                row = {"repeat": repeat, **sweep(folder, options.jobs, forked)}
-                rows.append(row)
-                print(
-                    f"repeat {repeat}  {'forked' if forked else 'cold  '}  {row['wall_s']:7.1f} s  "
-                    f"{row['cpu_s']:7.1f} CPU-s",
-                    flush=True,
-                )
-    summary = {}
-    for kind in (True, False):
-        mine = [r for r in rows if r["forked"] is kind]
-        summary["forked" if kind else "cold"] = {
-            key: {
-                "median": statistics.median(r[key] for r in mine),
-                "min": min(r[key] for r in mine),
-                "max": max(r[key] for r in mine),
-            }
-            for key in ("wall_s", "cpu_s")
-        }
-    for key in ("wall_s", "cpu_s"):
-        ratio = summary["forked"][key]["median"] / summary["cold"][key]["median"]
-        summary[f"{key}_ratio"] = round(ratio, 3)
-        print(f"{key}: forked {summary['forked'][key]}  cold {summary['cold'][key]}  ratio {ratio:.2f}")
+    kinds = ("forked", "cold")
+    rows = interleaved(
+        options.repeats, kinds, lambda folder, kind: sweep(folder, options.jobs, kind == "forked"), "sweep-start-"
+    )
+    result = summary(rows, kinds, ("wall_s", "cpu_s"))
     out = ROOT / "outputs" / "benchmarks-sweep-start.json"
     out.parent.mkdir(exist_ok=True)
     machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
-    out.write_text(json.dumps({"machine": machine, "jobs": options.jobs, "rows": rows, "summary": summary}, indent=2))
+    out.write_text(json.dumps({"machine": machine, "jobs": options.jobs, "rows": rows, "summary": result}, indent=2))
     print(f"wrote {out}")
 
 
