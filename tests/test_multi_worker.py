@@ -258,3 +258,35 @@ def test_bad_cluster_specs_are_refused_before_any_wait_and_a_missing_peer_is_nam
 
 def mlflow_runs_exist(db) -> bool:
     return bool(runs_in(db))
+
+
+class EndedWorker:
+    """Stands in for a local worker whose process has already ended with `code` (negative: killed by a signal)."""
+
+    def __init__(self, index: int, code: int):
+        from types import SimpleNamespace
+
+        self.index, self.tail = index, [f"worker {index}'s last line"]
+        self.process = SimpleNamespace(pid=1000 + index, returncode=code, poll=lambda: code, wait=lambda timeout: code)
+        self.thread = SimpleNamespace(join=lambda timeout: None)
+
+    def signal(self, signum):
+        raise AssertionError("an ended worker is not signalled")
+
+    def describe_exit(self):
+        return f"ended with {self.process.returncode}"
+
+
+def test_of_workers_found_ended_in_one_look_the_one_killed_by_a_signal_is_blamed(capfd):
+    """Worker 1 SIGKILLed fails worker 0's next collective a moment later; on a loaded machine the job may see both
+    ended in one look. The job is named after the killed worker (its restart says "killed by SIGKILL"), not after
+    the lowest index; among errors alone, the lowest index."""
+    from launcher.run.local_workers import _Job, blamed
+
+    chief, killed = EndedWorker(0, 1), EndedWorker(1, -signal.SIGKILL)
+    job = _Job([chief, killed])
+    assert job.wait() == 1
+    assert job.failed is killed
+    assert "Worker 1 (pid 1001) ended with -9" in capfd.readouterr().err
+    assert blamed([(EndedWorker(0, 1), 1), (EndedWorker(1, 3), 3)]).index == 0
+    assert blamed([]) is None

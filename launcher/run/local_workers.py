@@ -142,6 +142,13 @@ def local_workers_attempt(overrides: list[str], count: int, run_dir: Path, launc
     return Attempt(code, outcome, job.signalled is not None, killed_by)
 
 
+def blamed(failures: list[tuple[Worker, int]]) -> Worker | None:
+    """Of the workers found failed in one look (worker, return code), the one the job's failure is named after: one
+    killed by a signal before any that exited with an error (a peer killed mid-collective fails the others a moment
+    later: their errors follow from its death), then the lowest index."""
+    return min(failures, key=lambda failure: (failure[1] >= 0, failure[0].index))[0] if failures else None
+
+
 class _Job:
     def __init__(self, workers: list[Worker]):
         self.workers = workers
@@ -165,7 +172,7 @@ class _Job:
     def wait(self) -> int:
         while True:
             codes = [w.process.poll() for w in self.workers]
-            failed = next((w for w, c in zip(self.workers, codes, strict=True) if c not in (None, 0)), None)
+            failed = blamed([(w, c) for w, c in zip(self.workers, codes, strict=True) if c not in (None, 0)])
             if failed is not None and self.signalled is None:
                 return self._fail(failed)
             if all(c is not None for c in codes):
