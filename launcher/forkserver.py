@@ -13,8 +13,9 @@ from its import), another interpreter, no fork on this platform, or `LAUNCHER_FO
 
 The first warm start of a process starts its server (that start costs what a cold one does), and the server's
 socket is passed to every child in `LAUNCHER_FORKSERVER`, so nested starts (a sweep job's restarts) use it too.
-A server ends with the process that started it; the children it forked run on, as orphans of a cold start would,
-unless they were started to die with their parent.
+When the process that started a server ends, the server takes no new start and ends once the children it forked
+have: they run on, as orphans of a cold start would, and one started to die with its parent dies with the process
+that asked for it (a job's restart supervisor), never with the server.
 """
 
 from __future__ import annotations
@@ -268,7 +269,9 @@ class _Served:
 
 
 def serve(path: str, owner: int) -> None:
-    """Fork a launcher per request; report each one's pid and exit. Ends with the process that started it."""
+    """Fork a launcher per request; report each one's pid and exit. When the process that started it ends, it
+    takes no new request and ends once the children it forked have: a child started to die with its parent
+    dies with its requester, never with the server (a sweep killed alone leaves its jobs' restarts running)."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):  # the group's signals are the
         signal.signal(sig, signal.SIG_IGN)  # children's; this server ends with its owner
     imported_under = dict(os.environ)
@@ -281,8 +284,15 @@ def serve(path: str, owner: int) -> None:
     os.dup2(quiet, 1)  # nobody reads this pipe after "ready"
     served = _Served()
     waiting: list[socket.socket] = []
-    while os.getppid() == owner:
-        readable, _, _ = select.select([listener, *waiting, *served.connections()], [], [], 0.05)
+    while os.getppid() == owner or served.running:
+        if os.getppid() != owner and listener.fileno() >= 0:  # the owner is gone: no new start, drain
+            listener.close()
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+            for sock in waiting:
+                sock.close()
+            waiting.clear()
+        accepting = [listener] if listener.fileno() >= 0 else []
+        readable, _, _ = select.select([*accepting, *waiting, *served.connections()], [], [], 0.05)
         for sock in readable:
             if sock is listener:
                 waiting.append(listener.accept()[0])
@@ -355,14 +365,14 @@ class Server:
         self.process = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
         line = self.process.stdout.readline()
         if line.strip() != "ready":
+            self.process.kill()
+            self.process.wait(30)
             self.close()
             raise RuntimeError(f"the launcher's forkserver did not start (exit {self.process.poll()})")
         atexit.register(self.close)
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()  # it ignores the signals of its process group; its children run on
-            self.process.wait(30)
+        """No new start; the server ends once the children it forked have (it sees this process end)."""
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

@@ -15,7 +15,7 @@ from conftest import ROOT, TINY, store
 
 from launcher import forkserver
 from launcher.console import LOG_LEVEL_DEFAULTS
-from launcher.outcome import FORKED_BY_ENV, OutcomeRecord
+from launcher.outcome import FINISHED, FORKED_BY_ENV, OutcomeRecord
 
 
 def launcher(tmp_path, *overrides: str) -> list[str]:
@@ -147,6 +147,63 @@ def test_a_forked_child_joins_its_requesters_group_and_dies_with_a_requester_tha
         requester.kill()
         requester.stdout.close()
     assert OutcomeRecord.read(tmp_path / "run") is None  # killed while paused: it wrote no outcome
+
+
+@pytest.mark.e2e  # starts a server of its own, from an owner process it then kills
+def test_a_server_whose_owner_is_killed_takes_no_new_start_and_its_children_finish_and_report(tmp_path):
+    """A sweep killed alone (SIGKILL: no atexit) leaves its jobs running, and a job's restart supervisor waits on an
+    attempt the sweep's server forked to die with its parent (the supervisor). The attempt lives on and reports its
+    exit; the server refuses new starts and ends after its last child. Before: the server ended with its owner,
+    the attempt died with it and the supervisor got ChildProcessError."""
+    owner_code = (
+        "import os, time\n"
+        "from launcher import forkserver\n"
+        "print(forkserver.Server(dict(os.environ)).path, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", owner_code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    resume = tmp_path / "resume"
+    env = {**os.environ, "LAUNCHER_FAULT": "PAUSE@steps:2", "LAUNCHER_FAULT_RESUME": str(resume)}
+    try:
+        path = owner.stdout.readline().strip()
+        args = launcher(tmp_path, *TINY, "train.epochs=1", f"tracking.uri={store(tmp_path / 'mlflow.db')}")
+        child = forkserver.ForkedProcess(
+            path, args, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, dies_with_parent=True
+        )
+        for line in child.stdout:
+            if "paused at steps 2" in line:
+                break
+        with open(f"/proc/{child.pid}/stat") as stat:
+            server = int(stat.read().rsplit(")", 1)[1].split()[1])
+        owner.kill()
+        owner.wait(30)
+        deadline = time.time() + 30
+        while os.path.exists(path) and time.time() < deadline:  # the server saw its owner go
+            time.sleep(0.05)
+        assert not os.path.exists(path)
+        with pytest.raises(forkserver.Refused):
+            forkserver.ForkedProcess(path, args, cwd=ROOT, env=env)
+        assert child.poll() is None and running(server)  # both outlived the owner
+        resume.touch()
+        child.stdout.read()
+        assert child.wait(120) == 0
+        deadline = time.time() + 30
+        while running(server) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not running(server), "the server outlived its last child"
+    finally:
+        owner.kill()
+        owner.stdout.close()
+    assert OutcomeRecord.read(tmp_path / "run").status == FINISHED
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` runs (an exited process that nobody has reaped yet does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_the_server_prepares_mlflows_package_index_that_a_model_export_reads(monkeypatch):
