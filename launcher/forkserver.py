@@ -273,7 +273,7 @@ def serve(path: str, owner: int) -> None:
     takes no new request and ends once the children it forked have: a child started to die with its parent
     dies with its requester, never with the server (a sweep killed alone leaves its jobs' restarts running)."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):  # the group's signals are the
-        signal.signal(sig, signal.SIG_IGN)  # children's; this server ends with its owner
+        signal.signal(sig, signal.SIG_IGN)  # children's; this server ends after its owner
     imported_under = dict(os.environ)
     preload()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
