@@ -239,6 +239,7 @@ class _Served:
     def __init__(self):
         self.running: dict[int, tuple[socket.socket, bool]] = {}
         self.reaped_cpu = 0.0
+        self.closing = False  # its owner asked it to take no new start (`Server.close`)
 
     def reap(self) -> None:
         while self.running:
@@ -284,8 +285,8 @@ def serve(path: str, owner: int) -> None:
     os.dup2(quiet, 1)  # nobody reads this pipe after "ready"
     served = _Served()
     waiting: list[socket.socket] = []
-    while os.getppid() == owner or served.running:
-        if os.getppid() != owner and listener.fileno() >= 0:  # the owner is gone: no new start, drain
+    while (os.getppid() == owner and not served.closing) or served.running:
+        if (os.getppid() != owner or served.closing) and listener.fileno() >= 0:  # no new start: drain
             listener.close()
             shutil.rmtree(os.path.dirname(path), ignore_errors=True)
             for sock in waiting:
@@ -302,6 +303,9 @@ def serve(path: str, owner: int) -> None:
             else:  # a running child's requester closed its end
                 served.requester_gone(sock)
         served.reap()
+    # Nothing left to write or flush: the interpreter's teardown of TensorFlow and MLflow would only hold its
+    # owner's exit (which waits for it in `Server.close`) ~2 s.
+    os._exit(0)
 
 
 def _answer(sock, served: _Served, imported_under: dict, listener, waiting: list) -> None:
@@ -311,6 +315,10 @@ def _answer(sock, served: _Served, imported_under: dict, listener, waiting: list
         return
     if request.get("op") == "cpu":  # the CPU of the children reaped so far (the test suite's accounting)
         send(sock, {"cpu": served.reaped_cpu})
+        sock.close()
+        return
+    if request.get("op") == "close" and request.get("owner") == os.getppid():  # its owner is ending
+        served.closing = True
         sock.close()
         return
     if request.get("op") == "hello":  # what `share` checks before it relies on this server
@@ -372,7 +380,13 @@ class Server:
         atexit.register(self.close)
 
     def close(self) -> None:
-        """No new start; the server ends once the children it forked have (it sees this process end)."""
+        """No new start; the server ends once the children it forked have. Waited for when none is left (its exit
+        and CPU reach this process, as a child's do); else it finishes on its own after this process."""
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(self.path)
+            send(sock, {"op": "close", "owner": os.getpid()})
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(2)
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
