@@ -291,6 +291,14 @@ def digits_shards(folder: Path, shards: int) -> str:
     return f"{folder}/shards/train-*.tfrecord"
 
 
+def run_python(code: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -c <code>` in a new interpreter from the repository root ('' first on sys.path, as for
+    `python -m launcher`); its output captured as text. A test that calls it starts a process (marked e2e)."""
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env, timeout=timeout
+    )
+
+
 def free_port() -> int:
     return free_ports(1)[0]
 
@@ -432,14 +440,14 @@ def pytest_collection_modifyitems(config, items):
                 if inspect.isfunction(helper)
                 and helper.__module__ == module.__name__
                 and not name.startswith("test_")
-                and any(word in source_of(helper) for word in ("subprocess", "Popen", "warm.run"))
+                and any(word in source_of(helper) for word in ("subprocess", "Popen", "warm.run", "run_python("))
             }
         helpers = spawning.get(module.__name__, set()) if module is not None else set()
         if item.get_closest_marker("e2e") is not None:
             continue  # marked by hand (its process is started by the launcher code it calls)
         if (
             E2E_FIXTURES & set(getattr(item, "fixturenames", ()))
-            or any(word in source for word in ("subprocess", "Popen", "warm.run"))
+            or any(word in source for word in ("subprocess", "Popen", "warm.run", "run_python("))
             or any(f"{helper}(" in source for helper in helpers)
         ):
             item.add_marker(pytest.mark.e2e)

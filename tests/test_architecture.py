@@ -6,10 +6,8 @@ config -> plan -> train -> run        (sweep beside run; leaves: contract, files
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 
-from conftest import ROOT
+from conftest import ROOT, run_python
 
 PACKAGE = ROOT / "launcher"
 LEAVES = {"contract", "files", "console", "outcome", "forkserver"}
@@ -147,7 +145,7 @@ def test_sweep_plan_schema_and_policy_modules_never_load_tensorflow():
         "assert not loaded, loaded[:5]\n"
         "print('ok', len(sys.modules))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = run_python(code)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("ok")
 
@@ -155,7 +153,7 @@ def test_sweep_plan_schema_and_policy_modules_never_load_tensorflow():
 def test_a_module_that_imports_tensorflow_is_detected():
     """Negative control for the test above: the same check sees TensorFlow when it is loaded."""
     code = "import sys, launcher.train.engine\nprint(any(m == 'tensorflow' for m in sys.modules))"
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = run_python(code)
     assert done.stdout.strip().endswith("True"), done.stderr[-2000:]
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import warm
-from conftest import ROOT, TINY, store
+from conftest import ROOT, TINY, run_python, store
 
 from launcher import forkserver
 from launcher.console import LOG_LEVEL_DEFAULTS
@@ -208,7 +208,7 @@ def test_an_idle_server_its_owner_closes_ends_and_is_reaped_by_its_owner():
         "server.close()\n"
         "print(server.process.returncode, os.path.exists(server.path), flush=True)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = run_python(code, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["0", "False"]
 

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 from conftest import ROOT
+from conftest import run_python as python_c
 
 
 def run_python(code: str, extra_path: str | None = None):
     env = dict(os.environ)
     if extra_path:
         env["PYTHONPATH"] = extra_path
-    # cwd = repository root, so '' (the root) is first on sys.path, as for `python -m launcher`.
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
+    return python_c(code, env)
 
 
 def test_top_level_folders_are_not_packages():
