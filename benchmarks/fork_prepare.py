@@ -1,11 +1,12 @@
-"""What the forkserver's `PREPARE` saves each launch it forks, side by side: the same tiny launch (one epoch of the
-digits MLP, so start-up is most of it) forked from a server that ran `PREPARE` and from one that only imported.
+"""What the forkserver's preparation saves each launch it forks, side by side: the same tiny launch (one epoch of
+the digits MLP, so start-up is most of it) forked from a server as shipped and from one without one step:
+`--without prepare` (its `PREPARE` work) or `--without freeze` (its heap left to the garbage collector).
 
-Each sample is a new server process (imports, with or without `PREPARE`) that forks one launch; the launch's own
+Each sample is a new server process (imports, then the steps it keeps) that forks one launch; the launch's own
 CPU is what the server's `wait4` reports, so the server's imports are not counted on either side. The two kinds
-alternate over `--repeats`. Prints each sample, the medians and ranges, and the ratio prepared / unprepared.
+alternate over `--repeats`. Prints each sample, the medians and ranges, and the ratio shipped / without.
 
-    python benchmarks/fork_prepare.py --repeats 4
+    python benchmarks/fork_prepare.py --repeats 4 --without prepare
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from ab import interleaved, summary  # noqa: E402
 SERVER = """
 import json, os, sys
 from launcher import forkserver
-if not {prepared}:
+if {without!r} == "prepare":
     forkserver.PREPARE = ()
 forkserver.preload()
+if {without!r} != "freeze":
+    forkserver.freeze_heap()
 pid = os.fork()
 if pid == 0:
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
@@ -47,7 +50,7 @@ print(json.dumps({{"code": os.waitstatus_to_exitcode(status), "cpu_s": usage.ru_
 """
 
 
-def sample(folder: Path, prepared: bool) -> dict:
+def sample(folder: Path, without: str) -> dict:
     args = [
         "model.hidden_units=[32]",
         "train.epochs=1",
@@ -55,7 +58,7 @@ def sample(folder: Path, prepared: bool) -> dict:
         f"tracking.uri=sqlite:///{folder}/mlflow.db",
         f"hydra.run.dir={folder}/run",
     ]
-    code = SERVER.format(prepared=prepared, args=args)
+    code = SERVER.format(without=without, args=args)
     done = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, check=True)
     row = json.loads(done.stdout.strip().splitlines()[-1])
     if row["code"] != 0:
@@ -66,11 +69,13 @@ def sample(folder: Path, prepared: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--without", choices=("prepare", "freeze"), default="prepare")
     options = parser.parse_args()
-    kinds = ("prepared", "unprepared")
-    rows = interleaved(options.repeats, kinds, lambda folder, kind: sample(folder, kind == "prepared"), "fork-")
+    kinds = ("shipped", f"without-{options.without}")
+    steps = {"shipped": "", kinds[1]: options.without}
+    rows = interleaved(options.repeats, kinds, lambda folder, kind: sample(folder, steps[kind]), "fork-")
     result = summary(rows, kinds, ("cpu_s",))
-    out = ROOT / "outputs" / "benchmarks-fork-prepare.json"
+    out = ROOT / "outputs" / f"benchmarks-fork-without-{options.without}.json"
     out.parent.mkdir(exist_ok=True)
     machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
     out.write_text(json.dumps({"machine": machine, "rows": rows, "summary": result}, indent=2))

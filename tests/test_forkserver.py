@@ -149,6 +149,36 @@ def test_a_forked_child_joins_its_requesters_group_and_dies_with_a_requester_tha
     assert OutcomeRecord.read(tmp_path / "run") is None  # killed while paused: it wrote no outcome
 
 
+GC_PROBE = '''
+import gc
+
+import keras
+
+
+def probe():
+    """A person's callback factory, called in the launch: records what the garbage collector leaves alone."""
+    with open("frozen.txt", "w") as out:
+        out.write(str(gc.get_freeze_count()))
+    return keras.callbacks.Callback()
+'''
+
+
+@pytest.mark.e2e  # a launch forked by this test process's server
+def test_a_forked_launchs_garbage_collector_leaves_the_servers_imports_alone(tmp_path):
+    """The server freezes its heap (TensorFlow, Keras, MLflow, Hydra: ~600k objects) before it forks, so a
+    launch's full collections walk only what the launch made and never write to the pages it shares with the
+    server (`benchmarks/fork_prepare.py --without freeze`). Without it the launch's collector tracks them all."""
+    server = warm._warm_server()
+    assert server is not None
+    (tmp_path / "gc_probe.py").write_text(GC_PROBE)
+    args = launcher(
+        tmp_path, *TINY, "train.epochs=1", "train.callbacks=[gc_probe:probe]", f"tracking.uri={store(tmp_path / 'db')}"
+    )
+    child = forkserver.ForkedProcess(server.path, args, cwd=tmp_path, env=dict(os.environ))
+    assert child.wait(300) == 0
+    assert int((tmp_path / "frozen.txt").read_text()) > 100_000
+
+
 @pytest.mark.e2e  # starts a server of its own, from an owner process it then kills
 def test_a_server_whose_owner_is_killed_takes_no_new_start_and_its_children_finish_and_report(tmp_path):
     """A sweep killed alone (SIGKILL: no atexit) leaves its jobs running, and a job's restart supervisor waits on an
