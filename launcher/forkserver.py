@@ -66,8 +66,13 @@ THREAD_LIMITS = {
 }
 # Read after the fork: the strategy's cluster, the output buffering (each child's stdio is made new), the thread
 # limits (above). KMP_INIT_AT_FORK: joblib sets it when imported (so in a sweep's workers, not in a fresh server);
-# only Intel's OpenMP runtime reads it, which TensorFlow's wheels do not load.
-READ_LATER = {"TF_CONFIG", "PYTHONUNBUFFERED", *THREAD_LIMITS, "KMP_INIT_AT_FORK"}
+# only Intel's OpenMP runtime reads it, which TensorFlow's wheels do not load. The CUDA driver reads which GPUs
+# it shows, and in what order, at cuInit, when the runtime first lists devices (its "failed call to cuInit" line
+# comes then, not at import): submitit's local jobs set CUDA_VISIBLE_DEVICES.
+READ_LATER = {
+    *("TF_CONFIG", "PYTHONUNBUFFERED", *THREAD_LIMITS, "KMP_INIT_AT_FORK"),
+    *("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"),
+}
 COLD_ARGS = {"tf_logs=true"}  # TensorFlow's C++ start-up lines come from its import
 # What a launch imports before it trains (measured with -X importtime), beyond the launcher's own modules.
 PRELOAD = (

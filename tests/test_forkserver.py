@@ -65,6 +65,8 @@ def test_starts_a_fork_cannot_be_are_new_interpreters_without_any_server(cold_st
         ("OMP_NUM_THREADS", "1", False),  # a thread limit: applied after the fork (below)
         ("KMP_INIT_AT_FORK", "FALSE", False),  # joblib's, for Intel's OpenMP (not loaded)
         ("OMP_PROC_BIND", "true", True),
+        ("CUDA_VISIBLE_DEVICES", "", False),  # read at cuInit, when the runtime starts (submitit's local jobs)
+        ("CUDA_HOME", "/opt/cuda", True),
     ],
 )
 def test_a_variable_read_at_import_makes_a_start_differ(key, value, differs):

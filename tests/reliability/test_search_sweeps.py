@@ -218,6 +218,10 @@ def test_a_conditional_two_objective_search_runs_through_the_cluster_launchers_l
     sgd = next(k for k in kids if k.data.params["optimizer.name"] == "sgd")
     momentum = next(t for t in study.trials if t.params["optimizer.name"] == "sgd").params["optimizer.momentum"]
     assert float(sgd.data.params["optimizer.momentum"]) == pytest.approx(momentum)
+    # Each submitit job (CUDA_VISIBLE_DEVICES set, as submitit does) is forked by the server the sweep shares, the
+    # one this test process gave it: not by a server each job would start for its one launch (~12 CPU-s each).
+    servers = {read_json(d / OUTCOME_FILE)["forked_by"] for d in _trial_dirs(tmp_path / "sweep").values()}
+    assert os.environ.get(warm.COLD_ENV) == "1" or servers == {warm._server[0].process.pid}, servers
 
 
 def test_a_fail_fast_sweep_stops_at_its_first_failed_job_and_the_parent_names_it(tmp_path):
