@@ -367,9 +367,15 @@ class MlflowServer:
         self.log.close()
 
 
-@pytest.fixture
-def mlflow_server(tmp_path):
-    server = MlflowServer(tmp_path).start()
+SHARED_SERVER_GROUP = "tracking-server"  # the xdist group of every test that uses `shared_mlflow_server`
+
+
+@pytest.fixture(scope="session")
+def shared_mlflow_server(tmp_path_factory):
+    """One real `mlflow server` for the tests that only log to one, each in an experiment of its own (a start is
+    ~14 CPU-s: the CLI and its uvicorn worker each import MLflow). Its tests are in the xdist group
+    `SHARED_SERVER_GROUP`, so one test process starts it once."""
+    server = MlflowServer(tmp_path_factory.mktemp("shared-server")).start()
     yield server.url, server.artifacts
     server.stop()
 
@@ -407,7 +413,7 @@ E2E_FIXTURES = {
     "cli",
     "cli_here",
     "launcher_here",
-    "mlflow_server",
+    "shared_mlflow_server",
     "s3_server",
 }  # the CLI end to end (in a subprocess or in-process)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import TINY, free_port
+from conftest import SHARED_SERVER_GROUP, TINY, free_port
 
 from launcher.config.errors import ConfigError
 from launcher.tracking.uri import check_reachable, redact
@@ -34,11 +34,14 @@ def test_an_unreachable_server_error_does_not_print_the_password():
     assert "alice:***@127.0.0.1" in str(err.value)
 
 
-def test_a_run_against_a_server_with_credentials_in_its_uri_shows_them_nowhere(cli_here, tmp_path, mlflow_server):
+@pytest.mark.xdist_group(SHARED_SERVER_GROUP)
+def test_a_run_against_a_server_with_credentials_in_its_uri_shows_them_nowhere(
+    cli_here, tmp_path, shared_mlflow_server
+):
     """The server ignores basic auth; the launcher must still never write or print the password."""
-    url, _artifacts = mlflow_server
+    url, _artifacts = shared_mlflow_server
     with_credentials = url.replace("http://", "http://alice:s3cret@")
-    done = cli_here(*TINY, "train.epochs=1", f"tracking.uri={with_credentials}")
+    done = cli_here(*TINY, "train.epochs=1", f"tracking.uri={with_credentials}", "tracking.experiment=credentials")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "s3cret" not in done.stdout + done.stderr
     assert "alice:***@" in done.stdout  # the run's URL, credentials hidden
@@ -49,7 +52,7 @@ def test_a_run_against_a_server_with_credentials_in_its_uri_shows_them_nowhere(c
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(url)
-    run = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])[0]
+    (run,) = client.search_runs([client.get_experiment_by_name("credentials").experiment_id])
     assert run.data.params["tracking.uri"] == with_credentials.replace("s3cret", "***")
     assert not [k for k, v in {**run.data.params, **run.data.tags}.items() if "s3cret" in v]
     config_artifact = client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path / "dl"))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from conftest import TINY
+from conftest import SHARED_SERVER_GROUP, TINY
 
 
 @pytest.mark.slow
-def test_run_logs_to_a_real_tracking_server(cli_here, mlflow_server):
-    url, artifacts = mlflow_server
+@pytest.mark.xdist_group(SHARED_SERVER_GROUP)
+def test_run_logs_to_a_real_tracking_server(cli_here, shared_mlflow_server):
+    url, artifacts = shared_mlflow_server
     done = cli_here(
         *TINY, "precision=fp32", f"tracking.uri={url}", "tracking.experiment=remote", "tracking.run_name=over-http"
     )
@@ -26,20 +27,21 @@ def test_run_logs_to_a_real_tracking_server(cli_here, mlflow_server):
     assert [m.step for m in client.get_metric_history(run.info.run_id, "val_loss")] == [0, 1]
     assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"plan.yaml", "config.yaml", "model"}
     # Artifacts went through the server into its artifact destination.
-    assert list(artifacts.rglob("plan.yaml"))
+    assert list(artifacts.rglob(f"{run.info.run_id}/artifacts/plan.yaml"))
 
 
 @pytest.mark.slow
-def test_preempted_run_is_killed_on_the_server_and_resumes_into_the_same_run(cli, cli_here, mlflow_server):
-    url, _ = mlflow_server
-    args = [*TINY, "precision=fp32", "xla=false", f"tracking.uri={url}", "tracking.experiment=remote"]
+@pytest.mark.xdist_group(SHARED_SERVER_GROUP)
+def test_preempted_run_is_killed_on_the_server_and_resumes_into_the_same_run(cli, cli_here, shared_mlflow_server):
+    url, _ = shared_mlflow_server
+    args = [*TINY, "precision=fp32", "xla=false", f"tracking.uri={url}", "tracking.experiment=preempted"]
     stopped = cli(*args, env={"LAUNCHER_FAULT": "TERM@steps:5"})
     assert stopped.returncode == 143, stopped.stderr[-3000:]
 
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(url)
-    experiment = client.get_experiment_by_name("remote").experiment_id
+    experiment = client.get_experiment_by_name("preempted").experiment_id
     runs = client.search_runs([experiment])
     assert [r.info.status for r in runs] == ["KILLED"]
     resumed = cli_here(*args)  # the same command again, in this process

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import warm
 import yaml
-from conftest import ROOT, store
+from conftest import ROOT, SHARED_SERVER_GROUP, store
 
 SMALL = ["model.hidden_units=[16]", "train.epochs=2", "scaling.batch_size=64", "checkpoint.enabled=false"]
 
@@ -116,26 +116,24 @@ NAMES = [
 
 
 @pytest.fixture(scope="module")
-def server_sweep(tmp_path_factory):
-    """A 2x2 sweep logged to a real `mlflow server` on 127.0.0.1, shared by the API and browser tests."""
-    from conftest import MlflowServer
-
+def server_sweep(tmp_path_factory, shared_mlflow_server):
+    """A 2x2 sweep logged to a real `mlflow server` on 127.0.0.1 (the suite's shared one: the sweep's experiment,
+    `launcher`, is its own there), shared by the API and browser tests."""
     folder = tmp_path_factory.mktemp("server_sweep")
-    server = MlflowServer(folder).start()
+    url, _ = shared_mlflow_server
     done = sweep(
         folder,
         "precision=fp32,bf16",
         "strategy=default,mirrored",
         "tracking.system_metrics_interval=0.2",
         "+tracking.tags.team=vision",
-        uri=server.url,
+        uri=url,
     )
-    yield folder, server.url, done
-    server.stop()
+    return folder, url, done
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("server-sweep")  # one worker runs the module's sweep against a server once
+@pytest.mark.xdist_group(SHARED_SERVER_GROUP)  # one worker runs the module's sweep against the server once
 def test_sweep_against_a_real_tracking_server(server_sweep):
     tmp_path, url, done = server_sweep
     assert done.returncode == 0, done.stderr[-3000:]
@@ -168,7 +166,7 @@ def printed_links(console: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("server-sweep")
+@pytest.mark.xdist_group(SHARED_SERVER_GROUP)
 def test_the_pages_a_sweep_prints_open_in_a_real_browser_on_its_runs_and_their_comparison(server_sweep):
     """Chromium (headless, from the OS packages) opens the addresses the sweep printed: the experiment's runs
     table with the sweep's parent row (not MLflow's GenAI overview), and the compare page of its jobs with the
