@@ -72,8 +72,8 @@ def main() -> None:
     parser.add_argument("--without", choices=("prepare", "freeze"), default="prepare")
     options = parser.parse_args()
     kinds = ("shipped", f"without-{options.without}")
-    steps = {"shipped": "", kinds[1]: options.without}
-    rows = interleaved(options.repeats, kinds, lambda folder, kind: sample(folder, steps[kind]), "fork-")
+    without = {kinds[0]: "", kinds[1]: options.without}  # the step each kind's server leaves out
+    rows = interleaved(options.repeats, kinds, lambda folder, kind: sample(folder, without[kind]), "fork-")
     result = summary(rows, kinds, ("cpu_s",))
     out = ROOT / "outputs" / f"benchmarks-fork-without-{options.without}.json"
     out.parent.mkdir(exist_ok=True)

@@ -168,8 +168,8 @@ def probe():
 @pytest.mark.e2e  # a launch forked by this test process's server
 def test_a_forked_launchs_garbage_collector_leaves_the_servers_imports_alone(tmp_path):
     """The server freezes its heap (TensorFlow, Keras, MLflow, Hydra: ~600k objects) before it forks, so a
-    launch's full collections walk only what the launch made and never write to the pages it shares with the
-    server (`benchmarks/fork_prepare.py --without freeze`). Without it the launch's collector tracks them all."""
+    launch's full collections walk only what the launch made (`benchmarks/fork_prepare.py --without freeze`).
+    Without it the launch's collector tracks them all."""
     server = warm._warm_server()
     assert server is not None
     (tmp_path / "gc_probe.py").write_text(GC_PROBE)
