@@ -150,25 +150,71 @@ def float32_policy_after_each_test():
     tf_config.disable_op_determinism()
 
 
-_COMPOSED: dict[tuple[str, ...], object] = {}
+_COMPOSED: dict[tuple[str, ...], object] = {}  # by the group overrides: Hydra's costly step, once per process
+HYDRA_COMPOSE_ENV = "LAUNCHER_TEST_HYDRA_COMPOSE"  # =1: every `compose` is Hydra's whole compose
+
+
+def hydra_compose(overrides) -> object:
+    """Hydra's compose API on conf/config.yaml, as the CLI composes (its `hydra` node left out)."""
+    from hydra import compose as compose_api
+    from hydra import initialize_config_dir
+
+    from launcher.config.schema import register_configs
+
+    if not _COMPOSED:
+        register_configs()  # the schemas, once: storing them again each time cost a quarter of a compose
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose_api(config_name="config", overrides=list(overrides))
+
+
+_GROUPS_REPOSITORY: list = []  # Hydra's config repository of conf/ (its search path), made once per process
+
+
+def _split_as_hydra_does(overrides) -> tuple[tuple[str, ...], list] | None:
+    """(the overrides that choose group options, the parsed overrides that set keys), split by Hydra's own parser
+    and rule (a dict value or a key that is no config group sets a key; `defaults_list.Overrides`); None for a
+    list Hydra must compose whole (a sweep, a key of the `hydra` node such as its search path)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if not _GROUPS_REPOSITORY:
+        from hydra import initialize_config_dir
+        from hydra.core.global_hydra import GlobalHydra
+
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            loader = GlobalHydra.instance().config_loader()
+            _GROUPS_REPOSITORY.append(loader._parse_overrides_and_create_caching_repo("config", [])[1])
+    groups, keys = [], []
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        if override.is_sweep_override():
+            return None
+        if isinstance(override.value(), dict) or not _GROUPS_REPOSITORY[0].group_exists(override.key_or_group):
+            if override.key_or_group.split(".")[0] == "hydra":
+                return None
+            keys.append(override)
+        else:
+            groups.append(override.input_line)
+    return tuple(groups), keys
 
 
 def compose(*overrides: str):
-    """Compose conf/config.yaml with overrides, exactly as the CLI does. Each list of overrides is composed once
-    per test process (~0.2 s of Hydra each) and every call gets its own copy (tests change what they get)."""
+    """Compose conf/config.yaml with overrides as the CLI does. Hydra composes in two steps: the group options
+    the overrides choose (its defaults list, ~0.3 CPU-s), then, in struct mode, the keys the others set
+    (`ConfigLoaderImpl._apply_overrides_to_config`). The first step runs once per test process for each list of
+    group overrides; each call then sets its keys on a copy with Hydra's own function (tests change what they
+    get). `tests/test_suite_compose.py` checks this gives Hydra's compose, config and error alike."""
     import copy
 
-    if overrides not in _COMPOSED:
-        from hydra import compose as hydra_compose
-        from hydra import initialize_config_dir
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
-        from launcher.config.schema import register_configs
-
-        if not _COMPOSED:
-            register_configs()  # the schemas, once: storing them again each time cost a quarter of a compose
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            _COMPOSED[overrides] = hydra_compose(config_name="config", overrides=list(overrides))
-    return copy.deepcopy(_COMPOSED[overrides])
+    split = None if os.environ.get(HYDRA_COMPOSE_ENV) == "1" else _split_as_hydra_does(overrides)
+    if split is None:
+        return hydra_compose(overrides)
+    groups, keys = split
+    if groups not in _COMPOSED:
+        _COMPOSED[groups] = hydra_compose(groups)
+    composed = copy.deepcopy(_COMPOSED[groups])
+    ConfigLoaderImpl._apply_overrides_to_config(keys, composed)
+    return composed
 
 
 def config(*overrides: str):
