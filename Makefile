@@ -21,12 +21,16 @@ train: $(STAMP)
 explain: $(STAMP)
 	$(PY) -m launcher explain=true $(ARGS)
 
+# Every test process (and each launch it starts cold) imports the launcher and the tests again: they keep their
+# bytecode (git-ignored __pycache__) even where PYTHONDONTWRITEBYTECODE is set, ~4.5 CPU-s less per test process.
+PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
+
 test: lint
-	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PYTEST) tests -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The inner loop: unit tests only (no subprocess, no multi-process run).
 test-fast: lint
-	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup -m unit $(PYTEST_ARGS)
+	$(PYTEST) tests -n $(TEST_WORKERS) --dist loadgroup -m unit $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(SOURCES)
