@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import os
 import resource
@@ -154,15 +155,21 @@ _COMPOSED: dict[tuple[str, ...], object] = {}  # by the group overrides: Hydra's
 HYDRA_COMPOSE_ENV = "LAUNCHER_TEST_HYDRA_COMPOSE"  # =1: every `compose` is Hydra's whole compose
 
 
+@functools.cache
+def _schemas_registered() -> None:
+    """The launcher's schemas in Hydra's ConfigStore, once per process (storing them each time cost a quarter of a
+    compose)."""
+    from launcher.config.schema import register_configs
+
+    register_configs()
+
+
 def hydra_compose(overrides) -> object:
     """Hydra's compose API on conf/config.yaml, as the CLI composes (its `hydra` node left out)."""
     from hydra import compose as compose_api
     from hydra import initialize_config_dir
 
-    from launcher.config.schema import register_configs
-
-    if not _COMPOSED:
-        register_configs()  # the schemas, once: storing them again each time cost a quarter of a compose
+    _schemas_registered()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose_api(config_name="config", overrides=list(overrides))
 
@@ -180,6 +187,7 @@ def _split_as_hydra_does(overrides) -> tuple[tuple[str, ...], list] | None:
         from hydra import initialize_config_dir
         from hydra.core.global_hydra import GlobalHydra
 
+        _schemas_registered()  # before the repository: Hydra 1.3 keeps a copy of the ConfigStore in it
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             loader = GlobalHydra.instance().config_loader()
             _GROUPS_REPOSITORY.append(loader._parse_overrides_and_create_caching_repo("config", [])[1])
