@@ -5,7 +5,7 @@ errors. Every in-process test composes through it."""
 from __future__ import annotations
 
 import pytest
-from conftest import TINY, compose, hydra_compose
+from conftest import HYDRA_COMPOSE_ENV, TINY, compose, hydra_compose
 from omegaconf import OmegaConf
 
 from launcher.config.schema import to_config
@@ -21,6 +21,14 @@ SAME = [
     ["hydra/launcher=slurm", "train.epochs=3"],
     ["model.hidden_units=[8,8]", "dataset.limit=100", "scaling.batch_size=16", "precision=bf16"],
 ]
+
+
+@pytest.fixture(autouse=True)
+def two_step_compose(monkeypatch):
+    """What is compared is the two-step compose, even in a run that sends every compose to Hydra whole."""
+    monkeypatch.delenv(HYDRA_COMPOSE_ENV, raising=False)
+
+
 REFUSED = [
     ["model.bogus=1"],
     ["model=bogus"],
