@@ -183,8 +183,10 @@ class _Job:
 
     def _fail(self, failed: Worker) -> int:
         self.failed = failed
-        failed.thread.join(timeout=2)  # its last lines
+        # The workers running when the failure was seen: a peer of a killed worker may exit on its own while its
+        # last lines are read, and it was still running when the job stopped.
         others = [w for w in self.workers if w is not failed and w.process.poll() is None]
+        failed.thread.join(timeout=2)  # its last lines
         for worker in others:
             worker.signal(signal.SIGTERM)
         deadline = time.monotonic() + GRACE_SECONDS
