@@ -174,7 +174,15 @@ def hydra_compose(overrides) -> object:
         return compose_api(config_name="config", overrides=list(overrides))
 
 
-_GROUPS_REPOSITORY: list = []  # Hydra's config repository of conf/ (its search path), made once per process
+@functools.cache
+def _groups_repository():
+    """Hydra's config repository of conf/ (its search path), made once per process: which keys are config groups."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    _schemas_registered()  # before the repository: Hydra 1.3 keeps a copy of the ConfigStore in it
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return GlobalHydra.instance().config_loader()._parse_overrides_and_create_caching_repo("config", [])[1]
 
 
 def _split_as_hydra_does(overrides) -> tuple[tuple[str, ...], list] | None:
@@ -183,19 +191,12 @@ def _split_as_hydra_does(overrides) -> tuple[tuple[str, ...], list] | None:
     list Hydra must compose whole (a sweep, a key of the `hydra` node such as its search path)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    if not _GROUPS_REPOSITORY:
-        from hydra import initialize_config_dir
-        from hydra.core.global_hydra import GlobalHydra
-
-        _schemas_registered()  # before the repository: Hydra 1.3 keeps a copy of the ConfigStore in it
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            loader = GlobalHydra.instance().config_loader()
-            _GROUPS_REPOSITORY.append(loader._parse_overrides_and_create_caching_repo("config", [])[1])
+    repository = _groups_repository()
     groups, keys = [], []
     for override in OverridesParser.create().parse_overrides(list(overrides)):
         if override.is_sweep_override():
             return None
-        if isinstance(override.value(), dict) or not _GROUPS_REPOSITORY[0].group_exists(override.key_or_group):
+        if isinstance(override.value(), dict) or not repository.group_exists(override.key_or_group):
             if override.key_or_group.split(".")[0] == "hydra":
                 return None
             keys.append(override)
