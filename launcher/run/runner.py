@@ -57,7 +57,6 @@ from launcher.run.trial import open_trial
 from launcher.run.tuning import command_line, copy_table
 from launcher.run.tuning import decide as decide_step_by_timing
 from launcher.run.utilization import matmul_peak, process_age_seconds, training_flops_per_example
-from launcher.tracking.succession import remember_run, remembered_run
 from launcher.tracking.tensorboard import TensorBoardMirror
 from launcher.tracking.tracker import NullTracker, RunTracker, open_run
 from launcher.tracking.uri import check_reachable, redact
@@ -367,10 +366,9 @@ class Launch:
                 parent_run_id=tr.parent_run_id or None,
                 run_dir=self.run_dir,
                 outage_wait=tr.outage_wait,
-                earlier_run_id=remembered_run(self.run_dir),
+                remember=True,
                 params=params,
             )
-            remember_run(self.run_dir, self.tracker.run_id, self.tracker.experiment_id)
             if self.tracker.decision is not None:
                 print(f"  mlflow   {self.tracker.decision.reason}", flush=True)
             fault_point("run_created", 0)

@@ -26,7 +26,7 @@ from launcher.config.tasks import objective
 from launcher.files import JOB_FILE, STOP_FILE, SWEEP_FILE, read_json, write_json_atomic
 from launcher.outcome import FINISHED, KILLED, OutcomeRecord
 from launcher.tracking.client import with_retry
-from launcher.tracking.succession import remembered_run
+from launcher.tracking.tracker import run_dir_run
 from launcher.tracking.uri import redact
 
 
@@ -115,7 +115,7 @@ def run_job(cfg: DictConfig, hydra_cfg) -> JobResult:
         returncode, stopped = _run_until_stopped(args, hydra_cfg.runtime.cwd, log, sweep_dir)
     outcome = OutcomeRecord.read(job_dir)
     if returncode != 0 and state.get("parent_run_id") and not (outcome and outcome.run_id):
-        if own_run := remembered_run(job_dir):  # the job's own run exists, its process is gone (killed): settle it
+        if own_run := _own_run(state, job_dir):  # the job's own run exists, its process is gone (killed): settle it
             _settle_killed_child(state, own_run, name, log_path, returncode, "KILLED" if stopped else "FAILED")
         elif not stopped:
             _record_failed_child(state, name, overrides, log_path, returncode)
@@ -203,6 +203,13 @@ def _record_failed_child(state: dict, name: str, overrides: list[str], log_path:
     )
     with_retry(client.log_artifact, run_id, str(log_path))
     with_retry(client.set_terminated, run_id, status="FAILED")
+
+
+def _own_run(state: dict, job_dir: Path) -> str | None:
+    """The MLflow run the job's launch made, even one it was killed before recording."""
+    from mlflow.tracking import MlflowClient
+
+    return run_dir_run(MlflowClient(state["uri"]), job_dir)
 
 
 def _settle_killed_child(state: dict, run_id: str, name: str, log_path: Path, code: int, status: str) -> None:

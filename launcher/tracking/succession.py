@@ -1,7 +1,10 @@
 """Which MLflow run a launch writes to when its run dir already had one and no checkpoint says so.
 
-A run dir remembers its MLflow run from the moment the run is created (`RUN_FILE`). A launch that resumes
-from a checkpoint continues the checkpoint's run; one that finds no checkpoint asks `succession`:
+A run dir remembers its MLflow run from the moment the run is created (`RUN_FILE`). Before it creates one,
+a launch writes a creation token there and tags the new run with it, so a launch killed between MLflow's
+answer and the record still leaves a run its run dir can find (`pending_creation`): never an orphan run that
+no launch continues. A launch that resumes from a checkpoint continues the checkpoint's run; one that finds
+no checkpoint asks `succession`:
 
 - the earlier run FINISHED: this is a new training in the same run dir, a new run;
 - the earlier run ended (or was killed: still RUNNING, its process gone) before logging an epoch, with the
@@ -23,6 +26,7 @@ from launcher.files import RUN_FILE, read_json, write_json_atomic
 SUCCESSOR_TAG = "launcher.successor_run_id"
 PREDECESSOR_TAG = "launcher.predecessor_run_id"
 STARTS_TAG = "launcher.starts"  # how many launches trained this run from step 0
+CREATION_TAG = "launcher.creation"  # the token the run dir held while this run was being created
 
 
 class Succession(Enum):
@@ -40,6 +44,7 @@ class EarlierRun:
     epochs_logged: int
     params: dict[str, str] = field(default_factory=dict)
     starts: int = 1
+    predecessor: str | None = None  # the run it succeeds (PREDECESSOR_TAG)
 
 
 @dataclass(frozen=True)
@@ -82,4 +87,33 @@ def remembered_run(run_dir: Path | None) -> str | None:
 
 
 def remember_run(run_dir: Path, run_id: str, experiment_id: str) -> None:
+    """The run dir's run from now on (a pending creation is over)."""
     write_json_atomic(Path(run_dir) / RUN_FILE, {"run_id": run_id, "experiment_id": experiment_id})
+
+
+@dataclass(frozen=True)
+class PendingCreation:
+    """A run a launch was creating when it stopped: tagged `CREATION_TAG`=`token` in `experiment_id`, if MLflow
+    made it."""
+
+    token: str
+    experiment_id: str
+
+
+def remember_creation(run_dir: Path, creation: PendingCreation) -> None:
+    """Say, before asking MLflow for a run, how to find it; the run remembered so far stays until it exists."""
+    record = read_json(Path(run_dir) / RUN_FILE, {})
+    record = record if isinstance(record, dict) else {}
+    record["creating"] = {"token": creation.token, "experiment_id": creation.experiment_id}
+    write_json_atomic(Path(run_dir) / RUN_FILE, record)
+
+
+def pending_creation(run_dir: Path | None) -> PendingCreation | None:
+    """The creation a launch in this run dir began and did not record (it was killed in between), if any."""
+    if run_dir is None:
+        return None
+    record = read_json(Path(run_dir) / RUN_FILE, {})
+    creating = record.get("creating") if isinstance(record, dict) else None
+    if not isinstance(creating, dict) or not creating.get("token") or not creating.get("experiment_id"):
+        return None
+    return PendingCreation(str(creating["token"]), str(creating["experiment_id"]))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,12 +21,18 @@ from launcher.tracking.delivery import Delivery
 from launcher.tracking.links import MlflowUi
 from launcher.tracking.spool import Spool
 from launcher.tracking.succession import (
+    CREATION_TAG,
     PREDECESSOR_TAG,
     STARTS_TAG,
     SUCCESSOR_TAG,
     Decision,
     EarlierRun,
+    PendingCreation,
     Succession,
+    pending_creation,
+    remember_creation,
+    remember_run,
+    remembered_run,
     succession,
 )
 from launcher.tracking.uri import redact, resolve_uri
@@ -70,12 +77,12 @@ class Tracker:
         parent_run_id: str | None = None,
         run_dir: Path | None = None,
         outage_wait: float = 0.0,
-        earlier_run_id: str | None = None,
+        remember: bool = False,
         params: dict[str, Any] | None = None,
     ):
-        """`resume_run_id`: the run a checkpoint belongs to (continued as it is). Otherwise `earlier_run_id`, the
-        run the run dir remembers, is continued from step 0, succeeded or left alone (`succession`), comparing
-        its params with `params`, the ones this launch will log."""
+        """`resume_run_id`: the run a checkpoint belongs to (continued as it is). `remember`: the run dir records
+        its run (`RUN_FILE`, a training launch); the run it remembered is then continued from step 0, succeeded
+        or left alone (`succession`), comparing its params with `params`, the ones this launch will log."""
         quiet_client()
         from mlflow.tracking import MlflowClient
 
@@ -84,6 +91,7 @@ class Tracker:
         self.spool = Spool.in_run_dir(run_dir) if run_dir is not None else None
         self.outage_wait = outage_wait
         self._system = None  # MLflow's system metrics monitor, when started
+        self._record_in = run_dir if remember else None
         location = None if uri.startswith("http") else (artifact_root / experiment).resolve().as_uri()
         self.experiment_id = experiment_id(self.client, experiment, location)
         self.resumed = bool(resume_run_id) and self._exists(resume_run_id)
@@ -93,7 +101,10 @@ class Tracker:
             with_retry(self.client.update_run, resume_run_id, status="RUNNING")
             self.run_id = resume_run_id
         else:
-            self.run_id = self._start(run_name, parent_run_id, earlier_run_id, params or {})
+            earlier = run_dir_run(self.client, self._record_in) if self._record_in is not None else None
+            self.run_id = self._start(run_name, parent_run_id, earlier, params or {})
+        if self._record_in is not None:
+            remember_run(self._record_in, self.run_id, self.experiment_id)
         self.delivery = Delivery(lambda write: write.apply(self.client, self.run_id), redact(uri))
 
     @property
@@ -109,17 +120,28 @@ class Tracker:
         if self.adopted:
             with_retry(self.client.update_run, earlier.run_id, status="RUNNING")
             with_retry(self.client.set_tag, earlier.run_id, STARTS_TAG, str(earlier.starts + 1))
+            if earlier.predecessor:  # a successor killed while it was being made: finish linking the two
+                self._succeed(earlier.predecessor, earlier.run_id)
             return earlier.run_id
         tags = {"mlflow.parentRunId": parent_run_id} if parent_run_id else {}
         succeeding = self.decision is not None and self.decision.succession is Succession.SUCCEED
         if succeeding:
             tags[PREDECESSOR_TAG] = earlier.run_id
+        if self._record_in is not None:  # a kill before `remember_run` leaves the run findable, not orphaned
+            creation = PendingCreation(uuid.uuid4().hex, self.experiment_id)
+            remember_creation(self._record_in, creation)
+            tags[CREATION_TAG] = creation.token
         run = with_retry(self.client.create_run, self.experiment_id, run_name=run_name or None, tags=tags or None)
         if succeeding:
-            if earlier.status == "RUNNING":  # its process is gone (this launch holds the run dir's lock)
-                with_retry(self.client.set_terminated, earlier.run_id, status="KILLED")
-            with_retry(self.client.set_tag, earlier.run_id, SUCCESSOR_TAG, run.info.run_id)
+            self._succeed(earlier.run_id, run.info.run_id)
         return run.info.run_id
+
+    def _succeed(self, earlier_run_id: str, run_id: str) -> None:
+        """The earlier run points to its successor; if still RUNNING, its process is gone (this launch holds the
+        run dir's lock): KILLED, not RUNNING forever."""
+        if with_retry(self.client.get_run, earlier_run_id).info.status == "RUNNING":
+            with_retry(self.client.set_terminated, earlier_run_id, status="KILLED")
+        with_retry(self.client.set_tag, earlier_run_id, SUCCESSOR_TAG, run_id)
 
     def _earlier(self, run_id: str | None) -> EarlierRun | None:
         from mlflow.exceptions import MlflowException
@@ -135,7 +157,12 @@ class Tracker:
         epochs = len(with_retry(self.client.get_metric_history, run_id, "loss"))
         starts = run.data.tags.get(STARTS_TAG, "1")
         return EarlierRun(
-            run_id, run.info.status, epochs, dict(run.data.params), int(starts) if starts.isdigit() else 1
+            run_id,
+            run.info.status,
+            epochs,
+            dict(run.data.params),
+            int(starts) if starts.isdigit() else 1,
+            run.data.tags.get(PREDECESSOR_TAG),
         )
 
     def _exists(self, run_id: str) -> bool:
@@ -264,6 +291,27 @@ def artifact_root(resolved_uri: str, launch_dir: Path) -> Path:
     return launch_dir / "outputs" / ARTIFACTS
 
 
+def run_dir_run(client, run_dir: Path) -> str | None:
+    """The MLflow run a run dir's launches wrote to: the one it remembers, or the one a launch killed while
+    creating it made (found by its creation token) - the newer of the two."""
+    from mlflow.exceptions import MlflowException
+
+    pending = pending_creation(run_dir)
+    if pending is not None:
+        try:
+            found = with_retry(
+                client.search_runs,
+                [pending.experiment_id],
+                filter_string=f"tags.`{CREATION_TAG}` = '{pending.token}'",
+                max_results=1,
+            )
+        except MlflowException:  # another store, or the experiment is gone
+            found = []
+        if found:
+            return found[0].info.run_id
+    return remembered_run(run_dir)
+
+
 def open_run(
     uri: str,
     launch_dir: Path,
@@ -274,7 +322,7 @@ def open_run(
     resume_run_id: str | None = None,
     parent_run_id: str | None = None,
     outage_wait: float = 0.0,
-    earlier_run_id: str | None = None,
+    remember: bool = False,
     params: dict[str, Any] | None = None,
 ) -> Tracker:
     """The one way a launch, an evaluation, a doctor or a sweep opens its MLflow run: the URI resolved against
@@ -289,7 +337,7 @@ def open_run(
         parent_run_id=parent_run_id,
         run_dir=run_dir,
         outage_wait=outage_wait,
-        earlier_run_id=earlier_run_id,
+        remember=remember,
         params=params,
     )
 

@@ -17,6 +17,7 @@ import yaml
 from conftest import ROOT, store
 
 from launcher.files import JOB_FILE, OUTCOME_FILE, SWEEP_FILE, read_json
+from launcher.tracking.succession import remembered_run
 
 # Half the space is hopeless: Adam at a learning rate above ~0.3 stays near chance on digits (val_accuracy
 # 0.08-0.25 measured at 0.3, 3 and 10), below 0.1 it reaches 0.95.
@@ -100,14 +101,14 @@ def test_a_pruned_search_stops_hopeless_trials_early_and_a_killed_search_continu
     first = warm.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 600
     while not (
-        all((sweep / str(n) / OUTCOME_FILE).exists() for n in range(4)) and (sweep / "4" / "mlflow_run.json").exists()
+        all((sweep / str(n) / OUTCOME_FILE).exists() for n in range(4)) and remembered_run(sweep / "4")
     ):
         assert first.poll() is None and time.time() < deadline, "the search ended before trial 4 started"
         time.sleep(0.05)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     ended_before = {n: read_json(sweep / str(n) / OUTCOME_FILE) for n in range(4)}
-    killed_run = read_json(sweep / "4" / "mlflow_run.json")["run_id"]
+    killed_run = remembered_run(sweep / "4")
     storage = f"sqlite:///{sweep}/optuna.db"
     before = {t.number: t for t in optuna.load_study(study_name="launcher", storage=storage).trials}
     assert before[4].state.name == "RUNNING"
