@@ -100,9 +100,7 @@ def test_a_pruned_search_stops_hopeless_trials_early_and_a_killed_search_continu
     # Killed once trials 0-3 have ended and trials 4 and 5 have started (trial 4's MLflow run exists).
     first = warm.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 600
-    while not (
-        all((sweep / str(n) / OUTCOME_FILE).exists() for n in range(4)) and remembered_run(sweep / "4")
-    ):
+    while not (all((sweep / str(n) / OUTCOME_FILE).exists() for n in range(4)) and remembered_run(sweep / "4")):
         assert first.poll() is None and time.time() < deadline, "the search ended before trial 4 started"
         time.sleep(0.05)
     os.killpg(first.pid, signal.SIGKILL)
