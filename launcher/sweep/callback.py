@@ -21,7 +21,7 @@ from launcher.files import STOP_FILE, SWEEP_FILE, read_json, write_json_atomic
 from launcher.sweep.job import stopped_by, swept_keys
 from launcher.sweep.space import flatten
 from launcher.sweep.summary import summarise
-from launcher.tracking.client import with_retry
+from launcher.tracking.client import TAG_LIMIT, with_retry
 from launcher.tracking.tracker import open_run
 from launcher.tracking.uri import check_reachable, resolve_uri
 
@@ -48,21 +48,27 @@ class SweepCallback(Callback):
             self._continue(config, sweep_dir, previous)
             return
         state = {"sweep_id": uuid.uuid4().hex[:12], "parent_run_id": None, "uri": None, "swept_keys": _swept(config)}
-        if config.tracking.enabled:
-            uri = resolve_uri(config.tracking.uri, Path.cwd())
-            check_reachable(uri)
-            overrides = list(config.hydra.overrides.task)
-            parent = open_run(uri, Path.cwd(), config.tracking.experiment, f"sweep-{state['sweep_id']}")
-            parent.set_tags(
-                {
-                    "sweep_id": state["sweep_id"],
-                    "sweep.overrides": " ".join(overrides),
-                    "sweep.dir": str(sweep_dir),
-                    "sweep.role": "parent",
-                }
-            )
-            parent.flush()
-            state.update(parent_run_id=parent.run_id, uri=uri, experiment=config.tracking.experiment)
+        uri = _reachable_uri(config) if config.tracking.enabled else None
+        # The sweep exists before its parent run does: a sweep killed in between finds that run again when rerun.
+        write_json_atomic(sweep_dir / SWEEP_FILE, state)
+        if uri is not None:
+            self._open_parent(config, sweep_dir, state, uri)
+
+    def _open_parent(self, config: DictConfig, sweep_dir: Path, state: dict, uri: str, made: str | None = None):
+        """The parent run, created with the sweep's id as a tag (so a rerun finds it if this sweep is killed before
+        recording it), or `made`, the one it made then."""
+        from mlflow.entities import RunTag
+        from mlflow.tracking import MlflowClient
+
+        experiment = config.tracking.experiment
+        parent_run_id = made
+        if parent_run_id is None:
+            tags = {"sweep_id": state["sweep_id"], "sweep.role": "parent"}
+            parent_run_id = open_run(uri, Path.cwd(), experiment, f"sweep-{state['sweep_id']}", tags=tags).run_id
+        described = {"sweep.overrides": " ".join(config.hydra.overrides.task), "sweep.dir": str(sweep_dir)}
+        tags = [RunTag(key, value[:TAG_LIMIT]) for key, value in described.items()]
+        with_retry(MlflowClient(uri).log_batch, parent_run_id, tags=tags)
+        state.update(parent_run_id=parent_run_id, uri=uri, experiment=experiment)
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
 
     def _continue(self, config: DictConfig, sweep_dir: Path, state: dict) -> None:
@@ -85,6 +91,10 @@ class SweepCallback(Callback):
             with_retry(client.update_run, state["parent_run_id"], status="RUNNING")
         state.pop("sweep_pid", None)
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
+        if config.tracking.enabled and not state.get("parent_run_id"):  # killed before it recorded its parent
+            uri = _reachable_uri(config)
+            made = _parent_made_before(uri, config.tracking.experiment, state["sweep_id"])
+            self._open_parent(config, sweep_dir, state, uri, made)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -112,6 +122,29 @@ class SweepCallback(Callback):
                 flush=True,
             )
             raise SystemExit(1)
+
+
+def _reachable_uri(config: DictConfig) -> str:
+    uri = resolve_uri(config.tracking.uri, Path.cwd())
+    check_reachable(uri)
+    return uri
+
+
+def _parent_made_before(uri: str, experiment: str, sweep_id: str) -> str | None:
+    """The parent run a sweep with this id created before it was killed, if MLflow has one."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    found = with_retry(client.get_experiment_by_name, experiment)
+    if found is None:
+        return None
+    runs = with_retry(
+        client.search_runs,
+        [found.experiment_id],
+        filter_string=f"tags.sweep_id = '{sweep_id}' and tags.`sweep.role` = 'parent'",
+        max_results=1,
+    )
+    return runs[0].info.run_id if runs else None
 
 
 def withdraw(sweep_dir: Path) -> None:

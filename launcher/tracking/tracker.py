@@ -79,10 +79,12 @@ class Tracker:
         outage_wait: float = 0.0,
         remember: bool = False,
         params: dict[str, Any] | None = None,
+        tags: dict[str, str] | None = None,
     ):
         """`resume_run_id`: the run a checkpoint belongs to (continued as it is). `remember`: the run dir records
         its run (`RUN_FILE`, a training launch); the run it remembered is then continued from step 0, succeeded
-        or left alone (`succession`), comparing its params with `params`, the ones this launch will log."""
+        or left alone (`succession`), comparing its params with `params`, the ones this launch will log. `tags`:
+        a new run is created with them, so whoever records its id can find it even if killed before the record."""
         quiet_client()
         from mlflow.tracking import MlflowClient
 
@@ -102,7 +104,7 @@ class Tracker:
             self.run_id = resume_run_id
         else:
             earlier = run_dir_run(self.client, self._record_in) if self._record_in is not None else None
-            self.run_id = self._start(run_name, parent_run_id, earlier, params or {})
+            self.run_id = self._start(run_name, parent_run_id, earlier, params or {}, tags or {})
         if self._record_in is not None:
             remember_run(self._record_in, self.run_id, self.experiment_id)
         self.delivery = Delivery(lambda write: write.apply(self.client, self.run_id), redact(uri))
@@ -112,7 +114,9 @@ class Tracker:
         """Training starts over in the run dir's earlier run (it ended before its first checkpoint)."""
         return self.decision is not None and self.decision.succession is Succession.ADOPT
 
-    def _start(self, run_name: str, parent_run_id: str | None, earlier_run_id: str | None, params: dict) -> str:
+    def _start(
+        self, run_name: str, parent_run_id: str | None, earlier_run_id: str | None, params: dict, tags: dict
+    ) -> str:
         """The run this launch trains from step 0 in: the earlier one again, or a new one (linked to it)."""
         earlier = self._earlier(earlier_run_id)
         shown = {k: str(v)[:PARAM_LIMIT] for k, v in params.items()}
@@ -123,7 +127,7 @@ class Tracker:
             if earlier.predecessor:  # a successor killed while it was being made: finish linking the two
                 self._succeed(earlier.predecessor, earlier.run_id)
             return earlier.run_id
-        tags = {"mlflow.parentRunId": parent_run_id} if parent_run_id else {}
+        tags = {**tags, "mlflow.parentRunId": parent_run_id} if parent_run_id else dict(tags)
         succeeding = self.decision is not None and self.decision.succession is Succession.SUCCEED
         if succeeding:
             tags[PREDECESSOR_TAG] = earlier.run_id
@@ -324,6 +328,7 @@ def open_run(
     outage_wait: float = 0.0,
     remember: bool = False,
     params: dict[str, Any] | None = None,
+    tags: dict[str, str] | None = None,
 ) -> Tracker:
     """The one way a launch, an evaluation, a doctor or a sweep opens its MLflow run: the URI resolved against
     the launch directory, a local store's artifacts where `artifact_root` says."""
@@ -339,6 +344,7 @@ def open_run(
         outage_wait=outage_wait,
         remember=remember,
         params=params,
+        tags=tags,
     )
 
 
