@@ -479,8 +479,8 @@ def pytest_collection_modifyitems(config, items):
     workers: by its fixtures, its own code or a helper of its module that does); `slow`: multi-process or
     multi-device runs (by hand, and every case whose parameters name `mirrored`) and in-process trainings that
     take seconds of CPU each (by hand: full-size networks, the precision x XLA grids, the doctor's runs); `unit`:
-    everything else (in-process logic and runs of a few steps). `make test-fast` runs the unit tests; CI runs
-    all."""
+    everything else (in-process logic and runs of a few steps), or a test marked `unit` by hand whose parameters
+    name `mirrored` but that trains nothing. `make test-fast` runs the unit tests; CI runs all."""
     import inspect
 
     def source_of(function) -> str:
@@ -504,8 +504,8 @@ def pytest_collection_modifyitems(config, items):
                 and any(word in source_of(helper) for word in ("subprocess", "Popen", "warm.run", "run_python("))
             }
         helpers = spawning.get(module.__name__, set()) if module is not None else set()
-        if item.get_closest_marker("e2e") is not None:
-            continue  # marked by hand (its process is started by the launcher code it calls)
+        if item.get_closest_marker("e2e") is not None or item.get_closest_marker("unit") is not None:
+            continue  # marked by hand (e2e: the launcher code it calls starts a process; unit: it only composes)
         if (
             E2E_FIXTURES & set(getattr(item, "fixturenames", ()))
             or any(word in source for word in ("subprocess", "Popen", "warm.run", "run_python("))

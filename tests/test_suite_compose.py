@@ -40,6 +40,7 @@ REFUSED = [
 ]
 
 
+@pytest.mark.unit  # composes only, though one case names strategy=mirrored
 @pytest.mark.parametrize("overrides", SAME, ids=lambda o: " ".join(o) or "defaults")
 def test_the_suites_compose_gives_hydras_config(overrides):
     ours, hydras = compose(*overrides), hydra_compose(overrides)
