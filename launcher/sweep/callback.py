@@ -21,7 +21,7 @@ from launcher.files import STOP_FILE, SWEEP_FILE, read_json, write_json_atomic
 from launcher.sweep.job import stopped_by, swept_keys
 from launcher.sweep.space import flatten
 from launcher.sweep.summary import summarise
-from launcher.tracking.client import TAG_LIMIT, with_retry
+from launcher.tracking.client import with_retry
 from launcher.tracking.tracker import open_run
 from launcher.tracking.uri import check_reachable, resolve_uri
 
@@ -56,19 +56,14 @@ class SweepCallback(Callback):
 
     def _open_parent(self, config: DictConfig, sweep_dir: Path, state: dict, uri: str, made: str | None = None):
         """The parent run, created with the sweep's id as a tag (so a rerun finds it if this sweep is killed before
-        recording it), or `made`, the one it made then."""
-        from mlflow.entities import RunTag
-        from mlflow.tracking import MlflowClient
-
+        recording it), or `made`, the one it made then, continued."""
         experiment = config.tracking.experiment
-        parent_run_id = made
-        if parent_run_id is None:
-            tags = {"sweep_id": state["sweep_id"], "sweep.role": "parent"}
-            parent_run_id = open_run(uri, Path.cwd(), experiment, f"sweep-{state['sweep_id']}", tags=tags).run_id
-        described = {"sweep.overrides": " ".join(config.hydra.overrides.task), "sweep.dir": str(sweep_dir)}
-        tags = [RunTag(key, value[:TAG_LIMIT]) for key, value in described.items()]
-        with_retry(MlflowClient(uri).log_batch, parent_run_id, tags=tags)
-        state.update(parent_run_id=parent_run_id, uri=uri, experiment=experiment)
+        identity = {"sweep_id": state["sweep_id"], "sweep.role": "parent"}
+        name = f"sweep-{state['sweep_id']}"
+        parent = open_run(uri, Path.cwd(), experiment, name, resume_run_id=made, tags=identity)
+        parent.set_tags({"sweep.overrides": " ".join(config.hydra.overrides.task), "sweep.dir": str(sweep_dir)})
+        parent.flush()
+        state.update(parent_run_id=parent.run_id, uri=uri, experiment=experiment)
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
 
     def _continue(self, config: DictConfig, sweep_dir: Path, state: dict) -> None:
