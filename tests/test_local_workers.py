@@ -42,6 +42,23 @@ def test_a_peer_that_exits_on_its_own_while_the_failed_workers_last_lines_are_re
 
     err = capsys.readouterr().err
     assert "Worker 1" in err and "was killed by SIGKILL" in err, err
-    assert "the other 1 running worker(s) were stopped" in err, err  # it was running when the failure was seen
+    assert "was killed by SIGKILL; the other 1 running worker(s) were stopped." in err, err  # running when seen
+    assert "already ended" not in err, err
     assert "worker 1 last line" in err
     assert code == 1 and chief.process.returncode == 1
+
+
+def test_a_peer_that_ended_before_the_failure_was_seen_is_named_as_ended_not_stopped(capsys):
+    # The chief's collective with the killed worker failed and it exited, all before the job's next look.
+    chief = _StandIn(0, "import sys; sys.exit(1)")
+    chief.process.wait(timeout=30)
+    killed = _StandIn(1, "import time; time.sleep(60)")
+    killed.process.send_signal(signal.SIGKILL)
+    killed.process.wait(timeout=30)
+
+    code = _Job([chief, killed]).wait()
+
+    err = capsys.readouterr().err
+    assert "Worker 1" in err and "was killed by SIGKILL; worker 0 had already ended: it exited with code 1." in err
+    assert "were stopped" not in err, err  # the job stopped nobody
+    assert code == 1

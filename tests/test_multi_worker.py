@@ -149,10 +149,13 @@ def test_a_killed_worker_stops_the_job_which_restarts_by_itself_a_signal_stops_e
     worker1 = int(pgrep[0])
     os.kill(worker1, signal.SIGKILL)
     wait_for(err, r"Restart 1 of 1 in 0 s \(the training process was killed by SIGKILL\)", proc)
+    # The chief is stopped by the job, or its collective with the dead worker failed first and it had ended (which
+    # one is a race on two busy cores; tests/test_local_workers.py makes each happen): either way it is accounted for.
     assert re.search(
-        rf"Worker 1 \(pid {worker1}\) was killed by SIGKILL; the other 1 running worker\(s\) were stopped",
+        rf"Worker 1 \(pid {worker1}\) was killed by SIGKILL; (the other 1 running worker\(s\) were stopped"
+        r"|worker 0 had already ended: it exited with code \d+)\.",
         err.read_text(),
-    )
+    ), err.read_text()[-2000:]
     assert re.search(r"\[worker 0\]\s+data.sharding\s+file\s+6 training files >= 2 workers", log.read_text())
     saved = int(wait_for(log, r"\[worker 1\] Resuming at .*global step (\d+)\)", proc)[1])
     wait_for(log, rf"\[worker 0\] Resuming at .*global step {saved}\)", proc)  # the same step on both

@@ -186,6 +186,8 @@ class _Job:
         # The workers running when the failure was seen: a peer of a killed worker may exit on its own while its
         # last lines are read, and it was still running when the job stopped.
         others = [w for w in self.workers if w is not failed and w.process.poll() is None]
+        # A peer can also end on its own before the failure is seen (its collective with the dead worker failed).
+        ended = [w for w in self.workers if w is not failed and w not in others]
         failed.thread.join(timeout=2)  # its last lines
         for worker in others:
             worker.signal(signal.SIGTERM)
@@ -200,9 +202,11 @@ class _Job:
             if code == 2
             else "Re-run the same command to resume every worker from the chief's last checkpoint."
         )
+        fates = [f"the other {len(others)} running worker(s) were stopped"] if others else []
+        fates += [f"worker {w.index} had already ended: it {w.describe_exit()}" for w in ended]
         print(
-            f"\nWorker {failed.index} (pid {failed.process.pid}) {failed.describe_exit()}; the other "
-            f"{len(others)} running worker(s) were stopped.\nIts last lines:\n{last}\n{after}",
+            f"\nWorker {failed.index} (pid {failed.process.pid}) {failed.describe_exit()}"
+            f"{''.join(f'; {fate}' for fate in fates)}.\nIts last lines:\n{last}\n{after}",
             file=sys.stderr,
             flush=True,
         )
