@@ -276,9 +276,12 @@ class DataPlan(Section):
 
 @dataclass(frozen=True, kw_only=True)
 class OutputPlan(Section):
-    """What the built model's output turned out to need (added by the build)."""
+    """What the built model's output turned out to need (added by the build); per output when it has several."""
 
     dtype: str = decision("model.output_dtype")
+    # A model with several outputs: each one's name -> its dtype as built and what was done ("bfloat16 -> float32
+    # (wrapped)", "float32 (kept)"). None for one output: its record is `dtype` alone.
+    heads: dict[str, str] | None = decision("model.output_heads", optional=True)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,6 +20,7 @@ from launcher.train.callbacks import make_callbacks
 from launcher.train.optimizers import make_optimizer
 from launcher.train.registry import MODELS
 from launcher.train.schedules import learning_rate
+from launcher.train.user_model import output_names
 
 if TYPE_CHECKING:
     from launcher.train.tasks import Task
@@ -40,8 +41,8 @@ class Built:
 
 
 def float32_output(model, mixed: bool) -> tuple[Any, OutputPlan | None]:
-    """Guarantee float32 logits whatever the builder did (mixed policies need the range), and the record that
-    says what was done (None: the output already was float32).
+    """Guarantee float32 logits whatever the builder did (mixed policies need the range), for every output the
+    model has, and the record that says what was done (None: the outputs already were float32).
 
     A subclassed model without symbolic outputs is left as is: the task casts its outputs to float32
     before the loss and the metrics."""
@@ -54,6 +55,8 @@ def float32_output(model, mixed: bool) -> tuple[Any, OutputPlan | None]:
             )
         )
         return model, cast if mixed else None
+    if len(outputs) > 1:
+        return float32_heads(model)
     if outputs[0].dtype == "float32":
         return model, None
     out = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(outputs[0])
@@ -65,6 +68,52 @@ def float32_output(model, mixed: bool) -> tuple[Any, OutputPlan | None]:
         )
     )
     return keras.Model(model.inputs, out, name=model.name), wrapped
+
+
+def float32_heads(model) -> tuple[Any, OutputPlan | None]:
+    """Every output of a model with several gets float32 range, none dropped: a float32 linear layer after each
+    one that is not float32, in the model's structure (a list or a dict) and with its output names."""
+    names = output_names(model)
+    dtypes = [str(t.dtype) for t in model.outputs]
+    if all(dtype == "float32" for dtype in dtypes):
+        return model, None
+    taken = {layer.name for layer in model._flatten_layers(include_self=False)}
+    flat = [_as_float32(t, _free_name(f"{name}_float32", taken)) for t, name in zip(model.outputs, names, strict=True)]
+    wrapped = keras.Model(model.input, keras.tree.pack_sequence_as(model.output, flat), name=model.name)
+    wrapped.output_names = list(model.output_names)  # the user's, not the float32 layers'
+    return wrapped, _heads_record(names, dtypes)
+
+
+def _as_float32(tensor, name: str):
+    if tensor.dtype == "float32":
+        return tensor
+    return keras.layers.Activation("linear", dtype="float32", name=name)(tensor)
+
+
+def _free_name(wanted: str, taken: set[str]) -> str:
+    """`wanted`, or with a number after it when the model has a layer of that name (names must be unique)."""
+    name = wanted.replace("/", "_")
+    number = 1
+    while name in taken:
+        name, number = f"{wanted.replace('/', '_')}_{number}", number + 1
+    taken.add(name)
+    return name
+
+
+def _heads_record(names: list[str], dtypes: list[str]) -> OutputPlan:
+    heads = {
+        name: "float32 (kept)" if dtype == "float32" else f"{dtype} -> float32 (wrapped)"
+        for name, dtype in zip(names, dtypes, strict=True)
+    }
+    wrapped = [name for name, dtype in zip(names, dtypes, strict=True) if dtype != "float32"]
+    return OutputPlan.of(
+        dtype=(
+            "float32 (wrapped)",
+            f"the model's outputs {wrapped} are not float32: a float32 layer was added after each, "
+            "so every output's loss and softmax have float32 range",
+        ),
+        heads=(heads, "each output's dtype as built and what was done to it; every output is kept"),
+    )
 
 
 def check_in_scope(model, strategy, key: str, value) -> None:

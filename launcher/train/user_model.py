@@ -2,7 +2,8 @@
 
 `check` imports the builder and checks its signature with the data loaded, before anything is built;
 `build` calls it inside the strategy scope under the Plan's dtype policy (as the built-in builders are)
-and refuses what the engine cannot train: not a keras.Model, an output that does not fit the task.
+and refuses what the engine cannot train: not a keras.Model, several outputs (the task has one head), an output
+that does not fit the task.
 """
 
 from __future__ import annotations
@@ -48,9 +49,10 @@ def build(cfg, source):
             f"a builder that returns a keras.Model (it returned {type(model).__name__})",
             "return keras.Model(inputs, outputs) from the builder",
         )
+    called = None
     if not model.built or not model.outputs:
         try:
-            model(keras.ops.zeros((1, *spec.input_shape), dtype=spec.input_dtype))
+            called = model(keras.ops.zeros((1, *spec.input_shape), dtype=spec.input_dtype))
         except Exception as err:
             raise ConfigError.single(
                 key,
@@ -58,8 +60,44 @@ def build(cfg, source):
                 f"a model that accepts inputs of shape {spec.input_shape} ({type(err).__name__}: {str(err)[:200]})",
                 "build the model with keras.Input(shape=spec.input_shape)",
             ) from None
+    _check_one_output(_names(model, called), spec, key, path)
     _check_output(model, spec, key, path)
     return model
+
+
+def output_names(model) -> list[str]:
+    """The names of a functional model's outputs, in the order of `model.outputs`: a dict's keys, else the names
+    of the layers that make them."""
+    if len(model.outputs) > 1 and isinstance(model.output, dict):
+        import keras
+
+        return ["/".join(str(part) for part in path) for path, _ in keras.tree.flatten_with_path(model.output)]
+    return list(getattr(model, "output_names", None) or [t._keras_history[0].name for t in model.outputs])
+
+
+def _names(model, called) -> list[str]:
+    """The model's output names; a subclassed model's from what its call returned (a dict's keys, or positions)."""
+    if getattr(model, "outputs", None):
+        return output_names(model)
+    if isinstance(called, dict):
+        return [str(name) for name in called]
+    if isinstance(called, list | tuple):
+        return [f"output_{i}" for i in range(len(called))]
+    return ["output_0"]
+
+
+def _check_one_output(names: list[str], spec: ModelSpec, key: str, path: str) -> None:
+    """The task has one head (one loss, its metrics): a second output would go untrained, or fail in the step."""
+    if len(names) == 1:
+        return
+    raise ConfigError.single(
+        key,
+        path,
+        f"a model with one output for task={spec.task} (its loss and metrics are one head's); "
+        f"yours has {len(names)} outputs {names}",
+        f"return keras.Model(inputs, <one of {names}>) from the builder: a task per output (task.heads.<name>) "
+        "is not supported yet",
+    )
 
 
 def _check_output(model, spec: ModelSpec, key: str, path: str) -> None:
