@@ -39,6 +39,7 @@ TF_FREE_MODULES = [
     "launcher.plan.resume",
     "launcher.plan.decisions",
     "launcher.config.precisions",
+    "launcher.config.strategies",
     "launcher.plan.sharding",
     "launcher.plan.environment",
     "launcher.plan.hardware",

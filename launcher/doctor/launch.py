@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from launcher.config.errors import ConfigError
+from launcher.config.strategies import strategy_of
 from launcher.doctor.doctor import examine
 from launcher.doctor.report import PLOT_FILE, REPORT_FILE, console, markdown, plot_loss_scale, verdict
 from launcher.doctor.trials import render_overrides
@@ -35,14 +36,15 @@ def run(cfg_node, run_dir: Path, launch_dir: Path, overrides: str = "") -> int:
 
 
 def _examine(cfg_node, run_dir: Path, launch_dir: Path, overrides: str) -> OutcomeRecord:
-    from launcher.config.schema import StrategyKind, to_config
+    from launcher.config.schema import to_config
     from launcher.plan.resolve import wants_measurements
 
     config = to_config(cfg_node)
-    if config.strategy.kind == StrategyKind.multi_worker:
+    strategy = strategy_of(config.strategy.kind)
+    if not strategy.single_process:
         raise ConfigError.single(
             "strategy",
-            "multi_worker",
+            strategy.name,
             "a single-process strategy: the doctor runs its trials in one process",
             "examine the same replicas on one machine: strategy=mirrored strategy.devices=<workers x devices>",
         )

@@ -8,7 +8,8 @@ A cluster is named three ways, first match wins:
    each task listening on `strategy.port` + its rank on the node.
 
 Every problem (malformed address, duplicate address, index out of range) is a `Violation`, so a bad
-spec is refused before any process waits for a peer that cannot come.
+spec is refused before any process waits for a peer that cannot come. Only a strategy whose cluster form is
+multi-worker (`launcher.config.strategies`) has a cluster; a single-process one has none to find.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 from launcher.config.errors import Violation
+from launcher.config.strategies import ClusterForm, strategy_of
 
 EXAMPLE_TF_CONFIG = '{"cluster": {"worker": ["host1:12345", "host2:12345"]}, "task": {"type": "worker", "index": 0}}'
 
@@ -43,7 +45,11 @@ class Cluster:
 
 
 def find_cluster(strategy, tf_config: dict | None, slurm: dict[str, str]) -> tuple[Cluster | None, list[Violation]]:
-    """The cluster this process is part of, or None with the violations that say why not."""
+    """The cluster this process is part of, or None with the violations that say why not (None and none for a
+    single-process strategy)."""
+    entry = strategy_of(strategy.kind)
+    if entry.cluster is ClusterForm.single_process:
+        return None, []
     if list(strategy.workers):
         return _from_config(strategy)
     if tf_config is not None:
@@ -53,7 +59,7 @@ def find_cluster(strategy, tf_config: dict | None, slurm: dict[str, str]) -> tup
     return None, [
         Violation(
             "strategy",
-            "multi_worker",
+            entry.name,
             "a cluster: strategy.workers=[host:port,...] with strategy.task_index, a TF_CONFIG environment variable, "
             "a Slurm job step (srun), or strategy.local_workers=N to start N workers on this machine (found none)",
             "python -m launcher strategy=multi_worker strategy.local_workers=2, or "

@@ -10,7 +10,8 @@ from __future__ import annotations
 from launcher.config.bounds import out_of_bounds
 from launcher.config.durations import duration_problems
 from launcher.config.errors import Violation, raise_if_any
-from launcher.config.schema import Config, PrecisionName, StrategyKind
+from launcher.config.schema import Config, PrecisionName
+from launcher.config.strategies import strategy_of
 from launcher.plan.decisions import Plan
 from launcher.plan.environment import Environment
 from launcher.plan.rules.batch import decide_batch, decide_learning_rate
@@ -76,9 +77,9 @@ def resolve_all(cfg: Config, env: Environment) -> tuple[Plan, list[Violation]]:
 def wants_measurements(cfg: Config) -> bool:
     """precision=auto and xla=auto decide by this machine's measured matmul rates.
 
-    Not under multi_worker: workers on different machines (or measuring under different load)
-    could decide differently, and every worker must run the same step. They decide by flags.
+    Not under a strategy of several processes (multi_worker): workers on different machines (or measuring
+    under different load) could decide differently, and every worker must run the same step. They decide by flags.
     """
-    if cfg.strategy.kind == StrategyKind.multi_worker:
+    if not strategy_of(cfg.strategy.kind).single_process:
         return False
     return cfg.precision.name == PrecisionName.auto or str(cfg.xla).strip().lower() == "auto"

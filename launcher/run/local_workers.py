@@ -28,6 +28,7 @@ from collections import deque
 from pathlib import Path
 
 from launcher import forkserver
+from launcher.config.strategies import WorkerStart, strategy_of
 from launcher.outcome import OutcomeRecord
 from launcher.run.restarts import Attempt
 
@@ -35,6 +36,14 @@ GRACE_SECONDS = 5.0
 TAIL_LINES = 25
 # Overrides this launcher sets for each worker (the user's own are dropped).
 OWN_KEYS = ("strategy.local_workers", "strategy.workers", "strategy.task_index", "hydra.run.dir")
+
+
+def local_worker_count(strategy) -> int:
+    """The workers this command starts on this machine: `strategy.local_workers` under a strategy that runs one
+    process per worker (`WorkerStart.per_worker` in `launcher.config.strategies`), else 0 (this process trains)."""
+    if strategy_of(strategy.kind).workers is not WorkerStart.per_worker:
+        return 0
+    return max(int(getattr(strategy, "local_workers", 0)), 0)
 
 
 def free_ports(count: int) -> list[int]:

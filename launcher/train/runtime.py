@@ -6,6 +6,7 @@ import random
 
 import numpy as np
 
+from launcher.config.strategies import STRATEGIES
 from launcher.console import quiet_stderr
 from launcher.train.cluster_watchdog import joining
 
@@ -44,21 +45,34 @@ def _check_float16_kernels() -> None:
 
 
 def make_strategy(plan):
+    """The tf.distribute object for the Plan's strategy, made by the builder its table entry names."""
+    kind = plan.strategy.kind
+    if kind not in STRATEGIES:
+        raise ValueError(f"unknown strategy {kind!r}")
+    return BUILDERS[STRATEGIES[kind].builder](plan)
+
+
+def _current(plan):
+    """No wrapping: TensorFlow's default strategy on the one device."""
     import tensorflow as tf
 
-    kind, devices = plan.strategy.kind, plan.strategy.devices
-    if kind == "default":
-        return tf.distribute.get_strategy()
-    if kind == "one_device":
-        return tf.distribute.OneDeviceStrategy(devices[0])
-    if kind == "mirrored":
-        on_cpu = all("cpu" in d.lower() for d in devices)
-        # NCCL is GPU-only; on logical CPUs reduce through one device.
-        ops = tf.distribute.ReductionToOneDevice() if on_cpu else None
-        return tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
-    if kind == "multi_worker":
-        return _multi_worker(plan)
-    raise ValueError(f"unknown strategy {kind!r}")
+    return tf.distribute.get_strategy()
+
+
+def _one_device(plan):
+    import tensorflow as tf
+
+    return tf.distribute.OneDeviceStrategy(plan.strategy.devices[0])
+
+
+def _mirrored(plan):
+    import tensorflow as tf
+
+    devices = plan.strategy.devices
+    on_cpu = all("cpu" in d.lower() for d in devices)
+    # NCCL is GPU-only; on logical CPUs reduce through one device.
+    ops = tf.distribute.ReductionToOneDevice() if on_cpu else None
+    return tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
 
 
 def _multi_worker(plan):
@@ -79,6 +93,10 @@ def _multi_worker(plan):
     options = tf.distribute.experimental.CommunicationOptions(implementation=implementation)
     with joining(workers, index, plan.cluster.connect_timeout):
         return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+
+
+# `launcher.config.strategies` names each strategy's builder here (`Strategy.builder`).
+BUILDERS = {"current": _current, "one_device": _one_device, "mirrored": _mirrored, "multi_worker": _multi_worker}
 
 
 def split_cpu(count: int) -> None:

@@ -1,10 +1,17 @@
-"""Which tf.distribute strategy, on which devices, and (multi-worker) the cluster this process joins."""
+"""Which tf.distribute strategy, on which devices, and (multi-worker) the cluster this process joins.
+
+What each strategy is comes from its entry in `launcher.config.strategies`: its placement picks the devices here,
+its cluster form says whether this process looks for a cluster, and how its workers start says whether
+`strategy.local_workers` is planned.
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
-from launcher.config.schema import Config, StrategyKind
+from launcher.config.schema import Config
+from launcher.config.strategies import Placement, Strategy, WorkerStart, strategy_of
 from launcher.plan.cluster import Cluster, find_cluster
 from launcher.plan.decisions import ClusterPlan, StrategyPlan
 from launcher.plan.environment import Environment
@@ -14,17 +21,26 @@ DEFAULT_LOGICAL_CPUS = 2
 NO_SPLIT = (0, "no CPU split needed")
 
 
+@dataclass(frozen=True)
+class Placed:
+    """A placement's decisions (value, reason): the devices, the CPU split, and the replicas in this process."""
+
+    devices: tuple[list[str], str]
+    logical_cpus: tuple[int, str]
+    replicas: tuple[int, str]
+
+
 def decide_strategy(cfg: Config, env: Environment, found: Findings) -> tuple[StrategyPlan, ClusterPlan | None]:
-    kind = cfg.strategy.kind
-    if kind == StrategyKind.multi_worker:
-        plan, cluster = _multi_worker(cfg, env, found)
+    entry = strategy_of(cfg.strategy.kind)
+    placed = PLACEMENTS[entry.placement](cfg, env, found)
+    kind = (entry.name, f"requested: {entry.description}")
+    if entry.single_process:
+        plan = StrategyPlan.of(
+            kind=kind, devices=placed.devices, logical_cpus=placed.logical_cpus, replicas=placed.replicas
+        )
+        cluster = None
     else:
-        handler = {
-            StrategyKind.default: _default,
-            StrategyKind.one_device: _one_device,
-            StrategyKind.mirrored: _mirrored,
-        }[kind]
-        plan, cluster = handler(cfg, env, found), None
+        plan, cluster = _in_cluster(cfg, env, found, entry, kind, placed)
     if cfg.strategy.slurm_requeue:
         value, reason = _slurm_requeue(cfg, env, found)
         plan = replace(plan, slurm_requeue=value, why={**plan.why, "slurm_requeue": reason})
@@ -49,17 +65,14 @@ def _slurm_requeue(cfg: Config, env: Environment, found: Findings) -> tuple[str,
     )
 
 
-def _default(cfg: Config, env: Environment, found: Findings) -> StrategyPlan:
+def _first_device(cfg: Config, env: Environment, found: Findings) -> Placed:
     device = "/gpu:0" if env.gpus else "/cpu:0"
-    return StrategyPlan.of(
-        kind=("default", "requested: one device, no tf.distribute wrapping"),
-        devices=([device], f"found {env.describe_devices()}"),
-        logical_cpus=NO_SPLIT,
-        replicas=(1, "one device"),
+    return Placed(
+        devices=([device], f"found {env.describe_devices()}"), logical_cpus=NO_SPLIT, replicas=(1, "one device")
     )
 
 
-def _one_device(cfg: Config, env: Environment, found: Findings) -> StrategyPlan:
+def _chosen_device(cfg: Config, env: Environment, found: Findings) -> Placed:
     wanted = cfg.strategy.device.strip().lower()
     if wanted == "auto":
         device = "/gpu:0" if env.gpus else "/cpu:0"
@@ -75,12 +88,7 @@ def _one_device(cfg: Config, env: Environment, found: Findings) -> StrategyPlan:
                 f"one of {valid} ({problem}; found {env.describe_devices()})",
                 "strategy.device=auto",
             )
-    return StrategyPlan.of(
-        kind=("one_device", "requested: OneDeviceStrategy"),
-        devices=([device], reason),
-        logical_cpus=NO_SPLIT,
-        replicas=(1, "one device"),
-    )
+    return Placed(devices=([device], reason), logical_cpus=NO_SPLIT, replicas=(1, "one device"))
 
 
 def _device_problem(device: str, env: Environment) -> str | None:
@@ -94,7 +102,7 @@ def _device_problem(device: str, env: Environment) -> str | None:
     return None
 
 
-def _mirrored(cfg: Config, env: Environment, found: Findings) -> StrategyPlan:
+def _local_devices(cfg: Config, env: Environment, found: Findings) -> Placed:
     wanted = max(cfg.strategy.devices, 0)  # a negative count is reported by the bounds table
     if env.gpus:
         if wanted > len(env.gpus):
@@ -119,20 +127,33 @@ def _mirrored(cfg: Config, env: Environment, found: Findings) -> StrategyPlan:
         logical = (count, "configured before the TF runtime starts")
         if count > env.cpu_count:
             found.warn(f"{count} logical CPU devices on {env.cpu_count} cores: replicas share cores.")
-    return StrategyPlan.of(
-        kind=("mirrored", "requested: MirroredStrategy (synchronous data parallel)"),
-        devices=devices,
-        logical_cpus=logical,
-        replicas=(max(count, 1), f"{count} mirrored device(s)"),
+    return Placed(devices=devices, logical_cpus=logical, replicas=(max(count, 1), f"{count} mirrored device(s)"))
+
+
+def _every_device_per_worker(cfg: Config, env: Environment, found: Findings) -> Placed:
+    local = max(len(env.gpus), 1)
+    device = "/gpu" if env.gpus else "/cpu"
+    return Placed(
+        devices=([f"{device}:{i}" for i in range(local)], f"per worker; found {env.describe_devices()}"),
+        logical_cpus=(0, "one CPU device per worker"),
+        replicas=(local, f"{local} device(s) per worker"),
     )
 
 
-def _multi_worker(cfg: Config, env: Environment, found: Findings) -> tuple[StrategyPlan, ClusterPlan]:
+PLACEMENTS: dict[Placement, Callable[[Config, Environment, Findings], Placed]] = {
+    Placement.first_device: _first_device,
+    Placement.chosen_device: _chosen_device,
+    Placement.local_devices: _local_devices,
+    Placement.every_device_per_worker: _every_device_per_worker,
+}
+
+
+def _in_cluster(
+    cfg: Config, env: Environment, found: Findings, entry: Strategy, kind: tuple[str, str], placed: Placed
+) -> tuple[StrategyPlan, ClusterPlan]:
     strategy = cfg.strategy
-    local = max(len(env.gpus), 1)
-    device = "/gpu" if env.gpus else "/cpu"
     local_workers = None
-    if strategy.local_workers:
+    if entry.workers is WorkerStart.per_worker and strategy.local_workers:
         # This process only starts and watches the workers; each of them resolves its own Plan.
         workers = [f"127.0.0.1:<free port {i}>" for i in range(strategy.local_workers)]
         local_workers = (
@@ -144,11 +165,12 @@ def _multi_worker(cfg: Config, env: Environment, found: Findings) -> tuple[Strat
         cluster, problems = find_cluster(strategy, env.tf_config, env.slurm)
         found.violations.extend(problems)
         cluster = cluster or Cluster(("localhost:0",), 0, "none")
+    local = placed.replicas[0]
     plan = StrategyPlan.of(
-        kind=("multi_worker", "requested: MultiWorkerMirroredStrategy"),
+        kind=kind,
         local_workers=local_workers,
-        devices=([f"{device}:{i}" for i in range(local)], f"per worker; found {env.describe_devices()}"),
-        logical_cpus=(0, "one CPU device per worker"),
+        devices=placed.devices,
+        logical_cpus=placed.logical_cpus,
         replicas=(len(cluster.workers) * local, f"{len(cluster.workers)} worker(s) x {local} device(s)"),
     )
     chief = (
