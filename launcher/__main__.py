@@ -19,7 +19,7 @@ from launcher.doctor.launch import run as run_doctor
 from launcher.outcome import EXIT_FAILED
 from launcher.run.evaluate import evaluate
 from launcher.run.launch import run as run_training
-from launcher.run.local_workers import local_workers_attempt
+from launcher.run.local_workers import local_worker_count, local_workers_attempt
 from launcher.run.restarts import (
     REASON_ENV,
     RESTART_ENV,
@@ -57,12 +57,7 @@ def mode_of(cfg: DictConfig, multirun: bool) -> str:
     if multirun:
         return "sweep_job"  # each job runs in a fresh `python -m launcher` process of its own mode
     mode = str(getattr(cfg.mode, "value", cfg.mode))
-    strategy = cfg.strategy
-    if (
-        mode == "train"
-        and str(getattr(strategy.kind, "value", strategy.kind)) == "multi_worker"
-        and strategy.get("local_workers", 0) > 0
-    ):
+    if mode == "train" and local_worker_count(cfg.strategy) > 0:
         return "local_workers"
     if mode == "train" and cfg.train.get("max_restarts", 0) > 0 and not supervised() and not cfg.get("explain"):
         return "supervised"  # the training runs in a child this process restarts when it fails

@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from launcher.config.optimizers import xla_breaks
-from launcher.config.schema import Config, OptimizerUpdate, PrecisionName, StrategyKind, TrainConfig, as_dict
+from launcher.config.schema import Config, OptimizerUpdate, PrecisionName, TrainConfig, as_dict
+from launcher.config.strategies import strategy_of
 from launcher.files import read_json, write_json_atomic
 from launcher.plan.decisions import TunePlan
 from launcher.plan.environment import Environment, TunedStep
@@ -186,7 +187,7 @@ def decide(
     mode = str(config.tune)
     if mode not in TUNE_CHOICES or mode == "off":
         return env, None
-    if config.strategy.kind == StrategyKind.multi_worker:
+    if not strategy_of(config.strategy.kind).single_process:
         why = "multi-worker jobs never tune: every worker runs the step the matmul rates' rule picks, the same on each"
         return env, TunePlan.of(tune=("not tuned", why))
     found, left_out = candidates(config, env)
