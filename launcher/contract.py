@@ -4,12 +4,36 @@ A leaf that imports no TensorFlow, so the checkpoint policy, the hooks' pure log
 sweep and the tests can use it without starting a runtime. The engine (train/engine.py)
 drives a `HookList`; each hook does one job (run/hooks/), as Keras's `CallbackList` and
 Orbit's actions do. Adding behaviour around the steps means adding a `Hook`, not editing one.
+
+How a fit ends is part of the contract too: every stop the engine (or a hook) raises says its own
+`Ending` (status, exit code, failure kind, tags, message), so the runner handles them all in one place.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+# Statuses as MLflow names a run's end.
+FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
+
+# What a FAILED launch failed at. Only a training failure may be restarted (`train.max_restarts`): the others would
+# fail the same way again (the numerics, the disk) or are the person's to fix (refusals have their own status).
+TRAINING_FAILURE, NUMERICS_STOP, CHECKPOINT_WRITE = "training", "numerics", "checkpoint_write"
+
+EXIT_FINISHED = 0
+EXIT_FAILED = 1  # training (or an examination) failed; also Hydra's own compose errors
+
+
+def exit_for_signal(signum: int) -> int:
+    """128 + the signal, as a shell reports a process the signal ended (130 SIGINT, 143 SIGTERM)."""
+    return 128 + signum
+
 
 # The epoch metrics a person compares runs by (console summary, sweep table), in reading order.
 SUMMARY_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy", "examples_per_sec")
@@ -155,6 +179,29 @@ class Preempted(Exception):
     def by_budget(self) -> bool:
         return self.signum == TIME_BUDGET
 
+    def ending(self, context: StopContext) -> Ending:
+        """train.max_time: a planned end of this launch, FINISHED; a signal: KILLED, exit 128 + signal (and, for
+        strategy.slurm_requeue's signal on the chief, the job requeued)."""
+        if self.by_budget:
+            return Ending(
+                FINISHED,
+                EXIT_FINISHED,
+                stop_reason="max_time",
+                tags={"stop_reason": "max_time", "stop_position": str(self.position)},
+                message=f"\ntrain.max_time={context.max_time} reached at {self.position}. Checkpoint saved; run the "
+                "same command again to continue.",
+            )
+        requeue = context.requeue_signal is not None and self.signum == context.requeue_signal
+        then = "Slurm requeues the job" if requeue else "re-run the same command to resume"
+        return Ending(
+            KILLED,
+            exit_for_signal(self.signum),
+            error=str(self),
+            tags={"slurm.requeue": os.environ.get("SLURM_JOB_ID", "")} if requeue else {},
+            message=f"\nPreempted: {self}. Checkpoint saved; {then}.",
+            requeue=requeue,
+        )
+
 
 @dataclass
 class EpochResult:
@@ -170,3 +217,67 @@ class FitResult:
     @property
     def final(self) -> dict[str, float]:
         return self.epochs[-1].logs if self.epochs else {}
+
+
+# ------------------------------------------------------------------ how a fit ends
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How one fit ended: the MLflow run's status, the process's exit code, what failed (for outcome.json and
+    the `error` tag) and what the console says about it."""
+
+    status: str
+    exit_code: int
+    error: str | None = None
+    failure: str | None = None  # TRAINING_FAILURE, NUMERICS_STOP or CHECKPOINT_WRITE, when FAILED
+    stop_reason: str | None = None  # a finished fit: epochs, max_steps, early_stopping, pruned or max_time
+    tags: dict = field(default_factory=dict)
+    message: str = ""
+    to_stderr: bool = False
+    traceback: bool = False  # an unexpected failure: its traceback is what explains it
+    requeue: bool = False  # strategy.slurm_requeue: the chief asks Slurm to requeue the job once the run is ended
+    reraise: bool = False  # Ctrl-C (or an exit) goes on up once the run is ended
+
+    def announce(self) -> None:
+        """Print what the person needs to know (inside the `except`, so a traceback is the one being handled)."""
+        if self.traceback:
+            traceback.print_exc()
+        if self.message:
+            print(self.message, file=sys.stderr if self.to_stderr else sys.stdout, flush=True)
+
+
+@dataclass(frozen=True)
+class StopContext:
+    """What an ending depends on beyond the stop itself."""
+
+    requeue_signal: int | None = None  # strategy.slurm_requeue on the chief: the signal that requeues the job
+    max_time: str = ""  # train.max_time, as the console shows it
+
+
+@runtime_checkable
+class EndsLaunch(Protocol):
+    """A stop that says how it ends the launch: `Preempted`, `NumericsStop`, `CheckpointWriteError`."""
+
+    def ending(self, context: StopContext) -> Ending: ...
+
+
+def ending_of(err: BaseException, context: StopContext) -> Ending:
+    """The ending of a fit that raised `err`: its own when it says one, else a training failure (Ctrl-C: KILLED)."""
+    if isinstance(err, EndsLaunch):
+        return err.ending(context)
+    if isinstance(err, KeyboardInterrupt):
+        return Ending(KILLED, exit_for_signal(signal.SIGINT), reraise=True)
+    if not isinstance(err, Exception):  # SystemExit and the like: not the training's failure
+        return Ending(FAILED, EXIT_FAILED, reraise=True)
+    error = f"{type(err).__name__}: {err}"
+    return Ending(
+        FAILED,
+        EXIT_FAILED,
+        error=error,
+        failure=TRAINING_FAILURE,
+        tags={"error": error},
+        message="\nTraining failed; the MLflow run is marked FAILED.",
+        to_stderr=True,
+        traceback=True,
+    )

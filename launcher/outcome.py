@@ -2,7 +2,8 @@
 
 Written once, by the shell around every mode (`launcher.run.shell`); read back by sweeps (did this job
 finish, what is its objective), the local multi-worker launcher (the workers' final-weights digests),
-`mode=eval` (the newest finished training run) and the benchmarks. A leaf: it imports only `files`.
+`mode=eval` (the newest finished training run) and the benchmarks. A leaf: it imports only `files` and, for how
+a fit ends (statuses, failure kinds, exit codes), `contract`.
 """
 
 from __future__ import annotations
@@ -12,25 +13,23 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from launcher.contract import (  # noqa: F401 (how a fit ends: named here for every reader of outcome records)
+    CHECKPOINT_WRITE,
+    EXIT_FAILED,
+    EXIT_FINISHED,
+    FAILED,
+    FINISHED,
+    KILLED,
+    NUMERICS_STOP,
+    TRAINING_FAILURE,
+    exit_for_signal,
+)
 from launcher.files import OUTCOME_FILE, read_json, write_json_atomic
 
-EXIT_FINISHED = 0
-EXIT_FAILED = 1  # training (or an examination) failed; also Hydra's own compose errors
 EXIT_REFUSED = 2  # the config, the data or the run dir refused before anything ran
 EXIT_PROBLEM_FOUND = 3  # mode=doctor found what breaks the config
 
-
-def exit_for_signal(signum: int) -> int:
-    """128 + the signal, as a shell reports a process the signal ended (130 SIGINT, 143 SIGTERM)."""
-    return 128 + signum
-
-
-# What a FAILED launch failed at. Only a training failure may be restarted (`train.max_restarts`): the others would
-# fail the same way again (the numerics, the disk) or are the person's to fix (refusals have their own status).
-TRAINING_FAILURE, NUMERICS_STOP, CHECKPOINT_WRITE = "training", "numerics", "checkpoint_write"
-
-# Statuses as MLflow names a run's end, plus REFUSED (nothing ran, nothing in MLflow).
-FINISHED, FAILED, KILLED, REFUSED = "FINISHED", "FAILED", "KILLED", "REFUSED"
+REFUSED = "REFUSED"  # a status beside MLflow's (FINISHED, FAILED, KILLED): nothing ran, nothing in MLflow
 
 
 FORKED_BY_ENV = "LAUNCHER_FORKED_BY"  # set by `forkserver` in each process it forks

@@ -22,7 +22,7 @@ ALLOWED = {
     "doctor": {"config", "plan", "train", "run", "tracking", "contract", "files", "console", "outcome"},
     "__main__": {"config", "run", "sweep", "doctor", "outcome"},
     **{leaf: set() for leaf in LEAVES},
-    "outcome": {"files"},  # a leaf that writes through the shared JSON helpers
+    "outcome": {"files", "contract"},  # a leaf that writes through the shared JSON helpers; how a fit ends
     "forkserver": {"console", "outcome"},  # starts launcher processes: quiets TensorFlow, marks them forked
 }
 TF_FREE_MODULES = [
@@ -69,6 +69,15 @@ TF_FREE_MODULES = [
     "launcher.run.params",
     "launcher.train.numerics",
     "launcher.run.hooks.step_metrics",
+    "launcher.run.hooks.assembly",
+    "launcher.run.stopping",
+    "launcher.run.preflight",
+    "launcher.run.building",
+    "launcher.run.restore",
+    "launcher.run.agree",
+    "launcher.run.mlflow_run",
+    "launcher.run.export",
+    "launcher.run.finish",
     "launcher.doctor.diagnose",
     "launcher.outcome",
     "launcher.forkserver",

@@ -435,3 +435,105 @@ def test_a_signal_on_one_worker_stops_every_worker_at_the_same_boundary():
             hook.after_steps(Position(0, 4, 4), {})
         assert stop.value.signum == 15 and stop.value.position.global_step == 4
     assert [h.hooks[1].checkpointer.saves[0][0] for h in hooks] == [4, 4]  # both saved at step 4
+
+
+# ------------------------------------------------------------ the hook list of a fit
+
+
+def fit_config(monitor="", profile_steps=0, step_metrics_every=0):
+    from types import SimpleNamespace as NS
+
+    return NS(
+        checkpoint=NS(monitor=monitor, mode=NS(value="min"), export_model=False, interval_steps=0, interval_epochs=1),
+        train=NS(measure_utilization=False, profile=NS(steps=profile_steps, skip_steps=0)),
+        tracking=NS(enabled=True, step_metrics_every=step_metrics_every),
+    )
+
+
+def fit_plan(max_time=None, faulted=False):
+    from types import SimpleNamespace as NS
+
+    schedule = NS(
+        max_time_seconds=max_time, val_every_steps=None, steps_in_epoch=lambda p: 10, total_steps=20, max_steps=None
+    )
+    return NS(schedule=schedule, is_chief=True, has=lambda section: faulted)
+
+
+class FakeAgreement:
+    def any_stop(self, signum):
+        return signum
+
+
+def test_hooks_for_puts_stops_first_state_before_the_save_and_the_preemption_stop_last(tmp_path):
+    from types import SimpleNamespace as NS
+
+    from launcher.run.hooks import assembly
+    from launcher.run.hooks.preemption import PreemptionGuard
+
+    guard = PreemptionGuard(enabled=False)
+    built = NS(model=None, optimizer=None)
+    fit = assembly.hooks_for(
+        fit_config(monitor="val_loss", profile_steps=2, step_metrics_every=5),
+        fit_plan(max_time=60),
+        built,
+        FakeTracker(),
+        NS(matmul_gflops={}),
+        tmp_path,
+        guard,
+        checkpointer=FakeCheckpointer(),
+        agreement=FakeAgreement(),
+        trial=NS(objective="val_loss"),
+    )
+    names = [type(h).__name__ for h in fit.hooks.hooks]
+    assert names == [
+        "TimeBudgetHook",
+        "StopAgreementHook",
+        "UtilizationHook",
+        "ProfilerHook",
+        "HistoryHook",
+        "BestModelHook",
+        "CallbackStateHook",
+        "PruningHook",
+        "CheckpointHook",
+        "StepMetricsHook",
+        "MetricsHook",
+        "PreemptionHook",
+    ]
+    assert guard.agree is not None  # the workers' agreement is what the guard asks at each boundary
+    assert fit.best is fit.hooks.hooks[5] and fit.metrics is fit.hooks.hooks[10] and fit.pruning is fit.hooks.hooks[7]
+
+
+def test_hooks_for_a_plain_fit_has_only_what_every_fit_needs(tmp_path):
+    from types import SimpleNamespace as NS
+
+    from launcher.contract import FitResult
+    from launcher.run.hooks.assembly import hooks_for
+    from launcher.run.hooks.preemption import PreemptionGuard
+
+    plan = fit_plan()
+    fit = hooks_for(fit_config(), plan, NS(model=None), FakeTracker(), None, tmp_path, PreemptionGuard(enabled=False))
+    names = [type(h).__name__ for h in fit.hooks.hooks]
+    assert names == ["UtilizationHook", "HistoryHook", "CallbackStateHook", "MetricsHook", "PreemptionHook"]
+    assert fit.best is None and fit.pruning is None
+    assert fit.stop_tags(FitResult(stopped_early=True), plan.schedule) == {"stop_reason": "early_stopping"}
+    assert fit.stop_reason(FitResult(), plan.schedule) == "epochs"
+
+
+def test_a_pruned_trial_says_where_it_stopped_and_the_steps_it_saved():
+    from launcher.contract import FitResult
+    from launcher.run.hooks.assembly import FitHooks
+    from launcher.run.hooks.pruning import PruningHook
+
+    pruning = PruningHook(trial=None, by_global_step=False)
+    assert pruning.tags(total_steps=20) == {}
+    pruning.pruned_at = (Position(epoch=1, step_in_epoch=0, global_step=8), 0.51234567)
+    fit = FitHooks(HookList([pruning]), metrics=None, best=None, pruning=pruning)
+    schedule = fit_plan().schedule
+    assert fit.stop_tags(FitResult(stopped_early=True), schedule) == {
+        "stop_reason": "pruned",
+        "pruned": "true",
+        "pruned.epoch": "1",
+        "pruned.global_step": "8",
+        "pruned.value": "0.512346",
+        "pruned.steps_saved": "12",
+    }

@@ -23,7 +23,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from launcher.config.errors import ConfigError, Violation
-from launcher.contract import Position
+from launcher.contract import CHECKPOINT_WRITE, EXIT_FAILED, FAILED, Ending, Position, StopContext
 from launcher.files import read_json, write_json_atomic
 from launcher.run.faults import fault_point
 
@@ -339,6 +339,19 @@ class CheckpointUploadError(RuntimeError):
 
 class CheckpointWriteError(RuntimeError):
     """A save failed: the run stops with this message instead of training on without checkpoints."""
+
+    def ending(self, context: StopContext) -> Ending:
+        """FAILED, not restarted (the disk is the person's to fix); the message says it all: no traceback."""
+        error = f"CheckpointWriteError: {self}"
+        return Ending(
+            FAILED,
+            EXIT_FAILED,
+            error=error,
+            failure=CHECKPOINT_WRITE,
+            tags={"error": error},
+            message=f"\n{self}\nThe MLflow run is marked FAILED.",
+            to_stderr=True,
+        )
 
 
 def _reason(err: Exception) -> str:

@@ -1,9 +1,15 @@
-"""Export the trained network as a `.keras` file that loads with `keras.saving.load_model`."""
+"""The trained model as files: `model.keras` (loads with `keras.saving.load_model`), `best.keras`, the serving
+formats (export.formats) and the MLflow model, each logged to the run and copied beside remote checkpoints.
+
+Adding an export: a function here called from `export_trained`.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from launcher.run.mlflow_record import MODEL_ARTIFACT, save_mlflow_model
+from launcher.run.serving import ServingExports, export_serving
 from launcher.train.ema import ema_weights
 
 
@@ -18,3 +24,69 @@ def export_model(model, path: Path) -> None:
             model.save(path)
     finally:
         model.optimizer = optimizer
+
+
+class Reloaded:
+    """The exported model.keras loaded once, outside the strategy, by whichever export needs it first: its predict
+    runs on this process alone (the trained model's is a distributed call every multi-worker task would join)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._model = None
+
+    @property
+    def model(self):
+        if self._model is None:
+            import keras
+
+            self._model = keras.saving.load_model(self.path, compile=False)
+        return self._model
+
+
+def export_trained(config, plan, built, source, tracker, run_dir: Path, best_exported=None, remote=None) -> None:
+    """checkpoint.export_model, on the chief: model.keras (and best.keras), the serving formats and the MLflow
+    model, logged to the run; beside remote checkpoints too, where a machine without this disk finds them."""
+    if not (config.checkpoint.export_model and plan.is_chief):
+        return
+    export_model(built.model, run_dir / "model.keras")
+    tracker.log_artifact(run_dir / "model.keras", "model")
+    if best_exported:
+        tracker.log_artifact(best_exported, "model")
+    reloaded = Reloaded(run_dir / "model.keras")
+    exported = _export_for_serving(reloaded, plan.export.formats, built.task, source, tracker, run_dir)
+    if remote is not None:
+        remote.push_file(run_dir / "model.keras")
+        if best_exported:
+            remote.push_file(Path(best_exported))
+        if "tflite" in exported.written:
+            remote.push_file(exported.written["tflite"])
+    _log_mlflow_model(reloaded, config.tracking, source, tracker, run_dir)
+
+
+def _export_for_serving(reloaded: Reloaded, formats, task, source, tracker, run_dir: Path) -> ServingExports:
+    """export.formats' SavedModel and TFLite, from model.keras; each logged, a failed one said, not fatal."""
+    if not {"saved_model", "tflite"} & set(formats):
+        return ServingExports()
+    exported = export_serving(reloaded.model, task, source, run_dir, formats)
+    tags = {f"export.{name}": f"failed: {why}" for name, why in exported.failed.items()}
+    for name, path in exported.written.items():
+        tags[f"export.{name}"] = exported.notes.get(name, "written")
+        if path.is_dir():
+            tracker.log_artifacts(path, f"model/{path.name}")
+        else:
+            tracker.log_artifact(path, "model")
+        print(f"  export   {name:<12} {path}" + (f"  ({exported.notes[name]})" if name in exported.notes else ""))
+    for name, why in exported.failed.items():
+        print(f"WARNING: export.formats {name}: not exported ({why}); the run and its other exports stand.")
+    tracker.set_tags(tags)
+    return exported
+
+
+def _log_mlflow_model(reloaded: Reloaded, tracking, source, tracker, run_dir: Path) -> None:
+    """tracking.log_model: the MLflow model (and tracking.register_model: a registered version of it)."""
+    if not tracking.enabled or not tracking.log_model:
+        return
+    saved = save_mlflow_model(reloaded.model, source.first_inputs(), run_dir / MODEL_ARTIFACT)
+    tracker.log_artifacts(saved, MODEL_ARTIFACT)
+    if tracking.register_model:
+        tracker.register_model(tracking.register_model, MODEL_ARTIFACT)

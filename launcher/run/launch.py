@@ -10,7 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
 
-from launcher.outcome import EXIT_FAILED, EXIT_FINISHED, FAILED, FINISHED, KILLED, OutcomeRecord
+from launcher.outcome import EXIT_FINISHED, FINISHED, OutcomeRecord
 from launcher.plan.cluster import find_cluster
 from launcher.plan.environment import read_slurm, read_tf_config
 from launcher.run.shell import run_in_shell
@@ -36,15 +36,9 @@ def train(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict) -> Ou
     result = outcome.result
     final = result.final if result else {}
     history = [e.logs for e in result.epochs] if result else []
-    if outcome.exit_code is not None:  # preempted by a signal
-        status, code = KILLED, outcome.exit_code
-    elif outcome.error:
-        status, code = FAILED, EXIT_FAILED
-    else:
-        status, code = FINISHED, EXIT_FINISHED
     return OutcomeRecord(
-        status=status,
-        exit_code=code,
+        status=outcome.status or FINISHED,  # None: nothing trained (explain=true)
+        exit_code=EXIT_FINISHED if outcome.exit_code is None else outcome.exit_code,
         run_id=outcome.run_id,
         error=outcome.error,
         metrics=final,

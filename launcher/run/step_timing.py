@@ -23,7 +23,7 @@ from pathlib import Path
 from launcher.config.errors import ConfigError
 from launcher.contract import Hook, HookList, Position
 from launcher.run.review import review
-from launcher.run.runner import numerics_guard
+from launcher.run.stopping import numerics_guard
 from launcher.train import runtime
 
 ROUNDS = 3  # timed rounds per candidate, interleaved

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from launcher.contract import EXIT_FAILED, FAILED, NUMERICS_STOP, Ending, StopContext
+
 STOP = "stop"
 SKIP = "skip"
 
@@ -46,6 +48,24 @@ class NumericsStop(Exception):
         self.kind = kind
         self.step = step
         self.scale = scale
+
+    def ending(self, context: StopContext) -> Ending:
+        """FAILED, not restarted (it would fail the same way); the diagnosis says it all: no traceback."""
+        error = f"NumericsStop: {self.kind} at global step {self.step}"
+        return Ending(
+            FAILED,
+            EXIT_FAILED,
+            error=error,
+            failure=NUMERICS_STOP,
+            tags={
+                "error": error,
+                "numerics.stop": self.kind,
+                "numerics.stop_step": str(self.step),
+                "numerics.diagnosis": str(self)[:4900],
+            },
+            message=f"\n{self}\nThe MLflow run is marked FAILED; the last checkpoint is untouched.",
+            to_stderr=True,
+        )
 
 
 @dataclass

@@ -41,3 +41,16 @@ class PruningHook(Hook):
                 flush=True,
             )
             self.model.stop_training = True
+
+    def tags(self, total_steps: int) -> dict[str, str]:
+        """Where a pruned trial stopped and the steps its schedule did not run ({} when it was not pruned)."""
+        if self.pruned_at is None:
+            return {}
+        position, value = self.pruned_at
+        return {
+            "pruned": "true",
+            "pruned.epoch": str(position.epoch),
+            "pruned.global_step": str(position.global_step),
+            "pruned.value": f"{value:.6g}",
+            "pruned.steps_saved": str(max(total_steps - position.global_step, 0)),
+        }

@@ -1,0 +1,74 @@
+"""The build step: model, optimizer and metrics inside the strategy scope, then what only the built model
+shows (its output dtype), model.init_from's weights and model.freeze's layers, each a Plan record.
+
+A source that does not fit, a freeze that matches nothing, or a monitored metric the built task does not log is
+refused here, before anything runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher.config.errors import ConfigError, raise_if_any
+from launcher.config.tasks import known_epoch_metrics, monitor_problems
+from launcher.plan.decisions import Plan, render_record
+from launcher.run.preflight import Prepared, save_plan
+from launcher.train.fine_tune import Freezer, freeze_record, frozen_layers, load_matching
+
+
+def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path) -> tuple:
+    """(the Built model, the Plan with its records, model.freeze's Freezer or None)."""
+    from launcher.train.build import build
+
+    built = build(config, plan, prepared.source, prepared.strategy)
+    records, freezer = [], None
+    if built.output is not None:  # what only the built model shows (its output dtype): printed and saved
+        plan = plan.with_record(built.output)
+        print(render_record(built.output), flush=True)
+        save_plan(plan, run_dir)
+    if prepared.init_source is not None:
+        with prepared.strategy.scope():
+            source_model = _init_model(built, prepared.init_source)
+            records.append(
+                load_matching(built.model, source_model, prepared.init_source.shown, config.model.init_skip_mismatch)
+            )
+    if patterns := list(config.model.freeze or []):
+        layers = frozen_layers(built.model, patterns)
+        records.append(freeze_record(built.model, layers))
+        freezer = Freezer(layers, config.train.unfreeze_at_epoch)
+    for record in records:
+        plan = plan.with_record(record)
+        print(render_record(record), flush=True)
+    if records:
+        save_plan(plan, run_dir)
+    _check_monitor(config, plan, built)
+    return built, plan, freezer
+
+
+def _init_model(built, source):
+    """The source's network: a .keras file loaded as saved, or a checkpoint restored into a twin of this
+    config's model (a checkpoint has no layer names: it must be of this architecture)."""
+    import keras
+    import tensorflow as tf
+
+    if source.kind == "keras":
+        return keras.saving.load_model(source.path, compile=False)
+    twin = built.rebuild().model
+    try:
+        tf.train.Checkpoint(model=twin).restore(str(source.path)).expect_partial()
+    except (ValueError, tf.errors.OpError) as err:
+        raise ConfigError.single(
+            "model.init_from",
+            str(source.path),
+            f"a checkpoint of this model's architecture ({str(err).splitlines()[0][:200]})",
+            "init_from the run itself (its model.keras is matched layer by layer, a new head skipped)",
+        ) from None
+    return twin
+
+
+def _check_monitor(config, plan: Plan, built) -> None:
+    """A user metric's name is known once the task is built: checkpoint.monitor (and the like) checked against it."""
+    task = plan.task.name
+    if known_epoch_metrics(task, plan.task.metrics) is None:
+        names = [m.name for m in built.task.train_metrics]
+        raise_if_any(monitor_problems(config, task, known_epoch_metrics(task, names)))

@@ -1,0 +1,66 @@
+"""The finish step, after the last epoch: exports, the workers' final weights compared, the test split
+(train.test_at_end), the summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher.contract import FitResult, headline
+from launcher.run.agree import final_weights_agree
+from launcher.run.export import export_trained
+
+
+def finish(
+    config,
+    plan,
+    built,
+    source,
+    tracker,
+    run_dir: Path,
+    result: FitResult,
+    engine,
+    *,
+    best,
+    checkpointer,
+    remote,
+    agreement,
+) -> str | None:
+    """Export the model (and the best one) to the run dir and MLflow, check the workers' weights agree, test the
+    model (train.test_at_end) and print the summary. Returns the final weights' digest (multi-worker)."""
+    export_trained(config, plan, built, source, tracker, run_dir, best.exported if best else None, remote)
+    digest = final_weights_agree(agreement, built.model, tracker)
+    tested = evaluate_test_split(plan, engine, tracker, best, checkpointer)
+    hint = tracker.ui_hint if plan.is_chief else "logged by the chief (worker 0)"
+    print_summary(result, run_dir, hint, [m.name for m in built.task.train_metrics], tested)
+    return digest
+
+
+def evaluate_test_split(plan, engine, tracker, best, checkpointer) -> dict[str, float]:
+    """train.test_at_end: the best checkpoint's weights (else the final ones) evaluated once on the test split,
+    after the final model is exported (so the exported model stays the final one)."""
+    if plan.schedule.test_steps is None:
+        return {}
+    restored = checkpointer.best_manager.latest_checkpoint if checkpointer and best else None
+    epoch = plan.schedule.epochs - 1
+    if restored:
+        checkpointer.checkpoint.restore(restored).expect_partial()
+        epoch = int(best.best.get("epoch", epoch))
+    metrics = engine.evaluate("test")
+    tracker.log_metrics(metrics, step=epoch)
+    tracker.set_tags({"test.model": f"best ({Path(restored).name}, epoch {epoch + 1})" if restored else "final"})
+    tracker.flush()
+    return metrics
+
+
+def print_summary(
+    result: FitResult, run_dir: Path, tracking_hint: str, metrics: list[str], tested: dict[str, float]
+) -> None:
+    final = {**result.final, **tested}
+    if not result.epochs:
+        print("\nNothing to train: the checkpoint already covers every epoch.")
+    print("\nDone." + (" (stopped early)" if result.stopped_early else ""))
+    for key in [*headline(metrics, ("examples_per_sec",)), *tested]:
+        if key in final:
+            print(f"  {key:<20} {final[key]:.4f}")
+    print(f"  {'run dir':<20} {run_dir}")
+    print(f"  {'MLflow':<20} {tracking_hint}")

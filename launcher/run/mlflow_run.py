@@ -1,0 +1,82 @@
+"""Opening a launch's MLflow run: the checkpoint's run continued, or a new one with its params, tags, the Plan's
+files and the data as dataset inputs; restart tags, system metrics and the TensorBoard mirror around it.
+
+Beside `mlflow_record` (what MLflow's own views show) and `params` (what a run logs as params and tags).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from launcher.files import CONFIG_FILE, PLAN_FILE, TUNING_FILE
+from launcher.plan.decisions import ResumePlan
+from launcher.run.faults import fault_point
+from launcher.run.mlflow_record import dataset_inputs
+from launcher.run.params import run_name, run_params, run_tags
+from launcher.run.restarts import REASON_ENV, attempt_number
+from launcher.tracking.tensorboard import TensorBoardMirror
+from launcher.tracking.tracker import NullTracker, RunTracker, open_run
+from launcher.tracking.uri import redact
+
+
+def open_mlflow_run(
+    config,
+    settings: dict,
+    choices: dict,
+    plan,
+    *,
+    env,
+    source,
+    run_dir: Path,
+    launch_dir: Path,
+    tracking_uri: str,
+    resume_run_id: str | None,
+    init_source=None,
+) -> RunTracker:
+    """The chief's MLflow run (a NullTracker elsewhere, or with tracking.enabled=false). A write MLflow refuses
+    stops the launch here, before training."""
+    tr = config.tracking
+    if not tr.enabled or not plan.is_chief:
+        return NullTracker()
+    name = run_name(config, choices)
+    params = run_params(settings, plan)
+    tracker = open_run(
+        tracking_uri,
+        launch_dir,
+        tr.experiment,
+        name,
+        resume_run_id=resume_run_id,
+        parent_run_id=tr.parent_run_id or None,
+        run_dir=run_dir,
+        outage_wait=tr.outage_wait,
+        remember=True,
+        params=params,
+    )
+    if tracker.decision is not None:
+        print(f"  mlflow   {tracker.decision.reason}", flush=True)
+    fault_point("run_created", 0)
+    tracker.deliver_spool()  # what an outage kept from an earlier launch in this run dir
+    if tracking_uri != tr.uri:
+        tracker.set_tags({"tracking.intended_uri": redact(tr.uri)})
+    if init_source is not None and init_source.run_id and not tracker.resumed:
+        tracker.set_tags({"init.source_run_id": init_source.run_id})
+    if tracker.resumed:
+        tracker.set_tags({"plan.resume": plan.record(ResumePlan).position})
+    else:
+        tracker.log_params(params)
+        tracker.set_tags(run_tags(plan, env, run_dir, tr, name))
+        tracker.log_artifact(run_dir / PLAN_FILE)
+        tracker.log_artifact(run_dir / CONFIG_FILE)
+        if (run_dir / TUNING_FILE).exists():
+            tracker.log_artifact(run_dir / TUNING_FILE)
+        tracker.log_inputs(dataset_inputs(source, config.dataset))
+    if restart := attempt_number():  # train.max_restarts: the supervisor says why this process exists
+        why = os.environ.get(REASON_ENV, "")
+        tracker.set_tags({"restart.count": restart, f"restart.{restart}.error": why, "error": why})
+    tracker.flush()  # a write MLflow refuses stops the launch here, before training
+    if tr.system_metrics:
+        tracker.start_system_metrics(tr.system_metrics_interval)
+    if tr.tensorboard:
+        tracker = TensorBoardMirror(tracker, run_dir, (run_dir / PLAN_FILE).read_text())
+    return tracker

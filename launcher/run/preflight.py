@@ -1,0 +1,134 @@
+"""The prepare step: probe, resolve, start the runtime, load the data, schedule; every refusal collected.
+
+The resolver's, the data's, the schedule's, a test fault's, a trial's, the checkpoint directory's and the
+tracking server's problems are refused together, in one ConfigError, before anything is written; then the
+Plan is printed and saved beside config.yaml.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from launcher.config.errors import raise_if_any
+from launcher.config.schema import Config, Unreachable, as_dict
+from launcher.files import CONFIG_FILE, PLAN_FILE, TUNING_FILE
+from launcher.plan.decisions import FaultPlan, Plan
+from launcher.plan.environment import probe
+from launcher.plan.resolve import wants_measurements
+from launcher.run.checkpoint import check_writable
+from launcher.run.faults import OPT_IN, armed, ignored
+from launcher.run.remote import RemoteCheckpoints, is_remote
+from launcher.run.review import collecting, review
+from launcher.run.trial import open_trial
+from launcher.run.tuning import command_line, copy_table
+from launcher.run.tuning import decide as decide_step_by_timing
+from launcher.tracking.uri import check_reachable, redact
+from launcher.train import runtime
+
+
+@dataclass
+class Prepared:
+    """What the prepare step found, for the steps after it."""
+
+    plan: Plan
+    env: Any  # the machine, probed (launcher.plan.environment.Environment)
+    source: Any  # the loaded data (launcher.train.data.DataSource)
+    strategy: Any  # the tf.distribute strategy, made before any other TF op
+    tracking_uri: str  # tracking.uri, or its fallback when the server is away (tracking.on_unreachable=local)
+    init_source: Any = None  # model.init_from, found (launcher.run.init_source.InitSource)
+    trial: Any = None  # the hparams_search trial this run is (launcher.run.trial.Trial), if any
+    remote: RemoteCheckpoints | None = None  # checkpoint.directory's object store, when it names one
+
+
+def settings_of(config: Config) -> dict:
+    """The config as written and logged (config.yaml, MLflow params): never the tracking URI's credentials."""
+    settings = as_dict(config)
+    settings["tracking"]["uri"] = redact(settings["tracking"]["uri"])
+    settings["checkpoint"]["directory"] = redact(str(settings["checkpoint"]["directory"]))
+    return settings
+
+
+def checkpoint_directory(config: Config, run_dir: Path, launch_dir: Path) -> Path:
+    """checkpoint.directory (relative to the launch dir), else <run dir>/checkpoints."""
+    configured = str(config.checkpoint.directory).strip()
+    if not configured or is_remote(configured):  # an object store's local staging copy is in the run dir
+        return run_dir / "checkpoints"
+    path = Path(configured).expanduser()
+    return path if path.is_absolute() else launch_dir / path
+
+
+def save_plan(plan: Plan, run_dir: Path) -> None:
+    (run_dir / PLAN_FILE).write_text(plan.to_yaml())
+
+
+def preflight(config: Config, settings: dict, run_dir: Path, launch_dir: Path) -> Prepared:
+    """Check everything, refuse every problem at once (ConfigError), then print and save the Plan."""
+    env = probe(measure=wants_measurements(config))
+    env, tune_record = decide_step_by_timing(config, env, command_line(), launch_dir)
+    checked = review(config, env, lambda plan: runtime.configure(plan, config.seed, config.deterministic))
+    problems = checked.problems
+    prepared = Prepared(checked.plan, env, checked.source, checked.strategy, config.tracking.uri, checked.init_source)
+    if tune_record is not None:
+        prepared.plan = prepared.plan.with_record(tune_record)
+    _arm_fault(prepared, problems)
+    if not config.explain:
+        _open_trial(config, prepared, problems)
+    if config.checkpoint.enabled and not config.explain:
+        collecting(problems, check_writable, checkpoint_directory(config, run_dir, launch_dir))
+        if is_remote(config.checkpoint.directory):
+            prepared.remote = collecting(problems, RemoteCheckpoints, str(config.checkpoint.directory).strip())
+            if prepared.remote is not None:
+                collecting(problems, prepared.remote.check_writable)
+    if config.tracking.enabled and not config.explain:
+        _check_tracking_server(config, prepared, problems)
+    raise_if_any(problems)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_plan(prepared.plan, run_dir)
+    (run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(settings))
+    if tune_record is not None:
+        copy_table(config, env, run_dir / TUNING_FILE)
+    print(prepared.plan.render(), flush=True)
+    return prepared
+
+
+def _arm_fault(prepared: Prepared, problems: list) -> None:
+    """A test's injected fault: checked now (a malformed one is refused with the rest) and put in the Plan,
+    so plan.yaml and the MLflow tags say the run was sabotaged on purpose."""
+    fault = collecting(problems, armed)
+    if fault is not None:
+        why = f"test-only fault injection (LAUNCHER_FAULT with {OPT_IN})"
+        prepared.plan = prepared.plan.with_record(FaultPlan.of(armed=(fault.describe(), why)))
+    elif warning := ignored():
+        prepared.plan = prepared.plan.with_warning(warning)
+
+
+def _open_trial(config: Config, prepared: Prepared, problems: list) -> None:
+    """An hparams_search job: its study trial, which it reports to (and is pruned by); a Plan record."""
+    multi_worker = prepared.plan.cluster is not None
+    opened = collecting(problems, open_trial, config.sweep, config.train.val_every_steps, multi_worker)
+    if opened is not None:
+        prepared.trial, record = opened
+        prepared.plan = prepared.plan.with_record(record)
+
+
+def _check_tracking_server(config: Config, prepared: Prepared, problems: list) -> None:
+    """An unreachable server refuses the launch, or (tracking.on_unreachable=local) is swapped for the
+    local store with a warning in the Plan."""
+    tr = config.tracking
+    unreachable = []
+    collecting(unreachable, check_reachable, tr.uri)
+    if not unreachable:
+        return
+    if tr.on_unreachable != Unreachable.local:
+        problems.extend(unreachable)
+        return
+    prepared.tracking_uri = tr.fallback_uri
+    prepared.plan = prepared.plan.with_warning(
+        f"tracking server {redact(tr.uri)} unreachable at start "
+        f"({unreachable[0].expected}); tracking.on_unreachable=local: logging to "
+        f"{tr.fallback_uri}"
+    )

@@ -1,0 +1,59 @@
+"""The restore step: resume from the run's checkpoints, the Plan saying where training continues.
+
+Before tracking starts, so a checkpoint of another model is a ConfigError MLflow never sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launcher.config.models import architecture
+from launcher.contract import Position
+from launcher.plan.decisions import InitPlan, Plan, ResumePlan, render_record
+from launcher.plan.resume import decide_resume, layout_of
+from launcher.run.checkpoint import Checkpointer, set_aside
+from launcher.run.preflight import save_plan
+from launcher.tracking.uri import redact
+
+
+@dataclass
+class Restored:
+    """The checkpointer (None with checkpoint.enabled=false), where a resumed run continues (None: from the
+    start), what the hooks saved beside the checkpoint, and the Plan with the resume decision."""
+
+    plan: Plan
+    checkpointer: Checkpointer | None = None
+    position: Position | None = None
+    sidecar: dict = field(default_factory=dict)
+
+
+def restore(config, settings: dict, plan: Plan, built, directory: Path, remote, run_dir: Path) -> Restored:
+    """checkpoint.resume=never sets the old checkpoints aside; else the newest (or the named) one is restored,
+    after pulling an object store's copy."""
+    cfg = config.checkpoint
+    if not cfg.enabled:
+        return Restored(plan)
+    if str(cfg.resume) == "never" and plan.is_chief:
+        set_aside(directory)
+        if remote is not None and (aside := remote.set_aside()):
+            print(f"WARNING: checkpoint.resume=never: remote checkpoints moved to {redact(aside)}", flush=True)
+    elif remote is not None and (pulled := remote.pull(directory)):
+        print(f"  remote   downloaded ckpt-{pulled[-1]} (and {len(pulled) - 1} older) from {remote.url}")
+    checkpointer = Checkpointer(cfg, directory, built, architecture(settings["model"]), plan.worker_index, remote)
+    restored = checkpointer.restore()
+    if not restored:
+        return Restored(plan, checkpointer)
+    saved_position, sidecar = restored
+    if plan.has(InitPlan):
+        plan = plan.with_warning(
+            "model.init_from: the run resumed from its own checkpoint, which replaced the source's weights"
+        )
+    decision = decide_resume(saved_position, checkpointer.previous_state().get("layout"), layout_of(plan))
+    record = ResumePlan.of(position=(decision.value, decision.reason))
+    plan = plan.with_record(record)
+    if decision.warning:
+        plan = plan.with_warning(decision.warning)
+    print(render_record(record), flush=True)
+    save_plan(plan, run_dir)
+    return Restored(plan, checkpointer, decision.position, sidecar)
