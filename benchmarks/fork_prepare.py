@@ -27,12 +27,12 @@ from ab import interleaved, summary  # noqa: E402
 
 SERVER = """
 import json, os, sys
-from launcher import forkserver
+from launcher.forkserver import server
 if {without!r} == "prepare":
-    forkserver.PREPARE = ()
-forkserver.preload()
+    server.PREPARE = ()
+server.preload()
 if {without!r} != "freeze":
-    forkserver.freeze_heap()
+    server.freeze_heap()
 pid = os.fork()
 if pid == 0:
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)

@@ -219,13 +219,13 @@ def test_warmup_ramps_the_scaled_learning_rate_step_by_step(tmp_path):
 
 
 def test_the_chunk_loops_converted_ahead_are_the_ones_a_run_traces(tmp_path, monkeypatch):
-    """What a forkserver prepares before it forks (`convert_chunk_loops`, in `forkserver.PREPARE`) is AutoGraph's
+    """What a forkserver prepares before it forks (`convert_chunk_loops`, in `forkserver.server.PREPARE`) is AutoGraph's
     conversion of the loops a launch traces: after it, training converts neither loop again (each launch the
     server forks skips ~1 CPU-s). Fails when the conversion is keyed otherwise than tf.function looks it up."""
     from tensorflow.python.autograph.impl import api
     from tensorflow.python.autograph.pyct import cache, transpiler
 
-    from launcher import forkserver
+    from launcher.forkserver.server import PREPARE
     from launcher.train.engine import convert_chunk_loops
 
     monkeypatch.setattr(api._TRANSPILER, "_cache", cache.CodeObjectCache())  # empty, as in a new process
@@ -237,7 +237,7 @@ def test_the_chunk_loops_converted_ahead_are_the_ones_a_run_traces(tmp_path, mon
         return rewrite(self, fn, user_context)
 
     monkeypatch.setattr(transpiler.GenericTranspiler, "transform_function", recorded)
-    assert "launcher.train.engine:convert_chunk_loops" in forkserver.PREPARE
+    assert "launcher.train.engine:convert_chunk_loops" in PREPARE
     convert_chunk_loops()
     loops = {"Engine._telemetry_loop.<locals>.train_chunk", "Engine._eval_loop.<locals>.eval_chunk"}
     assert set(converted) == loops

@@ -15,6 +15,9 @@ from conftest import ROOT, TINY, run_python, store
 
 from launcher import forkserver
 from launcher.console import LOG_LEVEL_DEFAULTS
+from launcher.forkserver import child as in_the_fork
+from launcher.forkserver import routing
+from launcher.forkserver.server import PREPARE
 from launcher.outcome import FINISHED, FORKED_BY_ENV, OutcomeRecord
 
 
@@ -34,8 +37,8 @@ class Recorded:
 @pytest.fixture
 def cold_starts(monkeypatch):
     Recorded.started = []
-    monkeypatch.setattr(forkserver.subprocess, "Popen", Recorded)
-    monkeypatch.setattr(forkserver, "_own_server", lambda env: pytest.fail("no server may start"))
+    monkeypatch.setattr(routing.subprocess, "Popen", Recorded)
+    monkeypatch.setattr(routing, "_own_server", lambda env: pytest.fail("no server may start"))
     return Recorded.started
 
 
@@ -89,10 +92,10 @@ def test_a_forked_child_applies_the_thread_limits_it_was_given_to_the_loaded_lib
     """joblib's workers limit BLAS and OpenMP threads through the environment, which those libraries read as they
     load: a child forked after they loaded gets the limits applied, only those that differ from the server's."""
     applied = []
-    monkeypatch.setattr(forkserver.threadpoolctl, "threadpool_limits", lambda limits: applied.append(limits))
+    monkeypatch.setattr(in_the_fork.threadpoolctl, "threadpool_limits", lambda limits: applied.append(limits))
     server = {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"}
-    forkserver._thread_limits({"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "2", "MKL_NUM_THREADS": "1"}, server)
-    forkserver._thread_limits(dict(server), server)
+    in_the_fork._thread_limits({"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "2", "MKL_NUM_THREADS": "1"}, server)
+    in_the_fork._thread_limits(dict(server), server)
     assert applied == [{"openmp": 1, "mkl": 1}]
 
 
@@ -263,7 +266,7 @@ def test_the_server_prepares_mlflows_package_index_that_a_model_export_reads(mon
 
     monkeypatch.setattr(requirements_utils, "_MODULES_TO_PACKAGES", None)
     monkeypatch.setattr(requirements_utils, "_PACKAGES_TO_MODULES", None)
-    assert "launcher.run.mlflow_record:index_installed_packages" in forkserver.PREPARE
+    assert "launcher.run.mlflow_record:index_installed_packages" in PREPARE
     index_installed_packages()
     assert requirements_utils._PACKAGES_TO_MODULES["tensorflow"] == "tensorflow"
     assert "keras" in requirements_utils._MODULES_TO_PACKAGES
@@ -276,7 +279,7 @@ def test_the_schemas_the_server_stored_are_not_stored_again_by_a_launch(monkeypa
 
     from launcher.config import schema
 
-    assert "launcher.config.schema:store_schemas" in forkserver.PREPARE
+    assert "launcher.config.schema:store_schemas" in PREPARE
     schema.store_schemas()
     stored: list[str] = []
     real = ConfigStore.store

@@ -1,0 +1,85 @@
+"""Where a start goes: forked by the server this process tree shares when the fork is alike, else a new
+interpreter. One server per tree: the first warm start of a process starts its own (`_own_server`), and its
+socket passes to every child in LAUNCHER_FORKSERVER, so nested starts (a sweep job's restarts) reuse it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+from launcher.forkserver.alike import COLD_ARGS, launcher_args
+from launcher.forkserver.child import die_with_parent
+from launcher.forkserver.client import ForkedProcess, Refused, Server
+from launcher.forkserver.wire import SOCKET_ENV, receive, send
+from launcher.outcome import FORKED_BY_ENV
+
+_own: list[Server] = []
+_own_failed: list[str] = []
+_own_lock = threading.Lock()
+
+
+def _own_server(env: dict) -> str | None:
+    """This process's server (started on first use, under `env`), or None when it could not start."""
+    with _own_lock:
+        if not _own and not _own_failed:
+            try:
+                _own.append(Server(env))
+            except (OSError, RuntimeError) as error:
+                _own_failed.append(str(error))
+                print(f"launcher: child processes start cold ({error})", file=sys.stderr, flush=True)
+        return _own[0].path if _own else None
+
+
+def _answers_for_this_session(path: str) -> bool:
+    """Whether the server at `path` is up and can fork children for this process's session and interpreter."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(path)
+            send(sock, {"op": "hello"})
+            answer, _ = receive(sock)
+        except OSError:
+            return False
+    return bool(answer) and answer["session"] == os.getsid(0) and answer["executable"] == sys.executable
+
+
+def share() -> str | None:
+    """One server for every launcher process this one starts, directly or through others (joblib's workers,
+    submitit's local jobs): a usable inherited one, else this process's own, exported in LAUNCHER_FORKSERVER.
+    Started now, before those processes copy the environment. None when children start cold."""
+    inherited = os.environ.get(SOCKET_ENV)
+    if inherited == "off" or sys.platform != "linux":
+        return None
+    if inherited and _answers_for_this_session(inherited):
+        return inherited
+    path = _own_server(dict(os.environ))
+    if path is not None:
+        os.environ[SOCKET_ENV] = path
+    return path
+
+
+def start(args: list[str], *, cwd, env: dict | None = None, dies_with_parent: bool = False, **options):
+    """`subprocess.Popen(args, ...)` for `python -m launcher <overrides>`: forked by a forkserver when the fork
+    is alike, else a new interpreter. `dies_with_parent`: SIGKILL when this process dies without passing a
+    signal on. `options`: stdout, stderr, text, start_new_session."""
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k != FORKED_BY_ENV}
+    overrides = launcher_args(args)
+    inherited = env.get(SOCKET_ENV)
+    warm = overrides is not None and inherited != "off" and not COLD_ARGS & set(overrides)
+    if warm and sys.platform == "linux":
+        for path in (inherited, "own"):
+            path = _own_server(env) if path == "own" else path
+            if not path:
+                continue
+            try:
+                return ForkedProcess(
+                    path, args, cwd=cwd, env={**env, SOCKET_ENV: path}, dies_with_parent=dies_with_parent, **options
+                )
+            except Refused:
+                continue  # the inherited server cannot fork this alike: this process's own, else cold
+    if dies_with_parent:
+        options["preexec_fn"] = die_with_parent
+    return subprocess.Popen(args, cwd=cwd, env=env, **options)
