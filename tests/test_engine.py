@@ -226,7 +226,7 @@ def test_the_chunk_loops_converted_ahead_are_the_ones_a_run_traces(tmp_path, mon
     from tensorflow.python.autograph.pyct import cache, transpiler
 
     from launcher.forkserver.server import PREPARE
-    from launcher.train.engine import convert_chunk_loops
+    from launcher.train.steps import convert_chunk_loops
 
     monkeypatch.setattr(api._TRANSPILER, "_cache", cache.CodeObjectCache())  # empty, as in a new process
     converted: list[str] = []
@@ -237,9 +237,9 @@ def test_the_chunk_loops_converted_ahead_are_the_ones_a_run_traces(tmp_path, mon
         return rewrite(self, fn, user_context)
 
     monkeypatch.setattr(transpiler.GenericTranspiler, "transform_function", recorded)
-    assert "launcher.train.engine:convert_chunk_loops" in PREPARE
+    assert "launcher.train.steps:convert_chunk_loops" in PREPARE
     convert_chunk_loops()
-    loops = {"Engine._telemetry_loop.<locals>.train_chunk", "Engine._eval_loop.<locals>.eval_chunk"}
+    loops = {"train_loop.<locals>.train_chunk", "eval_loop.<locals>.eval_chunk"}
     assert set(converted) == loops
     converted.clear()
     run(tmp_path, "train.epochs=1", "train.steps_per_execution=4")

@@ -42,7 +42,7 @@ PRELOAD = (
 # loops, MLflow's index of installed packages, the config schemas in Hydra's store (benchmarks/fork_prepare.py).
 # `serve` then freezes the heap it forks from (`freeze_heap`).
 PREPARE = (
-    "launcher.train.engine:convert_chunk_loops",
+    "launcher.train.steps:convert_chunk_loops",
     "launcher.run.mlflow_record:index_installed_packages",
     "launcher.config.schema:store_schemas",
 )

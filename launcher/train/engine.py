@@ -1,34 +1,21 @@
 """One training loop for every strategy, precision and XLA mode.
 
-`model.fit` fails under MirroredStrategy + jit_compile and under
-MultiWorkerMirroredStrategy, so the engine owns the loop:
-
-- `graph`:       the replica step is a plain tf.function body;
-- `hybrid`:      the same graph step, the optimizer updating through fused TensorFlow
-                 kernels (`launcher.train.fused_update`, chosen at build time): oneDNN
-                 keeps the matmuls, the update is one pass per variable;
-- `fused_xla`:   one replica, the whole step (forward, backward, apply) compiled;
-- `replica_xla`: forward/backward compiled *inside* strategy.run, the
-                 cross-replica apply outside the compiled function.
-
-Steps run `steps_per_execution` at a time in an in-graph loop; per-replica
-loss sums are reduced across replicas and returned to Python once per chunk with the task's
-metric results (Keras metric objects, summed over replicas, see `launcher.train.tasks`), with
-the chunk's numerics telemetry (skipped steps, the unscaled gradient norm, the loss scale per
-step, the first non-finite loss) counted on the device; `NumericsGuard` reads it and
-stops a collapsing run with a diagnosis. Standard Keras callbacks are driven through `CallbackList`; the launcher's own
-work around the steps (checkpoints, tracking, preemption...) is a `launcher.contract.HookList`.
+`model.fit` fails under MirroredStrategy + jit_compile and under MultiWorkerMirroredStrategy, so the engine owns
+the loop: it trains epoch by epoch in chunks of `steps_per_execution` steps (the compiled steps and chunk loops of
+the Plan's step kind: `launcher.train.steps`), reads each chunk's summed stats (`launcher.train.step_stats`), the
+task's metric results (Keras metric objects, summed over replicas, see `launcher.train.tasks`) and its numerics
+telemetry (skipped steps, the unscaled gradient norm, the loss scale per step, the first non-finite loss), which
+`NumericsGuard` reads to stop a collapsing run with a diagnosis, and evaluates a split. Standard Keras callbacks
+are driven through `CallbackList`; the launcher's own work around the steps (checkpoints, tracking,
+preemption...) is a `launcher.contract.HookList`.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from dataclasses import astuple, dataclass
-from types import SimpleNamespace
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from launcher.contract import EpochResult, FitResult, Hook, Position, headline
@@ -36,40 +23,8 @@ from launcher.train.callbacks import VALIDATION_CALLBACKS
 from launcher.train.ema import ema_weights
 from launcher.train.loss_scale import current_scale
 from launcher.train.numerics import ChunkTelemetry, NumericsGuard, NumericsStop
-
-SUM = tf.distribute.ReduceOp.SUM
-# The stats vector of a replica-step, summed across replicas (a vector, so one all-reduce carries it): the
-# loss sum and the examples, then (training only) the unscaled gradient norm when finite and the count of
-# finite norms. `Totals` reads it by these names on the host.
-LOSS_SUM, EXAMPLES, GRAD_NORM_SUM, FINITE_NORMS = range(4)
-STATS, TRAIN_STATS = 2, 4
-
-
-@dataclass
-class Totals:
-    """A chunk's or an epoch's summed stats vector, by name."""
-
-    loss_sum: float = 0.0
-    examples: float = 0.0
-    grad_norm_sum: float = 0.0
-    finite_norms: float = 0.0
-
-    @classmethod
-    def of(cls, vector) -> Totals:
-        values = [float(v) for v in np.asarray(vector, dtype=np.float64)]
-        return cls(*values, *([0.0] * (TRAIN_STATS - len(values))))
-
-    def __add__(self, other: Totals) -> Totals:
-        return Totals(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
-
-    @property
-    def loss(self) -> float:
-        return self.loss_sum / max(self.examples, 1.0)
-
-    @property
-    def grad_norm(self) -> float:
-        """The mean finite unscaled gradient norm (NaN when no step had one)."""
-        return self.grad_norm_sum / self.finite_norms if self.finite_norms else float("nan")
+from launcher.train.step_stats import Totals
+from launcher.train.steps import Steps
 
 
 class Engine:
@@ -108,7 +63,6 @@ class Engine:
         self.freezer = freezer  # model.freeze: which layers train in which epoch (launcher.train.fine_tune)
         self.validate_every = plan.schedule.val_every_steps or 0  # train.val_every_steps (0: epoch ends only)
         self._validations = 0  # validations inside epochs so far (the index the plateau callbacks are given)
-        self._scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         # Carried across chunks (and epochs): consecutive skipped steps, steps at the scale's floor.
         self._streaks = (0, 0)
         self.task = built.task
@@ -127,170 +81,19 @@ class Engine:
             verbose=0,
         )
 
-    # ------------------------------------------------------------- steps
-
-    def _forward_backward(self, x, y):
-        """Scaled gradients of this replica's batch, its stats and outputs; with accumulation, the batch is
-        `accumulate` micro-batches, each run forward and backward in turn and their gradients averaged."""
-        if self.accumulate == 1:
-            grads, stats, outputs = self._micro_step(x, y)
-        else:
-            grads, stats, outputs = None, None, []
-            for x_micro, y_micro in zip(tf.split(x, self.accumulate), tf.split(y, self.accumulate), strict=True):
-                micro_grads, micro_stats, micro_outputs = self._micro_step(x_micro, y_micro)
-                micro_grads = [tf.convert_to_tensor(g) if g is not None else None for g in micro_grads]
-                outputs.append(micro_outputs)
-                if grads is None:
-                    grads, stats = micro_grads, micro_stats
-                else:
-                    grads = [a if b is None else a + b for a, b in zip(grads, micro_grads, strict=True)]
-                    stats += micro_stats
-            grads = [g / self.accumulate if g is not None else None for g in grads]
-            outputs = tf.concat(outputs, axis=0)
-        return grads, tf.concat([stats, self._grad_telemetry(grads)], axis=0), outputs
-
-    def _micro_step(self, x, y):
-        with tf.GradientTape() as tape:
-            outputs = self.model(x, training=True)
-            per_example = self.loss_fn(y, outputs)
-            loss = tf.nn.compute_average_loss(per_example)
-            if self.model.losses:
-                loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
-            scaled = self.optimizer.scale_loss(loss)
-        return tape.gradient(scaled, self.model.trainable_variables), _stats(per_example), outputs
-
-    def _grad_telemetry(self, grads):
-        """[norm, 1] for a finite unscaled global gradient norm of this replica's batch, else [0, 0]."""
-        if not self.telemetry:
-            return tf.zeros([2], tf.float32)
-        norm = tf.linalg.global_norm([tf.cast(g, tf.float32) for g in grads if g is not None])
-        if self._scaled:
-            norm = norm / tf.cast(self.optimizer.dynamic_scale, tf.float32)
-        finite = tf.math.is_finite(norm)
-        return tf.stack([tf.where(finite, norm, 0.0), tf.cast(finite, tf.float32)])
-
-    def _apply_step(self, x, y):
-        grads, stats, outputs = self._forward_backward_fn(x, y)
-        self.optimizer.apply(grads, self.model.trainable_variables)
-        return stats, outputs
-
-    def _eval_forward(self, x, y):
-        outputs = self.model(x, training=False)
-        return _stats(self.loss_fn(y, outputs)), outputs
-
     def _build_functions(self):
-        step = self.plan.step.kind
-        self._forward_backward_fn = (
-            tf.function(self._forward_backward, jit_compile=True) if step == "replica_xla" else self._forward_backward
+        """The step kind's chunk functions for the trainable variables now (again when a freeze changes them)."""
+        self._steps = Steps(
+            self.strategy,
+            self.model,
+            self.optimizer,
+            self.task,
+            kind=self.plan.step.kind,
+            accumulate=self.accumulate,
+            guard=self.guard,
+            telemetry=self.telemetry,
         )
-        task = self.task
-
-        # Metrics are updated in replica context from the outputs the step returns. Under several replicas
-        # outside the compiled forward (their on-read variables stay out of XLA, like the cross-replica apply);
-        # on one replica (fused_xla) inside the compiled step, which then compiles whole.
-        def replica_step(x, y):
-            stats, outputs = self._apply_step(x, y)
-            task.update(task.train_metrics, y, outputs)
-            return stats
-
-        def eval_step(x, y):
-            stats, outputs = self._eval_forward(x, y)
-            task.update(task.val_metrics, y, outputs)
-            return stats
-
-        # The replica functions have no tensor-dependent Python control flow: AutoGraph (which rewrites Python
-        # source at trace time, ~2 s of every launch) converts only the two chunk loops (`convert_chunk_loops`).
-        replica_step = tf.autograph.experimental.do_not_convert(replica_step)
-        eval_step = tf.autograph.experimental.do_not_convert(eval_step)
-        if step == "fused_xla":
-            replica_step = tf.function(replica_step, jit_compile=True)
-            # Multi-replica evaluation keeps every example, so its last batch is ragged and shapes differ per
-            # replica; a compiled forward there would be retraced with a relaxed shape that captures one device's
-            # variables. Only one replica's evaluation is compiled.
-            eval_step = tf.function(eval_step, jit_compile=True)
-
-        self._train_chunk = self._telemetry_loop(replica_step)
-        self._eval_chunk = self._eval_loop(eval_step)
-
-    def _eval_loop(self, eval_step):
-        """The evaluation chunk: steps in an in-graph loop, the loss sums and the task's metrics."""
-        strategy, metrics = self.strategy, self.task.val_metrics
-
-        @tf.function
-        def eval_chunk(iterator, steps):
-            totals = tf.zeros([STATS], tf.float32)
-            for _ in tf.range(steps):
-                x, y = next(iterator)
-                totals += strategy.reduce(SUM, strategy.run(eval_step, args=(x, y)), axis=None)
-            return totals, {m.name: m.result() for m in metrics}
-
-        return eval_chunk
-
-    def _telemetry_loop(self, replica_step):
-        """The training chunk: steps in an in-graph loop, numerics counted on the device.
-
-        A step counts as skipped when the optimizer's iteration counter did not move (the loss-scale
-        optimizer skipped its non-finite gradients). With on_nonfinite=stop a non-finite loss ends
-        the chunk after that step, and so does a streak reaching collapse_steps: the guard on the host
-        then stops the run at that exact step.
-        """
-        strategy, optimizer, metrics = self.strategy, self.optimizer, self.task.train_metrics
-        scaled = self._scaled
-        min_scale = float(self.guard.min_scale) if self.guard.min_scale is not None else -1.0
-        stop_on_nonfinite = self.guard.on_nonfinite == "stop"
-        collapse = self.guard.collapse_steps
-        trace = self.telemetry
-        replicas = float(strategy.num_replicas_in_sync)
-
-        @tf.function
-        def train_chunk(iterator, steps, skip_streak, floor_streak):
-            totals = tf.zeros([TRAIN_STATS], tf.float32)
-            ran, skipped = tf.constant(0), tf.constant(0)
-            bad_at, bad_loss = tf.constant(-1), tf.constant(0.0)
-            losses = tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[])
-            scales = tf.TensorArray(tf.float32, size=0, dynamic_size=True, element_shape=[])
-            skips = tf.TensorArray(tf.bool, size=0, dynamic_size=True, element_shape=[])
-            grads_ok = tf.TensorArray(tf.bool, size=0, dynamic_size=True, element_shape=[])
-            for _ in tf.range(steps):
-                before = tf.identity(optimizer.iterations)
-                x, y = next(iterator)
-                step = strategy.reduce(SUM, strategy.run(replica_step, args=(x, y)), axis=None)
-                totals += step
-                skipped_now = tf.equal(tf.identity(optimizer.iterations), before)
-                skip_streak = tf.where(skipped_now, skip_streak + 1, 0)
-                loss = step[LOSS_SUM] / tf.maximum(step[EXAMPLES], 1.0)
-                if trace:
-                    losses = losses.write(ran, loss)
-                    skips = skips.write(ran, skipped_now)
-                    grads_ok = grads_ok.write(ran, tf.equal(step[FINITE_NORMS], replicas))
-                if scaled:
-                    scale = tf.cast(optimizer.dynamic_scale, tf.float32)
-                    if trace:
-                        scales = scales.write(ran, scale)
-                    floor_streak = tf.where(scale <= min_scale, floor_streak + 1, 0)
-                ran += 1
-                skipped += tf.cast(skipped_now, tf.int32)
-                if stop_on_nonfinite and not tf.math.is_finite(loss):
-                    bad_at, bad_loss = ran - 1, loss
-                    break
-                if collapse and (skip_streak >= collapse or floor_streak >= collapse):
-                    break  # the guard stops the run at this exact step
-            return {
-                "totals": totals,
-                "ran": ran,
-                "skipped": skipped,
-                "skip_streak": skip_streak,
-                "floor_streak": floor_streak,
-                "bad_at": bad_at,
-                "bad_loss": bad_loss,
-                "losses": losses.stack(),
-                "scales": scales.stack(),
-                "skips": skips.stack(),
-                "grads_finite": grads_ok.stack(),
-                "metrics": {m.name: m.result() for m in metrics},
-            }
-
-        return train_chunk
+        self._train_chunk, self._eval_chunk = self._steps.train_chunk, self._steps.eval_chunk
 
     # -------------------------------------------------------------- data
 
@@ -487,30 +290,6 @@ def optimizer_logs(optimizer) -> dict[str, float]:
     return logs
 
 
-def _stats(per_example):
-    count = tf.cast(tf.shape(per_example)[0], tf.float32)
-    return tf.stack([tf.reduce_sum(tf.cast(per_example, tf.float32)), count])
-
-
 def _epoch_line(epoch: int, epochs: int, logs: dict[str, float], metrics) -> str:
     parts = [f"{k}={logs[k]:.4g}" for k in headline(m.name for m in metrics) if k in logs]
     return f"  epoch {epoch + 1}/{epochs}: " + " ".join(parts)
-
-
-def convert_chunk_loops() -> None:
-    """AutoGraph's rewrite of the two chunk loops (their Python `for`, `if` and `break` into graph control flow),
-    done ahead: ~1 CPU-s of source transformation that every process pays on its first trace otherwise.
-
-    AutoGraph keeps a conversion per code object and options, whatever the closure, so a forkserver that calls
-    this before it forks spares it every launch it starts. Nothing is traced or run: TensorFlow's runtime is not
-    started (a fork after it would be unsafe)."""
-    stand_in = SimpleNamespace(
-        strategy=SimpleNamespace(num_replicas_in_sync=1),
-        optimizer=None,
-        task=SimpleNamespace(train_metrics=[], val_metrics=[]),
-        _scaled=False,
-        guard=SimpleNamespace(min_scale=None, on_nonfinite="stop", collapse_steps=0),
-        telemetry=False,
-    )
-    for loop in (Engine._telemetry_loop(stand_in, None), Engine._eval_loop(stand_in, None)):
-        tf.autograph.to_graph(loop.python_function)  # the same options tf.function converts with
