@@ -13,7 +13,7 @@ import json
 import resource
 import time
 
-from launcher.run.utilization import process_age_seconds
+from launcher.launch.mfu import process_age_seconds
 
 
 def main():

@@ -156,7 +156,7 @@ def peaks() -> dict:
 
 
 def flops_per_example(workload: str) -> float:
-    from launcher.run.utilization import training_flops_per_example
+    from launcher.launch.mfu import training_flops_per_example
 
     return training_flops_per_example(WORKLOADS[workload]["keras_model"]())
 

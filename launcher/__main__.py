@@ -15,12 +15,10 @@ from hydra_plugins.launcher_search.sweeper import SearchSweeper
 from launcher.config.help import register_help
 from launcher.config.imports import config_packages
 from launcher.config.schema import register_configs
-from launcher.doctor.launch import run as run_doctor
-from launcher.outcome import EXIT_FAILED
-from launcher.run.evaluate import evaluate
-from launcher.run.launch import run as run_training
-from launcher.run.local_workers import local_worker_count, local_workers_attempt
-from launcher.run.restarts import (
+from launcher.doctor.doctor_mode import launch as launch_doctor
+from launcher.launch.evaluate import evaluate
+from launcher.launch.local_workers import local_worker_count, local_workers_attempt
+from launcher.launch.restarts import (
     REASON_ENV,
     RESTART_ENV,
     Attempt,
@@ -28,6 +26,8 @@ from launcher.run.restarts import (
     supervise,
     supervised,
 )
+from launcher.launch.train_mode import launch as launch_training
+from launcher.outcome import EXIT_FAILED
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 COMPOSE_FIX = (
@@ -65,7 +65,7 @@ def mode_of(cfg: DictConfig, multirun: bool) -> str:
 
 
 def _train(cfg, at: Invocation) -> int:
-    return run_training(cfg, at.run_dir, at.launch_dir, at.choices)
+    return launch_training(cfg, at.run_dir, at.launch_dir, at.choices)
 
 
 def _evaluate(cfg, at: Invocation) -> int:
@@ -73,7 +73,7 @@ def _evaluate(cfg, at: Invocation) -> int:
 
 
 def _doctor(cfg, at: Invocation) -> int:
-    return run_doctor(cfg, at.run_dir, at.launch_dir, " ".join(o for o in at.overrides if not o.startswith("mode=")))
+    return launch_doctor(cfg, at.run_dir, at.launch_dir, " ".join(o for o in at.overrides if not o.startswith("mode=")))
 
 
 def _local_workers(cfg, at: Invocation) -> int:

@@ -2,7 +2,7 @@
 
 A leaf that imports no TensorFlow, so the checkpoint policy, the hooks' pure logic, the
 sweep and the tests can use it without starting a runtime. The engine (train/engine.py)
-drives a `HookList`; each hook does one job (run/hooks/), as Keras's `CallbackList` and
+drives a `HookList`; each hook does one job (launch/hooks/), as Keras's `CallbackList` and
 Orbit's actions do. Adding behaviour around the steps means adding a `Hook`, not editing one.
 
 How a fit ends is part of the contract too: every stop the engine (or a hook) raises says its own

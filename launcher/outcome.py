@@ -1,6 +1,6 @@
 """What one process of the launcher did, as a typed record (`outcome.json` in its run dir), and its exit code.
 
-Written once, by the shell around every mode (`launcher.run.shell`); read back by sweeps (did this job
+Written once, by the shell around every mode (`launcher.launch.shell`); read back by sweeps (did this job
 finish, what is its objective), the local multi-worker launcher (the workers' final-weights digests),
 `mode=eval` (the newest finished training run) and the benchmarks. A leaf: it imports only `files` and, for how
 a fit ends (statuses, failure kinds, exit codes), `contract`.

@@ -24,14 +24,14 @@ from pathlib import Path
 import pytest
 import warm
 
-from launcher.run.local_workers import free_ports  # the product's own; re-exported to tests
+from launcher.launch.local_workers import free_ports  # the product's own; re-exported to tests
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Two test workers share two cores, and most tests start launcher processes of their own: one intra-op thread
 # per TensorFlow process keeps them from oversubscribing the cores (each op still runs; inter-op parallelism,
 # which mirrored replicas and collectives use, is left as TensorFlow sets it).
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
-# The second opt-in of test-only fault injection (launcher/run/faults.py): launches started by tests may fire
+# The second opt-in of test-only fault injection (launcher/launch/faults.py): launches started by tests may fire
 # the LAUNCHER_FAULT a test gives them; outside the suite a leftover LAUNCHER_FAULT is ignored.
 os.environ["LAUNCHER_TEST_FAULTS"] = "1"
 

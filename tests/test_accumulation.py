@@ -8,8 +8,8 @@ from conftest import compose, config
 from fakes import CPU_PLAIN
 
 from launcher.config.errors import ConfigError
+from launcher.launch.training import execute
 from launcher.plan.resolve import resolve
-from launcher.run.runner import execute
 
 # SGD without momentum: the update is the learning rate times the gradient, so a wrong average shows.
 ONE_STEP = [

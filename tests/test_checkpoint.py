@@ -94,7 +94,7 @@ def reference(tmp_path_factory):
 
 
 def run_with_fault(run_dir: Path, fault: str, *overrides: str) -> subprocess.CompletedProcess:
-    """Run until the test-only fault (LAUNCHER_FAULT, see launcher/run/faults.py) fires at its exact point."""
+    """Run until the test-only fault (LAUNCHER_FAULT, see launcher/launch/faults.py) fires at its exact point."""
     env = {**os.environ, "LAUNCHER_FAULT": fault}
     return warm.run(command(run_dir, *overrides), cwd=ROOT, timeout=600, env=env)
 
@@ -291,7 +291,7 @@ def test_exported_model_predicts_like_the_trained_one(tmp_path):
     import keras
     from conftest import TINY, compose
 
-    from launcher.run.runner import execute
+    from launcher.launch.training import execute
 
     outcome = execute(compose(*TINY, "precision=bf16", "tracking.enabled=false"), tmp_path / "run", tmp_path)
     x = np.random.default_rng(0).random((16, 8, 8, 1)).astype("float32")
@@ -332,10 +332,10 @@ def test_the_first_save_is_restored_into_fresh_objects_and_a_mismatch_fails_at_o
     import keras
     from conftest import TINY, config
 
-    from launcher.run.checkpoint import Checkpointer, CheckpointVerifyError
-    from launcher.run.runner import Launch
+    from launcher.launch.checkpointer import Checkpointer, CheckpointVerifyError
+    from launcher.launch.training import TrainingLaunch
 
-    launch = Launch(config(*TINY, "precision=fp32", "tracking.enabled=false"), tmp_path / "run", tmp_path, {})
+    launch = TrainingLaunch(config(*TINY, "precision=fp32", "tracking.enabled=false"), tmp_path / "run", tmp_path, {})
     launch.prepare()
     launch.build()
     checkpointer = Checkpointer(launch.config.checkpoint, tmp_path / "ckpt", launch.built, {"name": "mlp"})
@@ -363,7 +363,7 @@ def test_the_frequent_preset_saves_every_50_steps_and_every_epoch_and_keeps_5(tm
     newest 5 kept, the best model by val_loss exported (steps per epoch read from the Plan)."""
     from conftest import TINY, compose
 
-    from launcher.run.runner import execute
+    from launcher.launch.training import execute
 
     node = compose(*TINY, "checkpoint=frequent", "train.epochs=4", "precision=fp32", "tracking.enabled=false")
     outcome = execute(node, tmp_path / "run", tmp_path)

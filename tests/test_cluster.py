@@ -195,7 +195,7 @@ def test_tfrecord_without_shards_or_spec_is_refused_with_the_converter_command(t
 
 
 def test_a_non_chief_worker_runs_in_its_own_folder_with_the_chiefs_checkpoint_directory(monkeypatch, tmp_path):
-    from launcher.run.launch import worker_run_dir
+    from launcher.launch.train_mode import worker_run_dir
 
     monkeypatch.delenv("TF_CONFIG", raising=False)
     for key, value in SLURM.items():

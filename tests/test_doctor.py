@@ -12,17 +12,17 @@ from mlflow.tracking import MlflowClient
 
 from launcher.doctor.diagnose import Facts, candidate_fixes, judge
 from launcher.doctor.trials import Trial, render_overrides
-from launcher.run.runner import execute
+from launcher.launch.training import execute
 
 SMALL = ["model.hidden_units=[32]", "scaling.batch_size=32", "doctor.steps=30"]
 
 
 def doctor(tmp_path, *overrides: str):
     """One in-process examination (the CLI's own path after Hydra): exit code, report text, run dir."""
-    from launcher.doctor.launch import run
+    from launcher.doctor.doctor_mode import launch
 
     run_dir = tmp_path / "doctor"
-    code = run(
+    code = launch(
         compose(*SMALL, f"tracking.uri=sqlite:///{tmp_path}/m.db", *overrides), run_dir, tmp_path, " ".join(overrides)
     )
     return code, (run_dir / "doctor.md").read_text(), run_dir

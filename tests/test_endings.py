@@ -8,8 +8,8 @@ import signal
 import pytest
 
 from launcher.contract import TIME_BUDGET, EndsLaunch, Position, Preempted, StopContext, ending_of
+from launcher.launch.checkpointer import CheckpointWriteError
 from launcher.outcome import CHECKPOINT_WRITE, FAILED, FINISHED, KILLED, NUMERICS_STOP, TRAINING_FAILURE
-from launcher.run.checkpoint import CheckpointWriteError
 from launcher.train.numerics import NumericsStop
 
 AT = Position(epoch=1, step_in_epoch=3, global_step=13)

@@ -6,7 +6,7 @@ import pytest
 from conftest import TINY, compose, config
 
 from launcher.contract import Hook, HookList, Preempted
-from launcher.run.runner import execute
+from launcher.launch.training import execute
 
 QUIET = ["tracking.enabled=false", "checkpoint.enabled=false", "checkpoint.export_model=false", "precision=fp32"]
 
@@ -112,10 +112,10 @@ class RecordingHook(Hook):
 
 
 def engine_for(tmp_path, *overrides):
-    from launcher.run.runner import Launch
+    from launcher.launch.training import TrainingLaunch
     from launcher.train.engine import Engine
 
-    launch = Launch(
+    launch = TrainingLaunch(
         config(*TINY, *QUIET, "xla=false", "train.max_steps_per_epoch=10", *overrides), tmp_path / "run", tmp_path, {}
     )
     launch.prepare()

@@ -14,10 +14,10 @@ from conftest import compose, config, runs_in
 from fakes import CPU_PLAIN
 
 from launcher.config.errors import ConfigError
+from launcher.launch.init_source import locate_init_source
+from launcher.launch.training import execute
 from launcher.plan.decisions import FreezePlan, InitPlan, ResumePlan
 from launcher.plan.resolve import resolve, resolve_all
-from launcher.run.init_source import locate_init_source
-from launcher.run.runner import execute
 
 BASE = ["precision=fp32", "train.epochs=5", "checkpoint.enabled=false"]
 

@@ -262,11 +262,11 @@ def test_the_server_prepares_mlflows_package_index_that_a_model_export_reads(mon
     against it; building it reads every installed package's metadata), so a forked launch finds it made."""
     from mlflow.utils import requirements_utils
 
-    from launcher.run.mlflow_record import index_installed_packages
+    from launcher.launch.mlflow_record import index_installed_packages
 
     monkeypatch.setattr(requirements_utils, "_MODULES_TO_PACKAGES", None)
     monkeypatch.setattr(requirements_utils, "_PACKAGES_TO_MODULES", None)
-    assert "launcher.run.mlflow_record:index_installed_packages" in PREPARE
+    assert "launcher.launch.mlflow_record:index_installed_packages" in PREPARE
     index_installed_packages()
     assert requirements_utils._PACKAGES_TO_MODULES["tensorflow"] == "tensorflow"
     assert "keras" in requirements_utils._MODULES_TO_PACKAGES

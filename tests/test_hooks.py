@@ -8,14 +8,14 @@ import math
 import pytest
 
 from launcher.contract import Hook, HookList, Position, Preempted
+from launcher.launch.checkpoint_policy import SavePolicy
+from launcher.launch.hooks.best_model import BestModelHook
+from launcher.launch.hooks.checkpoint import CheckpointHook
+from launcher.launch.hooks.history import HistoryHook
+from launcher.launch.hooks.metrics import MetricsHook
+from launcher.launch.hooks.preemption import PreemptionHook
+from launcher.launch.hooks.utilization import UtilizationHook
 from launcher.plan.resume import decide_resume
-from launcher.run.checkpoint_policy import SavePolicy
-from launcher.run.hooks.best_model import BestModelHook
-from launcher.run.hooks.checkpoint import CheckpointHook
-from launcher.run.hooks.history import HistoryHook
-from launcher.run.hooks.metrics import MetricsHook
-from launcher.run.hooks.preemption import PreemptionHook
-from launcher.run.hooks.utilization import UtilizationHook
 
 
 class FakeCheckpointer:
@@ -372,7 +372,7 @@ def test_tracker_queues_writes_in_order_off_the_calling_thread_and_raises_a_refu
 
 def test_step_metrics_cut_chunks_at_the_interval_and_log_the_interval_mean_with_the_optimizer_state():
     """The loss is the interval's mean; a task metric (accuracy) is the epoch-to-date value the chunks report."""
-    from launcher.run.hooks.step_metrics import StepMetricsHook
+    from launcher.launch.hooks.step_metrics import StepMetricsHook
 
     tracker, reads = FakeTracker(), []
     hook = StepMetricsHook(tracker, every=10, read_optimizer=lambda: reads.append(1) or {"learning_rate": 0.1})
@@ -400,7 +400,7 @@ def test_step_metrics_cut_chunks_at_the_interval_and_log_the_interval_mean_with_
 
 
 def test_step_metrics_on_a_worker_that_does_not_log_still_cut_chunks_but_read_nothing():
-    from launcher.run.hooks.step_metrics import StepMetricsHook
+    from launcher.launch.hooks.step_metrics import StepMetricsHook
     from launcher.tracking.tracker import NullTracker
 
     hook = StepMetricsHook(NullTracker(), every=4, read_optimizer=lambda: pytest.fail("read on a silent worker"))
@@ -413,7 +413,7 @@ def test_step_metrics_on_a_worker_that_does_not_log_still_cut_chunks_but_read_no
 
 def test_a_signal_on_one_worker_stops_every_worker_at_the_same_boundary():
     """Two guards stand for two workers; `agree` is the collective (any worker's signal, seen by all)."""
-    from launcher.run.hooks.preemption import PreemptionGuard, StopAgreementHook
+    from launcher.launch.hooks.preemption import PreemptionGuard, StopAgreementHook
 
     guards = [PreemptionGuard(enabled=False), PreemptionGuard(enabled=False)]
     for guard in guards:
@@ -467,8 +467,8 @@ class FakeAgreement:
 def test_hooks_for_puts_stops_first_state_before_the_save_and_the_preemption_stop_last(tmp_path):
     from types import SimpleNamespace as NS
 
-    from launcher.run.hooks import assembly
-    from launcher.run.hooks.preemption import PreemptionGuard
+    from launcher.launch.hooks import assembly
+    from launcher.launch.hooks.preemption import PreemptionGuard
 
     guard = PreemptionGuard(enabled=False)
     built = NS(model=None, optimizer=None)
@@ -507,8 +507,8 @@ def test_hooks_for_a_plain_fit_has_only_what_every_fit_needs(tmp_path):
     from types import SimpleNamespace as NS
 
     from launcher.contract import FitResult
-    from launcher.run.hooks.assembly import hooks_for
-    from launcher.run.hooks.preemption import PreemptionGuard
+    from launcher.launch.hooks.assembly import hooks_for
+    from launcher.launch.hooks.preemption import PreemptionGuard
 
     plan = fit_plan()
     fit = hooks_for(fit_config(), plan, NS(model=None), FakeTracker(), None, tmp_path, PreemptionGuard(enabled=False))
@@ -521,8 +521,8 @@ def test_hooks_for_a_plain_fit_has_only_what_every_fit_needs(tmp_path):
 
 def test_a_pruned_trial_says_where_it_stopped_and_the_steps_it_saved():
     from launcher.contract import FitResult
-    from launcher.run.hooks.assembly import FitHooks
-    from launcher.run.hooks.pruning import PruningHook
+    from launcher.launch.hooks.assembly import FitHooks
+    from launcher.launch.hooks.pruning import PruningHook
 
     pruning = PruningHook(trial=None, by_global_step=False)
     assert pruning.tags(total_steps=20) == {}

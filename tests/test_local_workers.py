@@ -8,7 +8,7 @@ import subprocess
 import sys
 from collections import deque
 
-from launcher.run.local_workers import Worker, _Job
+from launcher.launch.local_workers import Worker, _Job
 
 
 class _StandIn(Worker):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import TINY, compose
 
-from launcher.run.runner import execute
+from launcher.launch.training import execute
 from launcher.train.fused_update import FusedAdam
 from launcher.train.loss_scale import ReplicaSafeLossScaleOptimizer
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import compose, config
 
 from launcher.config.errors import ConfigError
-from launcher.run.runner import execute
+from launcher.launch.training import execute
 from launcher.train.registry import DATASETS, MODELS
 
 QUICK = [

@@ -81,7 +81,7 @@ def test_two_local_workers_train_like_one_process_with_the_same_global_batch(tmp
     assert not list((job / "checkpoints").glob(".worker*"))
     assert (job / "workers" / "worker1.log").read_text().count("Done.") == 1
 
-    from launcher.run.runner import execute
+    from launcher.launch.training import execute
 
     single = execute(
         compose(
@@ -284,7 +284,7 @@ def test_of_workers_found_ended_in_one_look_the_one_killed_by_a_signal_is_blamed
     """Worker 1 SIGKILLed fails worker 0's next collective a moment later; on a loaded machine the job may see both
     ended in one look. The job is named after the killed worker (its restart says "killed by SIGKILL"), not after
     the lowest index; among errors alone, the lowest index."""
-    from launcher.run.local_workers import _Job, blamed
+    from launcher.launch.local_workers import _Job, blamed
 
     chief, killed = EndedWorker(0, 1), EndedWorker(1, -signal.SIGKILL)
     job = _Job([chief, killed])

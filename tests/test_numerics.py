@@ -9,7 +9,7 @@ import pytest
 from conftest import TINY, compose
 from mlflow.tracking import MlflowClient
 
-from launcher.run.runner import execute
+from launcher.launch.training import execute
 from launcher.train.numerics import ChunkTelemetry, NumericsGuard, NumericsStop
 
 

@@ -14,10 +14,10 @@ from fakes import CPU_PLAIN, EPYC_RATES
 from test_loss_scale import Harness
 
 from launcher.config.optimizers import OPTIMIZERS, SCHEDULES
+from launcher.launch.training import execute
 from launcher.plan.environment import Environment
 from launcher.plan.resolve import resolve, resolve_all
 from launcher.plan.schedule import schedule
-from launcher.run.runner import execute
 from launcher.train.loss_scale import ReplicaSafeLossScaleOptimizer
 from launcher.train.optimizers import make_optimizer, optimizer_problems
 from launcher.train.schedules import WarmupSchedule, learning_rate

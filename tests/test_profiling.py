@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conftest import TINY
 
-from launcher.run.profiling import (
+from launcher.launch.profiler import (
     Event,
     OpTime,
     StepProfiler,

@@ -10,6 +10,8 @@ import pytest
 import warm
 
 from launcher.config.errors import ConfigError
+from launcher.launch import faults
+from launcher.launch.restarts import RESTART_ENV, Attempt, backoff_seconds, supervise, why_restart
 from launcher.outcome import (
     CHECKPOINT_WRITE,
     EXIT_FAILED,
@@ -21,8 +23,6 @@ from launcher.outcome import (
     TRAINING_FAILURE,
     OutcomeRecord,
 )
-from launcher.run import faults
-from launcher.run.restarts import RESTART_ENV, Attempt, backoff_seconds, supervise, why_restart
 
 
 def failed(failure: str | None) -> OutcomeRecord:

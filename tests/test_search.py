@@ -8,12 +8,12 @@ import math
 import optuna
 import pytest
 
+from launcher.config.samplers import STUDY_OBJECTIVES, STUDY_PRUNER, make_pruner, make_sampler, spec_problems
 from launcher.config.schema import SweepConfig
-from launcher.config.search import STUDY_OBJECTIVES, STUDY_PRUNER, make_pruner, make_sampler, spec_problems
 from launcher.contract import Position
+from launcher.launch.hooks.pruning import PruningHook
+from launcher.launch.trial import Trial, open_trial
 from launcher.outcome import OutcomeRecord
-from launcher.run.hooks.pruning import PruningHook
-from launcher.run.trial import Trial, open_trial
 from launcher.sweep.job import DONE, FAILED, PRUNED, STOPPED, JobResult
 from launcher.sweep.space import (
     CATEGORICAL,

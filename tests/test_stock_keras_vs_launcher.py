@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 from conftest import TINY, compose
 
-from launcher.run.runner import execute
+from launcher.launch.training import execute
 from launcher.train.loss_scale import ReplicaSafeLossScaleOptimizer
 
 

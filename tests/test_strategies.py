@@ -12,10 +12,10 @@ from fakes import CPU_PLAIN, ONE_V100
 from launcher.config.errors import ConfigError
 from launcher.config.schema import StrategyKind
 from launcher.config.strategies import STRATEGIES, ClusterForm, Placement, WorkerStart, strategy_of
+from launcher.launch.local_workers import local_worker_count
 from launcher.plan.cluster import find_cluster
 from launcher.plan.resolve import resolve, wants_measurements
 from launcher.plan.rules.strategy import PLACEMENTS
-from launcher.run.local_workers import local_worker_count
 from launcher.train import runtime
 
 TWO_WORKERS = ("strategy.workers=[10.0.0.1:2000,10.0.0.2:2000]",)
@@ -132,7 +132,7 @@ def test_each_builder_makes_its_strategy(kind, made):
 
 
 def test_the_doctor_refuses_a_strategy_of_several_processes_by_its_entry(monkeypatch, tmp_path):
-    from launcher.doctor.launch import _examine
+    from launcher.doctor.doctor_mode import _examine
 
     with pytest.raises(ConfigError, match=r"strategy='multi_worker': expected a single-process strategy"):
         _examine(compose("strategy=multi_worker"), tmp_path / "doctor", tmp_path, "")

@@ -137,7 +137,7 @@ def test_labels_that_fit_set_the_output_width():
 
 
 def evaluated(tmp_path, strategy, weights=None):
-    from launcher.run.runner import Launch
+    from launcher.launch.training import TrainingLaunch
     from launcher.train.engine import Engine
 
     overrides = [
@@ -157,7 +157,7 @@ def evaluated(tmp_path, strategy, weights=None):
         "scaling.batch_size=16",
         f"strategy={strategy}",
     ]
-    launch = Launch(config(*overrides), tmp_path / strategy, tmp_path, {})
+    launch = TrainingLaunch(config(*overrides), tmp_path / strategy, tmp_path, {})
     launch.prepare()
     launch.build()
     if weights is not None:
@@ -194,7 +194,7 @@ def test_user_tf_data_loss_class_and_callback_in_one_run(tmp_path):
     import user_parts
     from conftest import compose
 
-    from launcher.run.runner import execute
+    from launcher.launch.training import execute
 
     user_parts.SEEN.clear()
     outcome = execute(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import TINY, compose, store
 
-from launcher.run.runner import execute
+from launcher.launch.training import execute
 
 
 @pytest.mark.slow  # a tracked training, seconds of CPU in this process

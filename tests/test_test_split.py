@@ -163,7 +163,7 @@ def test_image_folder_reads_its_test_split_from_test_path_with_the_same_classes(
 
 
 def test_a_custom_loaders_test_entry_is_its_test_split(tmp_path, monkeypatch):
-    from launcher.run.review import load_data
+    from launcher.launch.review import load_data
 
     module = tmp_path / "split_loader.py"
     module.write_text(

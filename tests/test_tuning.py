@@ -17,9 +17,9 @@ from conftest import ROOT, TINY, config, store
 from fakes import CPU_AMX_MEASURED, CPU_PLAIN, EPYC_AVX512_BF16, ONE_A100, ONE_V100
 from mlflow.tracking import MlflowClient
 
+from launcher.launch import tuning
+from launcher.launch.tuning import Candidate, Timing
 from launcher.plan.resolve import resolve, resolve_all
-from launcher.run import tuning
-from launcher.run.tuning import Candidate, Timing
 
 
 def labels(found):
@@ -193,8 +193,8 @@ def test_a_longer_call_is_tried_only_where_the_person_left_steps_per_execution_a
 
 
 def test_the_timing_child_times_each_candidate_in_rounds_and_says_why_one_could_not_run():
-    """`launcher.run.step_timing` in this process: the real review, build and engine for each candidate."""
-    from launcher.run import step_timing
+    """`launcher.launch.step_timing` in this process: the real review, build and engine for each candidate."""
+    from launcher.launch import step_timing
 
     cfg = config(*TINY, "precision=fp32", "optimizer.name=rmsprop")
     good, refused = Candidate("fp32", False, "keras"), Candidate("fp32", False, "fused")  # rmsprop has no fused kernel

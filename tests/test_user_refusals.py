@@ -47,10 +47,10 @@ def test_a_model_whose_variables_were_created_outside_the_strategy_scope_is_refu
 
 
 def test_the_doctor_refuses_what_it_cannot_examine_with_exit_2_and_a_refused_record(tmp_path):
-    from launcher.doctor.launch import run
+    from launcher.doctor.doctor_mode import launch
 
     node = compose("mode=doctor", "strategy=multi_worker", "strategy.workers=[127.0.0.1:7001,127.0.0.1:7002]")
-    assert run(node, tmp_path, tmp_path) == EXIT_REFUSED
+    assert launch(node, tmp_path, tmp_path) == EXIT_REFUSED
     record = OutcomeRecord.read(tmp_path)
     assert record is not None and record.status == REFUSED and record.mode == "doctor"
     assert "strategy=mirrored strategy.devices=" in record.error

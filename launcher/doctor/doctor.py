@@ -27,7 +27,7 @@ from launcher.doctor.inspect import (
     scan,
 )
 from launcher.doctor.trials import Trial, render_overrides, run_trial
-from launcher.run.tuning import cached_summary
+from launcher.launch.tuning import cached_summary
 from launcher.train import runtime
 
 ADDITIONS = ("baseline", "precision", "strategy", "xla")
@@ -52,7 +52,7 @@ class Examination:
 
 def examine(config, env, overrides: str) -> Examination:
     """Run the whole examination of `config` (typed) on this machine."""
-    from launcher.run.review import review
+    from launcher.launch.review import review
 
     started = time.perf_counter()
     exam = Examination(overrides)

@@ -18,7 +18,7 @@ import numpy as np
 
 from launcher.config.errors import ConfigError
 from launcher.contract import Hook, HookList, Position
-from launcher.run.stopping import numerics_guard
+from launcher.launch.stopping import numerics_guard
 from launcher.train import runtime
 from launcher.train.numerics import NumericsStop
 
@@ -141,7 +141,7 @@ def run_trial(
 
     Returns the trial and, when it trained, the engine and the position it stopped at (for a replay).
     """
-    from launcher.run.review import review
+    from launcher.launch.review import review
     from launcher.train.build import build
     from launcher.train.engine import Engine
 

@@ -26,7 +26,7 @@ through it), never TensorFlow at import (the sweep process uses it).
 """
 
 from launcher.forkserver.alike import COLD_ARGS, differs_at_import, launcher_args
-from launcher.forkserver.client import ForkedProcess, Refused, Server
+from launcher.forkserver.requester import ForkedProcess, Refused, Server
 from launcher.forkserver.routing import share, start
 from launcher.forkserver.wire import SOCKET_ENV, receive, send
 

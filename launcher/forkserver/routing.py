@@ -13,7 +13,7 @@ import threading
 
 from launcher.forkserver.alike import COLD_ARGS, launcher_args
 from launcher.forkserver.child import die_with_parent
-from launcher.forkserver.client import ForkedProcess, Refused, Server
+from launcher.forkserver.requester import ForkedProcess, Refused, Server
 from launcher.forkserver.wire import SOCKET_ENV, receive, send
 from launcher.outcome import FORKED_BY_ENV
 

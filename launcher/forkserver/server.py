@@ -43,7 +43,7 @@ PRELOAD = (
 # `serve` then freezes the heap it forks from (`freeze_heap`).
 PREPARE = (
     "launcher.train.steps:convert_chunk_loops",
-    "launcher.run.mlflow_record:index_installed_packages",
+    "launcher.launch.mlflow_record:index_installed_packages",
     "launcher.config.schema:store_schemas",
 )
 

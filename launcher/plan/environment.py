@@ -30,7 +30,7 @@ FAST_BF16_RATIO = 1.3
 
 @dataclass(frozen=True)
 class TunedStep:
-    """What step timing chose (`launcher.run.tuning`): the precision, XLA setting, update kind and steps per call of
+    """What step timing chose (`launcher.launch.tuning`): the precision, XLA setting, update kind and steps per call of
     the fastest candidate, and the table it was chosen from, as the Plan quotes it."""
 
     precision: str

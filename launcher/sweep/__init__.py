@@ -4,5 +4,5 @@
 subprocess and records it; `summary` writes the comparison table and plots.
 
 May import: `launcher.config`, `launcher.tracking`, `launcher.files`, `launcher.contract`,
-Hydra and MLflow. Never TensorFlow (a test checks it) and never `launcher.run`.
+Hydra and MLflow. Never TensorFlow (a test checks it) and never `launcher.launch`.
 """

@@ -26,8 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from launcher.config.bounds import declared
 from launcher.config.errors import ConfigError, Violation
-from launcher.config.schema import flatten, to_config
-from launcher.config.search import (
+from launcher.config.samplers import (
     PRUNERS,
     STUDY_OBJECTIVES,
     STUDY_PRUNER,
@@ -36,6 +35,7 @@ from launcher.config.search import (
     prunes,
     spec_problems,
 )
+from launcher.config.schema import flatten, to_config
 from launcher.config.tasks import known_epoch_metrics, metric_names, metric_problem, objective
 from launcher.files import SWEEP_FILE, read_json, write_json_atomic
 from launcher.outcome import EXIT_REFUSED

@@ -12,5 +12,5 @@ built from.
 
 May import: TensorFlow, Keras, `launcher.config`, `launcher.plan` (the Plan's types), `launcher.contract`,
 `launcher.console`.
-Never `launcher.run` or `launcher.sweep`; it takes the Plan as data.
+Never `launcher.launch` or `launcher.sweep`; it takes the Plan as data.
 """

@@ -2,7 +2,7 @@
 
 Every outcome is a Plan or a refusal that names the offending keys; never another exception.
 Review is what a launch runs before it writes anything: the resolver's rules, the data and the
-schedule (`launcher.run.review.review`), on a fake 2-core AVX-512 machine.
+schedule (`launcher.launch.review.review`), on a fake 2-core AVX-512 machine.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from launcher.config.errors import ConfigError
 from launcher.config.schema import register_configs, to_config
-from launcher.run.review import review
+from launcher.launch.review import review
 
 GROUPS = {
     group.name: sorted(p.stem for p in group.glob("*.yaml"))

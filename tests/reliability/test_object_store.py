@@ -20,7 +20,7 @@ import warm
 from conftest import ROOT, MlflowServer
 
 from launcher.config.errors import ConfigError
-from launcher.run.remote import RemoteCheckpoints
+from launcher.launch.remote import RemoteCheckpoints
 
 
 def _fake_checkpoint(local: Path, step: int, sidecar: bool = True) -> str:

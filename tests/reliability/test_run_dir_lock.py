@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import TINY, runs_in
 
-from launcher.run.lock import LOCK_FILE, RunDirBusy, RunDirLock
+from launcher.launch.lock import LOCK_FILE, RunDirBusy, RunDirLock
 
 
 def test_a_second_holder_is_refused_with_the_owner_named(tmp_path):
@@ -29,7 +29,7 @@ def test_a_lock_left_by_a_killed_launch_is_taken_over(tmp_path, capfd):
         [
             sys.executable,
             "-c",
-            "import sys, time; from launcher.run.lock import RunDirLock; "
+            "import sys, time; from launcher.launch.lock import RunDirLock; "
             f"lock = RunDirLock({str(tmp_path)!r}); lock.acquire(); print('held', flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,

@@ -11,7 +11,7 @@ from launcher.plan.environment import Environment
 from launcher.plan.rules.findings import Findings
 
 XLA_CHOICES = ("true", "false", "auto")
-TUNE_CHOICES = ("off", "auto", "force")  # tune=: see launcher.run.tuning
+TUNE_CHOICES = ("off", "auto", "force")  # tune=: see launcher.launch.tuning
 # XLA compiles the whole step when its matmuls run at least this fraction of oneDNN's: its fusion
 # of the elementwise work then wins (float32 on an AMD EPYC without AMX: XLA 0.91x oneDNN's matmul,
 # the XLA step 1.03x the hybrid one). Below it, oneDNN's matmuls are worth keeping.

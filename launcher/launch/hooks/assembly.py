@@ -9,22 +9,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.contract import FitResult, HookList
+from launcher.launch.checkpoint_policy import SavePolicy
+from launcher.launch.faults import FaultHook
+from launcher.launch.hooks.best_model import BestModelHook
+from launcher.launch.hooks.budget import TimeBudgetHook
+from launcher.launch.hooks.callback_state import CallbackStateHook
+from launcher.launch.hooks.checkpoint import CheckpointHook
+from launcher.launch.hooks.history import HistoryHook
+from launcher.launch.hooks.metrics import MetricsHook
+from launcher.launch.hooks.preemption import PreemptionHook, StopAgreementHook
+from launcher.launch.hooks.profiling import ProfilerHook
+from launcher.launch.hooks.pruning import PruningHook
+from launcher.launch.hooks.step_metrics import StepMetricsHook
+from launcher.launch.hooks.utilization import UtilizationHook
+from launcher.launch.mfu import matmul_peak, process_age_seconds, training_flops_per_example
+from launcher.launch.profiler import StepProfiler
 from launcher.plan.decisions import FaultPlan
-from launcher.run.checkpoint_policy import SavePolicy
-from launcher.run.faults import FaultHook
-from launcher.run.hooks.best_model import BestModelHook
-from launcher.run.hooks.budget import TimeBudgetHook
-from launcher.run.hooks.callback_state import CallbackStateHook
-from launcher.run.hooks.checkpoint import CheckpointHook
-from launcher.run.hooks.history import HistoryHook
-from launcher.run.hooks.metrics import MetricsHook
-from launcher.run.hooks.preemption import PreemptionHook, StopAgreementHook
-from launcher.run.hooks.profiling import ProfilerHook
-from launcher.run.hooks.pruning import PruningHook
-from launcher.run.hooks.step_metrics import StepMetricsHook
-from launcher.run.hooks.utilization import UtilizationHook
-from launcher.run.profiling import StepProfiler
-from launcher.run.utilization import matmul_peak, process_age_seconds, training_flops_per_example
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from launcher.config.durations import show_duration
 from launcher.contract import StopContext
-from launcher.run.hooks.preemption import PreemptionGuard
-from launcher.run.slurm import REQUEUE_SIGNAL, requeue
+from launcher.launch.hooks.preemption import PreemptionGuard
+from launcher.launch.slurm import REQUEUE_SIGNAL, requeue
 from launcher.train.numerics import NumericsGuard
 
 

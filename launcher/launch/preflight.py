@@ -16,16 +16,16 @@ from omegaconf import OmegaConf
 from launcher.config.errors import raise_if_any
 from launcher.config.schema import Config, Unreachable, as_dict
 from launcher.files import CONFIG_FILE, PLAN_FILE, TUNING_FILE
+from launcher.launch.checkpointer import check_writable
+from launcher.launch.faults import OPT_IN, armed, ignored
+from launcher.launch.remote import RemoteCheckpoints, is_remote
+from launcher.launch.review import collecting, review
+from launcher.launch.trial import open_trial
+from launcher.launch.tuning import command_line, copy_table
+from launcher.launch.tuning import decide as decide_step_by_timing
 from launcher.plan.decisions import FaultPlan, Plan
 from launcher.plan.environment import probe
 from launcher.plan.resolve import wants_measurements
-from launcher.run.checkpoint import check_writable
-from launcher.run.faults import OPT_IN, armed, ignored
-from launcher.run.remote import RemoteCheckpoints, is_remote
-from launcher.run.review import collecting, review
-from launcher.run.trial import open_trial
-from launcher.run.tuning import command_line, copy_table
-from launcher.run.tuning import decide as decide_step_by_timing
 from launcher.tracking.uri import check_reachable, redact
 from launcher.train import runtime
 
@@ -39,8 +39,8 @@ class Prepared:
     source: Any  # the loaded data (launcher.train.data.DataSource)
     strategy: Any  # the tf.distribute strategy, made before any other TF op
     tracking_uri: str  # tracking.uri, or its fallback when the server is away (tracking.on_unreachable=local)
-    init_source: Any = None  # model.init_from, found (launcher.run.init_source.InitSource)
-    trial: Any = None  # the hparams_search trial this run is (launcher.run.trial.Trial), if any
+    init_source: Any = None  # model.init_from, found (launcher.launch.init_source.InitSource)
+    trial: Any = None  # the hparams_search trial this run is (launcher.launch.trial.Trial), if any
     remote: RemoteCheckpoints | None = None  # checkpoint.directory's object store, when it names one
 
 

@@ -10,11 +10,11 @@ import os
 from pathlib import Path
 
 from launcher.files import CONFIG_FILE, PLAN_FILE, TUNING_FILE
+from launcher.launch.faults import fault_point
+from launcher.launch.mlflow_record import dataset_inputs
+from launcher.launch.params import run_name, run_params, run_tags
+from launcher.launch.restarts import REASON_ENV, attempt_number
 from launcher.plan.decisions import ResumePlan
-from launcher.run.faults import fault_point
-from launcher.run.mlflow_record import dataset_inputs
-from launcher.run.params import run_name, run_params, run_tags
-from launcher.run.restarts import REASON_ENV, attempt_number
 from launcher.tracking.tensorboard import TensorBoardMirror
 from launcher.tracking.tracker import NullTracker, RunTracker, open_run
 from launcher.tracking.uri import redact

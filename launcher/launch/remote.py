@@ -21,7 +21,7 @@ from pathlib import Path
 import fsspec
 
 from launcher.config.errors import ConfigError
-from launcher.run.faults import fault_point
+from launcher.launch.faults import fault_point
 
 SIDECAR = re.compile(r"ckpt-(\d+)\.json$")
 STATE_FILES = ("launcher_state.json",)

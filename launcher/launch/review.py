@@ -15,11 +15,11 @@ from typing import Any
 
 from launcher.config.errors import ConfigError, Violation
 from launcher.config.schema import Config
+from launcher.launch.init_source import InitSource, locate_init_source
 from launcher.plan.decisions import Plan
 from launcher.plan.resolve import resolve_all
 from launcher.plan.schedule import schedule
 from launcher.plan.sharding import decide_sharding
-from launcher.run.init_source import InitSource, locate_init_source
 from launcher.train.labels import fit_to_task
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from launcher.contract import Hook, HookList, Position
-from launcher.run.checkpoint_policy import SavePolicy
+from launcher.launch.checkpoint_policy import SavePolicy
 
 
 class CheckpointHook(Hook):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.run.mlflow_record import MODEL_ARTIFACT, save_mlflow_model
-from launcher.run.serving import ServingExports, export_serving
+from launcher.launch.mlflow_record import MODEL_ARTIFACT, save_mlflow_model
+from launcher.launch.serving import ServingExports, export_serving
 from launcher.train.ema import ema_weights
 
 

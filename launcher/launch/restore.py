@@ -10,10 +10,10 @@ from pathlib import Path
 
 from launcher.config.models import architecture
 from launcher.contract import Position
+from launcher.launch.checkpointer import Checkpointer, set_aside
+from launcher.launch.preflight import save_plan
 from launcher.plan.decisions import InitPlan, Plan, ResumePlan, render_record
 from launcher.plan.resume import decide_resume, layout_of
-from launcher.run.checkpoint import Checkpointer, set_aside
-from launcher.run.preflight import save_plan
 from launcher.tracking.uri import redact
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.config.errors import ConfigError
+from launcher.launch.find_run import find_training_run
 from launcher.outcome import OutcomeRecord
-from launcher.run.runs import find_training_run
 from launcher.tracking.succession import remembered_run
 from launcher.tracking.uri import resolve_uri
 

@@ -11,7 +11,7 @@ from launcher.contract import Hook, Position
 
 class PruningHook(Hook):
     def __init__(self, trial, by_global_step: bool):
-        """`trial`: `launcher.run.trial.Trial`; `by_global_step` (train.val_every_steps): the report's step is the
+        """`trial`: `launcher.launch.trial.Trial`; `by_global_step` (train.val_every_steps): the report's step is the
         global step, else the number of epochs done."""
         self.trial = trial
         self.by_global_step = by_global_step

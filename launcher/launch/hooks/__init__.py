@@ -3,6 +3,6 @@
 Each module holds one hook, constructed with the few things it needs; `assembly.hooks_for` builds a fit's
 ordered list from the config and the Plan (adding a hook: a module here and a line there).
 
-May import: `launcher.contract`, `launcher.plan` and `launcher.run` modules; TensorFlow only where
+May import: `launcher.contract`, `launcher.plan` and `launcher.launch` modules; TensorFlow only where
 a hook touches it (saving, exporting, tracing), inside functions, never at module load.
 """

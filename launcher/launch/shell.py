@@ -14,8 +14,8 @@ from pathlib import Path
 
 from launcher.config.errors import ConfigError
 from launcher.console import quiet_tensorflow_logs
+from launcher.launch.lock import RunDirBusy, RunDirLock
 from launcher.outcome import EXIT_FAILED, EXIT_REFUSED, FAILED, REFUSED, TRAINING_FAILURE, OutcomeRecord
-from launcher.run.lock import RunDirBusy, RunDirLock
 
 
 def run_in_shell(body: Callable[[], OutcomeRecord], run_dir: Path, mode: str, tf_logs: bool = False) -> int:

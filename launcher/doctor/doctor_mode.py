@@ -16,16 +16,16 @@ from launcher.config.strategies import strategy_of
 from launcher.doctor.doctor import examine
 from launcher.doctor.report import PLOT_FILE, REPORT_FILE, console, markdown, plot_loss_scale, verdict
 from launcher.doctor.trials import render_overrides
+from launcher.launch.shell import run_in_shell
 from launcher.outcome import EXIT_FINISHED, EXIT_PROBLEM_FOUND, FINISHED, OutcomeRecord
 from launcher.plan.environment import probe
-from launcher.run.shell import run_in_shell
 from launcher.tracking.tracker import open_run
 from launcher.tracking.uri import check_reachable, redact
 
 TRIALS_FILE = "doctor_trials.json"
 
 
-def run(cfg_node, run_dir: Path, launch_dir: Path, overrides: str = "") -> int:
+def launch(cfg_node, run_dir: Path, launch_dir: Path, overrides: str = "") -> int:
     """One examination in `run_dir`, in the shell every mode runs in (lock, logs, exit codes); the exit code."""
     return run_in_shell(
         lambda: _examine(cfg_node, run_dir, launch_dir, overrides),

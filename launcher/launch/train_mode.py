@@ -10,13 +10,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
 
+from launcher.launch.shell import run_in_shell
 from launcher.outcome import EXIT_FINISHED, FINISHED, OutcomeRecord
 from launcher.plan.cluster import find_cluster
 from launcher.plan.environment import read_slurm, read_tf_config
-from launcher.run.shell import run_in_shell
 
 
-def run(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> int:
+def launch(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> int:
     """One launch; returns its exit code and leaves outcome.json in the run dir.
 
     The run dir's lock is held from before the first write to after outcome.json: a second
@@ -30,7 +30,7 @@ def run(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None =
 
 def train(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict) -> OutcomeRecord:
     """Resolve, build, train (or explain); the outcome record of what happened. Raises ConfigError."""
-    from launcher.run.runner import execute
+    from launcher.launch.training import execute
 
     outcome = execute(cfg, run_dir, launch_dir, choices)
     result = outcome.result

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.config.errors import ConfigError
+from launcher.config.samplers import STUDY_OBJECTIVES, STUDY_PRUNER, make_pruner, open_storage, prunes
 from launcher.config.schema import SweepConfig
-from launcher.config.search import STUDY_OBJECTIVES, STUDY_PRUNER, make_pruner, open_storage, prunes
 from launcher.plan.decisions import TrialPlan
 from launcher.tracking.uri import redact
 

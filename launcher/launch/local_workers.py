@@ -4,7 +4,7 @@ This process never imports TensorFlow: it picks N free 127.0.0.1 ports, starts N
 workers with the same overrides plus `strategy.workers` / `strategy.task_index`, streams their output
 prefixed `[worker i]` (and into `workers/worker<i>.log`), and waits. Worker 0, the chief, runs in the
 job's run dir exactly as a single process would (MLflow run, checkpoints, model); the others run in
-`workers/worker<i>/` and save into temporary directories (see `run.checkpoint`).
+`workers/worker<i>/` and save into temporary directories (see `launch.checkpointer`).
 
 - The first worker to fail stops the job: the others get SIGTERM, then SIGKILL after `GRACE_SECONDS`
   (they are usually blocked in a collective with the dead peer), and the exit code and message name
@@ -29,8 +29,8 @@ from pathlib import Path
 
 from launcher import forkserver
 from launcher.config.strategies import WorkerStart, strategy_of
+from launcher.launch.restarts import Attempt
 from launcher.outcome import OutcomeRecord
-from launcher.run.restarts import Attempt
 
 GRACE_SECONDS = 5.0
 TAIL_LINES = 25

@@ -18,22 +18,22 @@ from launcher.config.errors import ConfigError
 from launcher.config.schema import Config, Mode, to_config
 from launcher.contract import EXIT_FAILED, EXIT_FINISHED, FAILED, FINISHED, Ending, FitResult, ending_of
 from launcher.files import PLAN_FILE
+from launcher.launch.agree import agree_on_plan
+from launcher.launch.building import build_model
+from launcher.launch.finish import finish
+from launcher.launch.hooks.assembly import FitHooks, hooks_for
+from launcher.launch.mlflow_run import open_mlflow_run
+from launcher.launch.preflight import checkpoint_directory, preflight, settings_of
+from launcher.launch.restore import Restored, restore
+from launcher.launch.stopping import numerics_guard, preemption_guard, requeue_job, stop_context
 from launcher.plan.decisions import Plan
 from launcher.plan.resume import layout_of
-from launcher.run.agree import agree_on_plan
-from launcher.run.building import build_model
-from launcher.run.finish import finish
-from launcher.run.hooks.assembly import FitHooks, hooks_for
-from launcher.run.mlflow_run import open_mlflow_run
-from launcher.run.preflight import checkpoint_directory, preflight, settings_of
-from launcher.run.restore import Restored, restore
-from launcher.run.stopping import numerics_guard, preemption_guard, requeue_job, stop_context
 from launcher.tracking.tracker import NullTracker, RunTracker
 
 
 @dataclass
 class Outcome:
-    """What one launch produced, in this process (tests read it; `run.launch.train` turns it into the typed
+    """What one launch produced, in this process (tests read it; `launch.train_mode.train` turns it into the typed
     outcome record and the exit code)."""
 
     plan: Plan
@@ -64,10 +64,10 @@ def execute(cfg_node, run_dir: Path, launch_dir: Path, choices: dict | None = No
             "mode=train for sweep jobs (the doctor examines one config)",
             "drop -m: python -m launcher mode=doctor <the overrides of one job>",
         )
-    return Launch(config, run_dir, launch_dir, choices or {}).execute()
+    return TrainingLaunch(config, run_dir, launch_dir, choices or {}).execute()
 
 
-class Launch:
+class TrainingLaunch:
     """One training launch. Each step reads what the earlier ones returned: `prepared` (the machine, data,
     strategy, trial), `built`, `restored` (checkpointer and resume position), `agreement` (multi-worker) and
     `tracker`; `plan` gains a record at each step that decides something."""

@@ -1,7 +1,7 @@
 """The child process of `tune=auto`: every candidate step built and timed in this one process, interleaved.
 
-`python -m launcher.run.step_timing <spec.pkl> <result.json>`. The spec holds the launch's typed config, its
-environment and the candidates (`launcher.run.tuning`). One process pays TensorFlow's start once for all of
+`python -m launcher.launch.step_timing <spec.pkl> <result.json>`. The spec holds the launch's typed config, its
+environment and the candidates (`launcher.launch.tuning`). One process pays TensorFlow's start once for all of
 them (a process per candidate cost ~5 s each: 22-57 s for four). Each candidate is reviewed, built and
 warmed up (its trace and compilation are not timed), then the candidates take turns: round after round each
 trains a few more chunks, so a burst of load on the machine falls on every candidate rather than on one.
@@ -22,8 +22,8 @@ from pathlib import Path
 
 from launcher.config.errors import ConfigError
 from launcher.contract import Hook, HookList, Position
-from launcher.run.review import review
-from launcher.run.stopping import numerics_guard
+from launcher.launch.review import review
+from launcher.launch.stopping import numerics_guard
 from launcher.train import runtime
 
 ROUNDS = 3  # timed rounds per candidate, interleaved
@@ -49,7 +49,7 @@ TIMING_SETTINGS = {
 class Timed:
     """One candidate in this process: its engine once built, its rounds' rates, or why it could not be timed."""
 
-    candidate: object  # launcher.run.tuning.Candidate
+    candidate: object  # launcher.launch.tuning.Candidate
     engine: object = None
     chunk_steps: int | None = None  # the timed chunks' length (None: the engine's own, steps_per_execution)
     position: Position = field(default_factory=Position)

@@ -25,7 +25,7 @@ from pathlib import Path
 from launcher.config.errors import ConfigError, Violation
 from launcher.contract import CHECKPOINT_WRITE, EXIT_FAILED, FAILED, Ending, Position, StopContext
 from launcher.files import read_json, write_json_atomic
-from launcher.run.faults import fault_point
+from launcher.launch.faults import fault_point
 
 STATE_FILE = "launcher_state.json"
 FIX_FRESH = "checkpoint.resume=never to start fresh in this run dir, or a new hydra.run.dir"

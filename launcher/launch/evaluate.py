@@ -22,10 +22,10 @@ import yaml
 
 from launcher.config.errors import Violation, raise_if_any
 from launcher.files import CONFIG_FILE
+from launcher.launch.find_run import OVERRIDES_FILE, find_training_run
+from launcher.launch.shell import run_in_shell
 from launcher.outcome import EXIT_FINISHED, FINISHED, OutcomeRecord
 from launcher.plan.environment import probe
-from launcher.run.runs import OVERRIDES_FILE, find_training_run
-from launcher.run.shell import run_in_shell
 from launcher.tracking.client import with_retry
 from launcher.tracking.tracker import open_run
 from launcher.train import runtime
@@ -84,7 +84,7 @@ class Evaluation:
         self.training = OutcomeRecord.read(train_dir)
 
     def execute(self) -> tuple[str | None, dict]:
-        from launcher.run.review import review
+        from launcher.launch.review import review
 
         config = self.config
         self.env = probe(measure=False)

@@ -3,7 +3,7 @@ machine, use the fastest.
 
 A matmul probe cannot know how a convnet or a model with small layers runs; timing the real step can. The
 candidates (a precision, an XLA setting and an update kind the resolver accepts for this config) are built and
-timed in one child process (`launcher.run.step_timing`: the launch's own TensorFlow runtime is untouched, its
+timed in one child process (`launcher.launch.step_timing`: the launch's own TensorFlow runtime is untouched, its
 devices and policy are set once), in interleaved rounds, each with its median rate and spread; the fastest is
 then timed beside itself at 4x the steps per call, when the person left that at its default. The choice is cached
 per signature (model, data, batch, strategy, optimizer, steps per call, machine, TensorFlow version) in
@@ -320,7 +320,7 @@ def _time_and_cache(
 
 
 def time_candidates(job: TimingJob) -> list[Timing]:
-    """Every candidate timed in one child process (`launcher.run.step_timing`), interleaved; a candidate that
+    """Every candidate timed in one child process (`launcher.launch.step_timing`), interleaved; a candidate that
     failed, was refused or went non-finite has no rate and says why. The launch's own runtime is untouched."""
     with tempfile.TemporaryDirectory(prefix="launcher-tune-") as folder:
         spec, result = Path(folder) / "spec.pkl", Path(folder) / "result.json"
@@ -335,7 +335,7 @@ def time_candidates(job: TimingJob) -> list[Timing]:
                 }
             )
         )
-        command = [sys.executable, "-m", "launcher.run.step_timing", str(spec), str(result)]
+        command = [sys.executable, "-m", "launcher.launch.step_timing", str(spec), str(result)]
         try:
             done = subprocess.run(command, cwd=job.launch_dir, capture_output=True, text=True, timeout=TIMEOUT_SEC)
         except subprocess.TimeoutExpired:
