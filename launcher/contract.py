@@ -6,7 +6,8 @@ drives a `HookList`; each hook does one job (launch/hooks/), as Keras's `Callbac
 Orbit's actions do. Adding behaviour around the steps means adding a `Hook`, not editing one.
 
 How a fit ends is part of the contract too: every stop the engine (or a hook) raises says its own
-`Ending` (status, exit code, failure kind, tags, message), so the runner handles them all in one place.
+`Ending` (status, exit code, failure kind, tags, message), so the training launch (`launcher.launch.training`)
+handles them all in one place.
 """
 
 from __future__ import annotations

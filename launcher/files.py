@@ -1,7 +1,7 @@
 """The files one stage leaves for another, and the two ways they are read and written.
 
 A leaf: imports nothing from the launcher, so the sweep (which never imports TensorFlow),
-the checkpointer and the runner all share one spelling of each file name and one
+the checkpointer and the training launch all share one spelling of each file name and one
 "read it, or fall back" rule.
 """
 

@@ -1,10 +1,23 @@
 """What a person can set, and how a wrong setting is reported.
 
-`schema` holds the structured configs Hydra composes into (every field documented where it is
-declared), `bounds` the plain range checks the resolver walks, `errors` the `ConfigError` that
-lists every problem with its fix, `models`, `precisions` and `strategies` the tables of model kinds,
-precisions and distribution strategies (what each is; the resolver, the runtime and the launchers ask them).
+The schema Hydra composes into, the checks of its values, and the component tables (what each model kind,
+precision, strategy, optimizer, task and search sampler is): the resolver, the runtime and the launches ask
+these tables instead of comparing names.
 
-May import: Hydra, OmegaConf and the standard library. Never TensorFlow, never another
-launcher package: every other stage imports this one.
+Modules:
+    bounds: value ranges, declared once where each field is declared; the check walks them
+    durations: wall-clock budgets as people write them (`2h30m`, `90s`, `1d`) or plain seconds
+    errors: `ConfigError`: every violation of a config, reported at once, never as a TF traceback
+    help: `python -m launcher --help`: the launcher by name and the config groups to choose from
+    imports: the user's components by import path (`module.path:attribute`) and installed plugins
+    models: the table of the model kinds the launcher knows, each saying what it is
+    optimizers: the table of optimizers and learning-rate schedules a config names, and what each is
+    precisions: the table of the precisions the launcher knows, each saying what it is
+    samplers: the hyper-parameter search's samplers and pruners by name, and how to build each
+    schema: structured-config schema: every key a person can set, with its type
+    strategies: the table of the distribution strategies the launcher knows, each saying what it is
+    tasks: the table of what each task needs: its loss, metrics, head and labels (no TensorFlow)
+
+May import: Hydra, OmegaConf and the standard library (Optuna only inside `samplers`' functions). Never
+TensorFlow, never another launcher package: every other stage imports this one.
 """

@@ -3,7 +3,8 @@
 Keras's own set by name (`optimizer.name=lion`, `optimizer.schedule=cosine_restarts`), yours by import path
 (`module.path:Name`). Each entry says which Keras class it is, whether the launcher has a fused TensorFlow
 update for it, and which arguments the launcher owns (so `optimizer.params` cannot set them behind its back).
-TensorFlow-free: the resolver reads these tables; `launcher.train.build` makes the objects.
+TensorFlow-free: the resolver reads these tables; `launcher.train.optimizers` makes the objects (the same
+concept one level down).
 """
 
 from __future__ import annotations

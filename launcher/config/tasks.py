@@ -1,6 +1,7 @@
 """What each task needs: its loss, its metrics, its head, the labels it takes (pure: no TensorFlow).
 
-The resolver's task rule reads this table; `launcher.train.tasks` builds the Keras objects it names.
+The resolver's task rule reads this table; `launcher.train.tasks` builds the Keras objects it names (the same
+concept one level down).
 A name with a colon (module.path:Name) is the user's own component, checked when it is imported.
 """
 

@@ -1,11 +1,13 @@
 """`mode=doctor`: short trials of a config that find why it breaks and verify the fix.
 
-`trials` runs one short, untracked training of a config variant in this process; `inspect`
-replays a failing step layer by layer and scans a model for float16 risks; `diagnose` (pure)
-judges trials against the float32 one-device baseline and proposes fixes; `report` writes the
-Markdown, the console table and the loss-scale plot; `doctor` runs the whole examination and
-`launch` is its CLI task (run-dir lock, files, MLflow run, exit code).
+Modules:
+    diagnose: the doctor's reasoning, pure: which addition breaks the run, which overrides fix it
+    doctor: the examination: environment checks, bisection, localisation, scan, verified fix
+    doctor_mode: `python -m launcher mode=doctor`: examine the config, write the report, log it
+    inspect: inside the model: the first non-finite value, the layers float16 cannot hold
+    report: the examination as a person reads it: Markdown in the run dir, a console table, a plot
+    trials: one trial: a short, untracked training of a config variant in this process
 
-May import: `config`, `plan`, `train`, `run` (the review and the runtime a launch uses),
+May import: `config`, `plan`, `train`, `launch` (its review, shell, numerics guard and tuning cache),
 `tracking` and the leaf modules.
 """

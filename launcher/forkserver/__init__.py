@@ -17,11 +17,15 @@ When the process that started a server ends, the server takes no new start and e
 have: they run on, as orphans of a cold start would, and one started to die with its parent dies with the process
 that asked for it (a job's restart supervisor), never with the server.
 
-`routing` decides where a start goes (`start`, `share`); `alike` says which starts a fork makes alike a new
-interpreter; `client` is the requester's side (`Server`, `ForkedProcess`, `Refused`); `server` the forkserver's
-(preload, `PREPARE`, the accept loop); `child` what a fork becomes; `wire` the messages between them.
+Modules:
+    alike: which starts a fork makes alike a new interpreter, and which must be cold
+    child: in the fork: the server's copy becomes `python -m launcher <args>`, as a new one would
+    requester: the requester's side: start a server, ask it for a child, hold it as `Popen` would
+    routing: where a start goes: forked by the shared server when alike, else a new interpreter
+    server: the forkserver itself: imports what a launch needs once, forks one child per request
+    wire: how requester and server talk: length-prefixed JSON and descriptors on a Unix socket
 
-May import: `launcher.console` and `launcher.outcome` only (a leaf: `run` and `sweep` start their processes
+May import: `launcher.console` and `launcher.outcome` only (a leaf: `launch` and `sweep` start their processes
 through it), never TensorFlow at import (the sweep process uses it).
 """
 

@@ -1,14 +1,44 @@
-"""One launch, start to finish: the runner's named steps and the hooks around the engine.
+"""One launch of the CLI in a run dir, start to finish: the shell, the training launch's named steps, the hooks.
 
-`shell` is the one shell every mode runs in (lock, log setup, exit codes, the outcome record); `launch`
-is mode=train and `evaluate` mode=eval / mode=predict inside it; `runner` names a launch's steps in order,
-each in its own module: `preflight` (prepare), `building`, `restore`, `agree`, `mlflow_run` (start
-tracking), `stopping` (what may stop the fit; each stop's `Ending` is in `launcher.contract`) and `finish`
-(with `export`); `hooks/` holds one hook per job (checkpoints, best model, metrics, preemption, profiling,
-utilisation) and `hooks.assembly.hooks_for` builds a fit's list; `checkpoint` and `checkpoint_policy` save
-and restore; `params` says what a run logs as params and tags; `profiling` and `utilization` measure.
+A launch is one start of `python -m launcher` in a run dir; the run is what it trains and tracks (its run dir
+and its MLflow run), which a later launch may resume. `shell` is the one shell every mode runs in;
+`training` names a training launch's steps in order, each in its own module; `hooks/` holds one hook per job.
 
-May import: every stage below it (`config`, `plan`, `train`, `tracking`) and the leaf modules
-(`contract`, `files`, `console`, `outcome`).
+Modules:
+    agree: multi-worker agreement: the same Plan before tracking, the same weights after training
+    building: the build step: model, optimizer, metrics in the strategy scope; init_from, freeze
+    checkpoint_policy: when to save: the checkpoint save rule as pure arithmetic on the position
+    checkpointer: checkpoints a run can bet on: exact resume, keep-N, best model, verified restores
+    evaluate: `mode=eval` and `mode=predict`: a trained run's model on a split, logged beside it
+    export: the trained model as files: `model.keras`, `best.keras`, serving formats, MLflow model
+    faults: test-only fault injection: stop or break a run at one exact point
+    find_run: a trained run found by its name, run dir or MLflow run id; or the newest finished
+    finish: the finish step: exports, final weights compared, the test split, the summary
+    init_source: where `model.init_from` points, found before anything is built
+    local_workers: `strategy.local_workers=N`: a multi-worker job on this machine, from one command
+    lock: one launch per run dir: a second launch on the same dir is refused
+    mfu: model FLOPs utilisation: achieved training FLOP/s as a fraction of the matmul peak
+    mlflow_record: what MLflow's views need: the data as dataset inputs, the model as MLflow model
+    mlflow_run: the start-tracking step: the checkpoint's MLflow run continued, or a new one
+    params: what a launch tells MLflow about itself: its name, params and tags
+    preflight: the prepare step: probe, resolve, start the runtime, load the data, schedule
+    profiler: trace a window of training steps with TensorFlow's profiler, say where the time went
+    remote: `checkpoint.directory=s3://...` (any fsspec URL): checkpoints that outlive the machine
+    restarts: `train.max_restarts=N`: a failed training restarts from its newest checkpoint
+    restore: the restore step: resume from the run's checkpoints where the Plan says
+    review: every check of a config and its data before anything is written, in one list
+    serving: exports a server or a device runs: a TensorFlow SavedModel and a TFLite file
+    shell: the one shell around every mode run in a run dir (lock, logs, exit codes, outcome.json)
+    slurm: Slurm's time-limit warning turned into a requeue (`strategy.slurm_requeue=true`)
+    step_timing: the child process of `tune=auto`: every candidate step built and timed
+    stopping: what may stop a fit before its end: signals, the numerics guard, each stop's `Ending`
+    train_mode: `mode=train`: one launch in its run dir, inside the shell
+    training: one training launch in named steps: prepare, build, restore, agree, track, fit, finish
+    trial: a training run that is one trial of an hparams_search study
+    tuning: `tune=auto`: time the steps the `auto` settings allow on this model and machine
+    hooks/: the hooks the engine calls around its steps, one job each, and the list a fit uses
+
+May import: every stage below it (`config`, `plan`, `train`, `tracking`), `launcher.forkserver` (to start
+workers and restarts) and the leaf modules (`contract`, `files`, `console`, `outcome`).
 Never `launcher.sweep`.
 """

@@ -2,6 +2,8 @@
 formats (export.formats) and the MLflow model, each logged to the run and copied beside remote checkpoints.
 
 Adding an export: a function here called from `export_trained`.
+
+The same concept one level up: `launcher.plan.rules.export` decides the formats written here.
 """
 
 from __future__ import annotations

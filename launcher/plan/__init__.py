@@ -1,12 +1,20 @@
 """From a config and a machine to a Plan: every decision the launcher makes, with its reason.
 
-`environment` probes the machine into plain data (with `hardware`'s measured matmul rates, taken
-once per machine in a child process and cached); `rules/` decides, one module per concern, each
-returning its typed section and asking the component tables in `launcher.config`; `resolve` composes
-the rules; `schedule` (data size), `sharding` (multi-worker data) and `resume` (a checkpoint's
-position) add records later; `decisions` is the Plan itself: frozen typed sections.
+The machine is probed into plain data, `rules/` decides one concern per module, `resolve` composes the
+rules into the Plan; the records that need the data's size, the shards or a checkpoint are added later.
 
-May import: `launcher.config`, `launcher.contract` and the standard library. Pure: no TensorFlow at import time
-(only `environment.probe()` asks TensorFlow for its GPUs, when called); the one file written is
-the cache of measured matmul rates.
+Modules:
+    cluster: which cluster a multi-worker process belongs to, and whether it can work
+    decisions: the Plan: every decision, each with its reason, in typed frozen sections
+    environment: what this machine offers, as plain data, probed without starting the TF runtime
+    hardware: this machine's matmul rates per dtype and backend, measured once and cached
+    resolve: resolve(config, environment) -> Plan: the launcher's knowledge of what works together
+    resume: how a checkpoint's position maps onto this launch: the Plan's `resume` decision
+    schedule: decisions that depend on the data's size: steps per epoch, validation steps, warmup
+    sharding: how a multi-worker job splits its training data, decided from the shards' sizes
+    rules/: the resolver's rules, one module per concern, each returning its section of the Plan
+
+May import: `launcher.config`, `launcher.contract`, `launcher.console` and the standard library. Pure: no
+TensorFlow at import time (only `environment.probe()` asks TensorFlow for its GPUs, when called, and
+`hardware` measures in a child process); the one file written is the cache of measured matmul rates.
 """

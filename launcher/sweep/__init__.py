@@ -1,8 +1,13 @@
 """Hydra multirun into MLflow: a parent run per sweep, a fresh process per job, a summary.
 
-`callback` opens and closes the sweep's parent run; `job` runs one job as a `python -m launcher`
-subprocess and records it; `summary` writes the comparison table and plots.
+Modules:
+    callback: the sweep's parent MLflow run: opened before the first job, summarised after the last
+    job: one sweep job: a fresh `python -m launcher` process, recorded as a child run
+    search: the launcher's hyper-parameter search: a Hydra sweeper on Optuna
+    space: a search space over any config key: parsed, checked, sampled by an Optuna trial
+    summary: the sweep's comparison artifacts on the parent run: a table (CSV, Markdown) and plots
 
-May import: `launcher.config`, `launcher.tracking`, `launcher.files`, `launcher.contract`,
-Hydra and MLflow. Never TensorFlow (a test checks it) and never `launcher.launch`.
+May import: `launcher.config`, `launcher.tracking`, `launcher.forkserver` (a job's process),
+`launcher.files`, `launcher.contract`, `launcher.console`, `launcher.outcome`, Hydra, MLflow and Optuna.
+Never TensorFlow (a test checks it) and never `launcher.launch`.
 """

@@ -1,14 +1,35 @@
 """Build inside the strategy scope and train: runtime setup, build, engine, loss scaling, data.
 
-`runtime` configures devices, strategy, seeds and the dtype policy before the TF runtime starts;
-`build` creates every variable (model, optimizer, loss-scale state) inside `strategy.scope()`;
-`engine` owns the training loop for every strategy, precision and XLA mode, and drives the
-hooks through `launcher.contract`; `steps` compiles the step kind's replica steps and chunk loops,
-`step_stats` is the stats vector they return; `loss_scale`, `fused_update` (optimizers updating through
-fused TensorFlow kernels), `data`, `schedules`, `callbacks` and `model_io` are the pieces it is
-built from.
+`runtime` configures the process before the TF runtime starts, `build` creates every variable inside
+`strategy.scope()`, `engine` owns the training loop and drives the hooks through `launcher.contract`;
+the other modules are the pieces they are built from, and the plugin API (`registry`, `model_io`,
+`data`) a user's model or dataset is written against.
 
-`registry` maps model and dataset names to their builders.
+Modules:
+    agreement: workers of one multi-worker job agreeing, over TensorFlow's own collectives
+    build: build everything that creates variables, in one place, inside strategy.scope()
+    callbacks: Keras callbacks from the `train` config, standard and the user's own
+    clipping: gradient clipping after the all-reduce, the same whatever the strategy
+    cluster_watchdog: a bound on joining a multi-worker cluster: a watchdog kills a stuck worker
+    data: DataSource: what every dataset builder returns, and the tf.data pipeline over it
+    data_checks: a user's data checked before training: every problem of a file in one ConfigError
+    ema: the weights' exponential moving average (`optimizer.use_ema`) for evaluation and export
+    engine: one training loop for every strategy, precision and XLA mode
+    fine_tune: fine-tuning on the built model: weights from a source, layers frozen, then unfrozen
+    fused_update: Keras optimizers whose update is one fused TensorFlow kernel per variable
+    labels: the dataset's labels against the task, before anything is built, with the fix
+    loss_scale: loss-scale optimizers: Keras's own where it works, else a replica-safe one
+    model_io: pieces every model builder shares: the input layer, the float32 output head
+    numerics: what the compiled step counts about numerics, and when a run must stop
+    optimizers: the configured optimizer and schedule as objects, their arguments checked
+    registry: name -> builder module for models and datasets; errors list the choices
+    runtime: process-wide TensorFlow setup, done once, before the TF runtime starts
+    schedules: learning-rate schedule: linear warmup, then the configured schedule
+    step_stats: the stats vector every step returns, and `Totals`, which reads it by name
+    steps: the step kind's replica steps and the in-graph loops that run a chunk of them
+    tasks: the task's loss and metrics as Keras objects, built inside the strategy scope
+    user_data: `dataset=custom dataset.loader=pkg.mod:load` (or a plugin): the user's data
+    user_model: `model=custom model.builder=pkg.mod:build` (or a plugin): the user's Keras model
 
 May import: TensorFlow, Keras, `launcher.config`, `launcher.plan` (the Plan's types), `launcher.contract`,
 `launcher.console`.

@@ -3,6 +3,8 @@ or glob, and the unfreeze that trains them again later.
 
 Layers are matched by their path of names (`block/conv`), so the built-in models name every layer that holds
 weights; a user's model matches as well as its names are stable.
+
+The same concept one level up: `launcher.plan.rules.fine_tune` decides what is applied here.
 """
 
 from __future__ import annotations

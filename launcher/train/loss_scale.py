@@ -11,6 +11,9 @@ not" from the first replica's *un-reduced* gradients inside a `merge_call`
 2. decides in cross-replica context, outside any compiled function, and applies
    through the inner optimizer on every replica or on none: they never diverge;
 3. offers a fixed mode (Keras 3 dropped `dynamic=False`) and min/max bounds.
+
+The same concept one level up: `launcher.plan.rules.loss_scale` decides which of these a run uses and
+how it scales.
 """
 
 from __future__ import annotations

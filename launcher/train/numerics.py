@@ -5,6 +5,8 @@ skips, steps with the loss scale at its floor, the unscaled gradient norm, the f
 loss) and returns them once per chunk with the loss totals: no host sync per step. `NumericsGuard`
 reads them on the host and raises `NumericsStop` with a diagnosis a person can act on. TF-free, so
 the rules are unit-tested without a runtime.
+
+The same concept one level up: `launcher.plan.rules.numerics` decides what is guarded here.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 Names and the arguments the launcher owns are checked by the resolver (`launcher.plan.rules.optimizer`); what
 needs the classes themselves (yours imported, every argument a real parameter, values Keras accepts) is checked
 here, before anything is built, into the same refusal.
+
+The same concept one level up: `launcher.config.optimizers` is the table of the names these objects
+are built from.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ their variables are on-read-synchronised sums, so a result read across replicas 
 metric of every example, not a mean of per-replica means. They are updated outside any XLA-compiled
 function (the compiled step returns its outputs) and take the task's predictions: probabilities for
 classification, multilabel and sequence, the raw outputs for regression.
+
+The same concept one level up: `launcher.config.tasks` is the table (no TensorFlow) of what each task
+needs.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The hook list of one fit: the hooks a config asks for, in the order their work must happen at an epoch end.
 
-Adding a hook means a module in this folder and a line in `hooks_for`: the runner only takes the list.
+Adding a hook means a module in this folder and a line in `hooks_for`: the training launch only takes the list.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from launcher.plan.decisions import FaultPlan
 
 @dataclass
 class FitHooks:
-    """The ordered list the engine calls, and the hooks whose results the runner reads after the fit."""
+    """The ordered list the engine calls, and the hooks whose results the launch reads after the fit."""
 
     hooks: HookList
     metrics: MetricsHook  # after a resume: how many epochs of metrics it re-logged

@@ -2,7 +2,7 @@
 boundary, after a save.
 
 `PreemptionGuard` turns the first signal into a request; `CheckpointHook` saves on it and
-`PreemptionHook`, last in the list, raises `Preempted` so the runner marks the run KILLED
+`PreemptionHook`, last in the list, raises `Preempted` so the training launch marks the run KILLED
 and exits 128 + signal.
 """
 

@@ -1,5 +1,9 @@
 """Fine-tuning's keys together: what is frozen, when it trains again and at which rate, where the first weights
-come from. Which layers a name matches is known once the model is built (`launcher.train.fine_tune`)."""
+come from. Which layers a name matches is known once the model is built (`launcher.train.fine_tune`).
+
+The same concept one level down: `launcher.train.fine_tune` applies what this rule decides to the
+built model.
+"""
 
 from __future__ import annotations
 

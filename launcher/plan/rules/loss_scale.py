@@ -1,4 +1,7 @@
-"""Loss scaling for precisions whose gradients underflow, and which loss-scale optimizer applies it."""
+"""Loss scaling for precisions whose gradients underflow, and which loss-scale optimizer applies it.
+
+The same concept one level down: `launcher.train.loss_scale` builds what this rule decides.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """What keeps the numbers sound: non-finite steps, determinism, gradient clipping and the weights' average
-(the last two as the launcher applies them, after the all-reduce, not as Keras would)."""
+(the last two as the launcher applies them, after the all-reduce, not as Keras would).
+
+The same concept one level down: `launcher.train.numerics` counts in the step and stops a run as
+this rule decides.
+"""
 
 from __future__ import annotations
 
