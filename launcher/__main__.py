@@ -96,7 +96,7 @@ def _supervised(cfg, at: Invocation) -> int:
 
 
 # mode -> handler; each returns the process's exit code. None of these modules loads TensorFlow when imported
-# (the sweep process imports this one and never loads it; tests/test_architecture.py checks).
+# (the sweep process imports this one and never loads it; tests/structure/test_architecture.py checks).
 MODES: dict[str, Callable[[DictConfig, Invocation], int]] = {
     "train": _train,
     "eval": _evaluate,

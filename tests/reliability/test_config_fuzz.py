@@ -12,12 +12,12 @@ import os
 
 import numpy as np
 import pytest
-from conftest import CONF_DIR
 from fakes import EPYC_AVX512_BF16
 from hydra.errors import HydraException
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from omegaconf.errors import OmegaConfBaseException
+from support.config import CONF_DIR
 
 from launcher.config.errors import ConfigError
 from launcher.config.schema import register_configs, to_config

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import TINY, config
+from support.config import TINY, config
 
 from launcher.config.errors import ConfigError
 from launcher.train.registry import DATASETS

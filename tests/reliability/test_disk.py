@@ -10,7 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import TINY, runs_in
+from support.config import TINY
+from support.tracking import runs_in
 
 # .ci/run sets this, so a tmpfs that cannot be mounted fails CI instead of skipping.
 REQUIRE = "LAUNCHER_REQUIRE_DISK"

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 import warm
-from conftest import ROOT, store
+from support.config import ROOT
+from support.tracking import store
 
 from launcher.files import RUN_FILE, read_json
 

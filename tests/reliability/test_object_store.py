@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import warm
-from conftest import ROOT, MlflowServer
+from support.config import ROOT
+from support.tracking import MlflowServer
 
 from launcher.config.errors import ConfigError
 from launcher.launch.remote import RemoteCheckpoints

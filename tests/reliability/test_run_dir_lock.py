@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import TINY, runs_in
+from support.config import TINY
+from support.tracking import runs_in
 
 from launcher.launch.lock import LOCK_FILE, RunDirBusy, RunDirLock
 

@@ -11,7 +11,8 @@ import time
 
 import pytest
 import warm
-from conftest import ROOT, store
+from support.config import ROOT
+from support.tracking import store
 
 from launcher.files import OUTCOME_FILE, read_json
 

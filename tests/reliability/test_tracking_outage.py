@@ -11,7 +11,8 @@ import time
 
 import pytest
 import warm
-from conftest import ROOT, TINY, MlflowServer, free_port
+from support.config import ROOT, TINY
+from support.tracking import MlflowServer, free_port
 
 from launcher.tracking.spool import PENDING_FILE
 

@@ -1,0 +1,311 @@
+"""The real CLI: default run into MLflow, explain, and every kind of bad input.
+
+The default run, explain, `--help` and each exit code start a real `python -m launcher` process (`cli`): a new
+interpreter (`cold=True`) where the test reads what a fresh process prints while TensorFlow loads, else forked warm
+(tests/warm.py); the other checks run the same entry in-process (`cli_here`), where the process is not the subject.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from support.config import TINY
+from support.tracking import runs_in
+
+
+def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
+    done = cli(*TINY, "+tracking.tags.team=vision", "tracking.register_model=digits-mlp", new_store=True, cold=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Plan:" in done.stdout and "Done." in done.stdout
+    assert "\x1b[" not in done.stdout  # not a terminal: no progress bar escape codes
+    assert "Traceback" not in done.stderr
+    # TensorFlow's C++ start-up lines and MLflow's new-store lines are quieted by default.
+    assert "oneDNN custom operations" not in done.stderr and not NATIVE_LOG_LINE.search(done.stderr)
+    assert "INFO mlflow" not in done.stderr
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment_by_name("launcher")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == "mlp-digits-auto-default"
+    params = run.data.params
+    assert params["model.hidden_units"] == "[32]"
+    assert params["derived.batch.global"] == "32"
+    # auto decides by the suite's fixed matmul rates (conftest: bf16 1.9x float32 through oneDNN, XLA's bf16
+    # matmul at half of oneDNN's): bf16, hybrid step, fused update, whatever CPU runs the suite.
+    assert params["derived.precision.policy"] == "mixed_bfloat16"
+    tags = run.data.tags
+    assert tags["plan.strategy"] == "default"
+    assert tags["plan.step"] == "hybrid" and params["derived.optimizer.update"] == "fused"
+    decided = yaml.safe_load((Path(tags["run_dir"]) / "plan.yaml").read_text())["decisions"]
+    assert "measured here, 2048^3 matmul: bfloat16 401 GFLOP/s vs float32 211" in decided["precision"]["reason"]
+    for metric in (
+        "loss",
+        "accuracy",
+        "val_loss",
+        "val_accuracy",
+        "learning_rate",
+        "examples_per_sec",
+        "model_flops_utilization",
+    ):
+        history = client.get_metric_history(run.info.run_id, metric)
+        assert [m.step for m in history] == [0, 1], metric
+    assert 0 < run.data.metrics["model_flops_utilization"] < 1
+    # 3 x (64*32 + 32*10) multiply-adds x 2 FLOPs, plus bias adds: the MLP's training FLOPs.
+    assert 3 * 2 * (64 * 32 + 32 * 10) <= int(tags["measured.train_flops_per_example"]) < 20_000
+    # Params are the config and what the resolver derived from it; measurements are tags.
+    assert not [k for k in params if "matmul_peak" in k or "flops" in k or k.startswith("tracking.run_name")]
+    assert tags["team"] == "vision"
+    (version,) = client.search_model_versions("name='digits-mlp'")
+    assert version.run_id == run.info.run_id and version.source.endswith("/mlflow_model")
+    assert "MLmodel" in {Path(a.path).name for a in client.list_artifacts(run.info.run_id, "mlflow_model")}
+    steps = int(params["derived.train.total_steps"])
+    every = int(params["tracking.step_metrics_every"])
+    for metric in ("step/loss", "step/accuracy", "step/learning_rate"):
+        history = client.get_metric_history(run.info.run_id, metric)
+        assert [m.step for m in history] == list(range(every, steps + 1, every)), metric
+    assert [int(m.value) for m in client.get_metric_history(run.info.run_id, "global_step")] == [steps // 2, steps]
+    assert 0 < run.data.metrics["time_to_first_step_sec"] < 120
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"plan.yaml", "config.yaml", "model"} <= artifacts
+    assert (tmp_path / "run" / "plan.yaml").read_text().startswith("decisions:")
+
+
+# A TensorFlow C++ log line: severity, date, time, thread, file:line]
+NATIVE_LOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w./-]+:\d+\]", re.M)
+
+
+def test_the_doctor_s_first_float16_launch_on_a_new_store_prints_no_library_noise(cli, tmp_path):
+    """What the person reads is the launcher's: no MLflow INFO lines about creating a new store's tables, no
+    TensorFlow C++ lines (oneDNN's float16 fallback, which landed in the middle of the doctor's report), in a real
+    first launch. (The default run's test checks the same on a new store in train mode.)"""
+    done = cli("mode=doctor", "precision=mixed", "doctor.steps=8", "model.hidden_units=[16]", new_store=True, cold=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    console = done.stdout + done.stderr
+    assert "Doctor:" in done.stdout
+    assert not NATIVE_LOG_LINE.search(console), NATIVE_LOG_LINE.search(console).group(0)
+    assert "INFO mlflow" not in console and "alembic" not in console.lower(), console[-3000:]
+    assert "All log messages before absl::InitializeLog()" not in console
+
+
+def test_exported_model_loads_and_predicts(cli_here, tmp_path):
+    done = cli_here(*TINY, "tracking.enabled=false", "precision=fp32")
+    assert done.returncode == 0, done.stderr[-3000:]
+    import keras
+
+    model = keras.saving.load_model(tmp_path / "run" / "model.keras")
+    out = model.predict(np.zeros((2, 8, 8, 1), "float32"), verbose=0)
+    assert out.shape == (2, 10) and out.dtype == np.float32
+
+
+def test_mixed_mirrored_xla_trains_like_the_non_xla_run(cli_here, tmp_path):
+    losses = {}
+    for xla in ("true", "false"):
+        done = cli_here(
+            *TINY,
+            "precision=mixed",
+            "strategy=mirrored",
+            f"xla={xla}",
+            "train.epochs=3",
+            "tracking.enabled=false",
+            "checkpoint.enabled=false",
+            f"hydra.run.dir={tmp_path}/{xla}",
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        final = [line for line in done.stdout.splitlines() if line.strip().startswith("loss ")]
+        losses[xla] = float(final[-1].split()[-1])
+        if xla == "true":
+            assert re.search(r"loss_scale.optimizer\s+replica_safe\s+float16 with 2 replicas", done.stdout)
+            assert "crashes under XLA" in done.stdout
+            assert re.search(r"step\s+replica_xla", done.stdout)
+    assert losses["true"] == pytest.approx(losses["false"], rel=0.03)
+
+
+def test_explain_prints_the_plan_and_trains_nothing(cli, tmp_path):
+    done = cli("explain=true", "precision=mixed", "strategy=mirrored", "xla=true")
+    assert done.returncode == 0, done.stderr
+    assert "loss_scale.optimizer" in done.stdout
+    assert "explain=true: nothing trained" in done.stdout
+    assert "Epoch" not in done.stdout
+    assert not runs_in(tmp_path / "mlflow.db")
+    assert (tmp_path / "run" / "plan.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["model=foo"], ["Could not find 'model/foo'", "Available options in 'model'", "mlp", "transformer", "fix:"]),
+        (["train.epochs=abc"], ["train.epochs", "'abc'", "Integer", "fix:"]),
+        (
+            ["dataset=synthetic", "dataset.kind=imagez"],
+            ["dataset.kind", "'imagez'", "[image, tabular, tokens]", "fix:"],
+        ),
+        (["precision=mixed", "loss_scale=none"], ["loss_scale='none'", "dynamic or fixed", "fix: loss_scale=dynamic"]),
+        (
+            ["xla=maybe", "strategy=mirrored", "strategy.devices=-1"],
+            ["2 problems", "xla='maybe'", "['true', 'false', 'auto']", "strategy.devices=-1", "fix: xla=auto"],
+        ),
+        (
+            ["dataset=npz", "dataset.path=/nonexistent/data.npz"],
+            ["dataset.path='/nonexistent/data.npz'", "file not found", "fix: dataset.path="],
+        ),
+        (["dataset=digits", "dataset.layout=flat", "model=cnn"], ["model='cnn'", "image inputs", "fix: model=mlp"]),
+        (
+            ["tracking.uri=http://127.0.0.1:9"],
+            ["tracking.uri='http://127.0.0.1:9'", "reachable MLflow", "fix: start it"],
+        ),
+    ],
+    ids=[
+        "unknown-choice",
+        "wrong-type",
+        "enum-typo",
+        "invalid-combination",
+        "several-at-once",
+        "missing-file",
+        "model-data",
+        "unreachable-tracking",
+    ],
+)
+def test_bad_input_is_a_clear_error_not_a_traceback(cli_here, tmp_path, overrides, expected):
+    done = cli_here(*overrides)
+    # Hydra's compose errors (unknown option, wrong type, enum typo) exit 1; the launcher's refusals exit 2.
+    hydra_error = any(t.startswith(("Could not find", "train.epochs", "dataset.kind")) for t in expected)
+    assert done.returncode == (1 if hydra_error else 2)
+    assert "Traceback" not in done.stderr
+    assert "tensorflow" not in done.stderr.lower()
+    for text in expected:
+        assert text in done.stderr, (text, done.stderr)
+    # Nothing was started in MLflow for a refused config.
+    assert not runs_in(tmp_path / "mlflow.db")
+
+
+def test_refused_config_keeps_earlier_runs(cli_here, tmp_path):
+    assert cli_here(*TINY, "precision=fp32", "train.epochs=1").returncode == 0
+    bad = cli_here("precision=fp32", "train.epochs=1", "model=transformer", "model.num_heads=3", "model.embed_dim=32")
+    assert bad.returncode == 2
+    assert "model.embed_dim=32: expected a multiple of model.num_heads (3)" in bad.stderr
+    assert "fix: model.embed_dim=30" in bad.stderr
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
+    assert [r.info.status for r in runs] == ["FINISHED"]
+
+
+def test_rerun_in_the_same_run_dir_resumes_the_same_mlflow_run(cli_here, tmp_path):
+    first = cli_here(*TINY, "precision=fp32", "train.epochs=2")
+    assert first.returncode == 0, first.stderr[-2000:]
+    second = cli_here(*TINY, "precision=fp32", "train.epochs=4")
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "Resuming at epoch 3, step 0 (global step " in second.stdout
+    assert "epoch 1/4" not in second.stdout and "epoch 3/4" in second.stdout
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "loss")]
+    assert steps == [0, 1, 2, 3]
+
+
+def test_resuming_with_a_different_model_is_refused(cli_here, tmp_path):
+    assert cli_here(*TINY, "precision=fp32", "train.epochs=1").returncode == 0
+    other = cli_here("model=cnn", "precision=fp32", "train.epochs=2")
+    assert other.returncode == 2
+    assert "model='cnn': expected 'mlp', the model of the checkpoint being resumed" in other.stderr
+    assert "fix: checkpoint.resume=never" in other.stderr
+    wider = cli_here("model.hidden_units=[48]", "precision=fp32", "train.epochs=2")
+    assert "model.hidden_units=[48]: expected [32]" in wider.stderr
+    assert list((tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))
+
+
+# ------------------------------------------------------------ exit codes
+
+QUICK_RUN = [*TINY, "precision=fp32", "xla=false", "checkpoint.enabled=false"]
+
+
+def mlflow_run(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
+    assert len(runs) == 1
+    return runs[0]
+
+
+def test_exit_code_1_for_a_config_hydra_cannot_compose(cli):
+    done = cli("model=foo", cold=True)  # a new interpreter: what it prints before TensorFlow loads
+    assert done.returncode == 1
+    assert "Could not find 'model/foo'" in done.stderr
+    assert "Traceback" not in done.stderr and "tensorflow" not in done.stderr.lower()
+
+
+def test_exit_code_2_for_a_refused_config(cli, tmp_path):
+    done = cli("precision=mixed", "loss_scale=none", cold=True)
+    assert done.returncode == 2
+    # In a fresh process (the in-process refusal tests load TensorFlow beforehand): no start-up noise, no traceback.
+    assert "Traceback" not in done.stderr and "tensorflow" not in done.stderr.lower()
+    assert "loss_scale='none': expected dynamic or fixed" in done.stderr and "fix: loss_scale=dynamic" in done.stderr
+    assert '"status": "REFUSED"' in (tmp_path / "run" / "outcome.json").read_text()
+
+
+def test_exit_code_1_for_a_training_failure_with_the_error_on_the_failed_run(cli, tmp_path):
+    done = cli(*QUICK_RUN, env={"LAUNCHER_FAULT": "RAISE@steps:5"})
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Training failed; the MLflow run is marked FAILED." in done.stderr
+    run = mlflow_run(tmp_path)
+    assert run.info.status == "FAILED"
+    assert "InjectedFault" in run.data.tags["error"] and "injected failure at steps 5" in run.data.tags["error"]
+    assert run.data.tags["plan.fault"] == "RAISE@steps:5"  # a sabotaged run says so
+    assert "Restart" not in done.stderr and "restart.count" not in run.data.tags  # train.max_restarts=0: as is
+
+
+def test_fault_injection_is_checked_at_launch_and_needs_its_opt_in(cli_here, tmp_path):
+    bad = cli_here(*QUICK_RUN, env={"LAUNCHER_FAULT": "KILL@step:5"})
+    assert bad.returncode == 2 and "LAUNCHER_FAULT='KILL@step:5'" in bad.stderr and "unset LAUNCHER_FAULT" in bad.stderr
+    pause = cli_here(*QUICK_RUN, env={"LAUNCHER_FAULT": "PAUSE@steps:5", "LAUNCHER_FAULT_RESUME": ""})
+    assert pause.returncode == 2 and "LAUNCHER_FAULT_RESUME" in pause.stderr
+    leftover = cli_here(*QUICK_RUN, env={"LAUNCHER_FAULT": "RAISE@steps:5", "LAUNCHER_TEST_FAULTS": ""})
+    assert leftover.returncode == 0, leftover.stderr[-2000:]
+    assert "LAUNCHER_FAULT=RAISE@steps:5 is set but ignored" in leftover.stdout
+    assert "plan.fault" not in mlflow_run(tmp_path).data.tags
+
+
+@pytest.mark.parametrize(("signal_name", "code"), [("INT", 130), ("TERM", 143)])
+def test_exit_code_128_plus_the_signal_when_preempted(cli, tmp_path, signal_name, code):
+    done = cli(*QUICK_RUN, env={"LAUNCHER_FAULT": f"{signal_name}@steps:5"})
+    assert done.returncode == code, done.stderr[-2000:]
+    assert f"Signal SIG{signal_name}: saving at the next step boundary" in done.stdout
+    assert "Preempted: stopped by signal" in done.stdout
+    assert mlflow_run(tmp_path).info.status == "KILLED"
+
+
+def test_help_introduces_the_launcher_and_lists_the_groups_a_person_chooses():
+    import subprocess
+    import sys
+
+    from support.config import CONF_DIR, ROOT
+
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("launcher: a declarative training launcher")
+    assert "powered by Hydra" not in done.stdout and "schema" not in done.stdout
+    section = done.stdout.split("== Config groups")[1].split("\n== Value ranges")[0]
+    listed = dict(line.strip().split(": ", 1) for line in section.splitlines()[1:] if line.strip())
+    for group in [d for d in CONF_DIR.iterdir() if d.is_dir() and d.name != "hydra"] + [CONF_DIR / "hydra/launcher"]:
+        options = sorted(p.stem for p in group.glob("*.yaml"))
+        assert listed[group.relative_to(CONF_DIR).as_posix()] == ", ".join(options)
+    ranges = done.stdout.split("== Value ranges")[1].split("\n== Every key")[0]
+    assert "strategy.port: a port number in 1..65535" in ranges  # declared once, on the schema field
+    assert "model.hidden_units (mlp): a non-empty list of integers, each >= 1" in ranges
+    assert "optimizer:" in done.stdout  # every key, with its default

@@ -1,0 +1,112 @@
+"""The docs cannot drift from the CLI: every command in a block marked runnable is run, on a tiny config.
+
+A fenced block preceded by `<!-- runnable -->` in README.md or docs/*.md is runnable. Its
+`python -m launcher ...` lines run each in a temporary directory of its own, with overrides that shrink it
+to one short epoch; a command that names an earlier run (`eval.run=exp1`) runs after the command that
+made it (`name=exp1`), in the same directory.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+
+import pytest
+import warm
+from support.config import ROOT
+
+MARK = "<!-- runnable -->"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# One epoch of two steps, one validation step, a small MLP where the command does not choose the model.
+SHRINK = [
+    "train.epochs=1",
+    "train.max_steps_per_epoch=2",
+    "train.max_validation_steps=1",
+    "tracking.system_metrics=false",
+    "tracking.log_model=false",
+]
+
+
+def runnable_blocks(text: str) -> list[list[str]]:
+    """The commands of each block marked runnable (comments and line continuations handled)."""
+    blocks = []
+    for match in re.finditer(re.escape(MARK) + r"\s*\n```[^\n]*\n(.*?)\n```", text, re.S):
+        joined = match.group(1).replace("\\\n", " ")
+        lines = [shlex.split(line, comments=True) for line in joined.splitlines()]
+        blocks.append([" ".join(words) for words in lines if words])
+    return blocks
+
+
+def commands(page) -> list[str]:
+    return [command for block in runnable_blocks(page.read_text()) for command in block]
+
+
+def chains(page) -> list[list[str]]:
+    """The page's commands, each alone, except that one naming an earlier run (eval.run, model.init_from) joins that
+    run's chain."""
+    found: list[list[str]] = []
+    by_name: dict[str, list[str]] = {}
+    for command in commands(page):
+        words = shlex.split(command)
+        wanted = next((w.split("=", 1)[1] for w in words if w.startswith(("eval.run=", "model.init_from="))), None)
+        chain = by_name.get(wanted) if wanted else None
+        if chain is None:
+            chain = []
+            found.append(chain)
+        chain.append(command)
+        named = next((w.split("=", 1)[1] for w in words if w.startswith("name=")), None)
+        if named:
+            by_name[named] = chain
+    return found
+
+
+def needs_a_process(args: list[str]) -> bool:
+    """A sweep or local workers start processes; a command that splits the CPU differently needs a fresh runtime."""
+    return any(
+        a in ("-m", "--multirun")
+        or a.startswith(("strategy=multi_worker", "strategy.local_workers", "strategy.devices"))
+        for a in args
+    )
+
+
+CHAINS = [(page, chain) for page in PAGES for chain in chains(page)]
+
+
+def test_the_readme_and_the_pages_have_runnable_blocks_and_they_are_launcher_commands():
+    found = {page.name: commands(page) for page in PAGES}
+    assert len(found["README.md"]) >= 5 and found["your_model.md"], found
+    for page, listed in found.items():
+        for command in listed:
+            assert shlex.split(command)[:3] == ["python", "-m", "launcher"], (page, command)
+
+
+def test_a_block_without_the_mark_is_not_run_and_continuations_are_joined():
+    text = (
+        "```bash\npython -m launcher not_run=1\n```\n" + MARK + "\n```bash\n"
+        "python -m launcher a=1   # comment\npython -m launcher \\\n    b=2\n```\n"
+    )
+    assert runnable_blocks(text) == [["python -m launcher a=1", "python -m launcher b=2"]]
+
+
+def test_a_command_that_uses_an_earlier_run_runs_after_it_in_its_directory():
+    page = ROOT / "docs" / "your_model.md"
+    (first, *_), *_ = [chain for chain in chains(page) if len(chain) > 1]
+    assert "name=exp1" in first
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("page", "chain"), CHAINS, ids=[f"{p.name}:{c[0][19:60] or 'the default job'}" for p, c in CHAINS]
+)
+def test_every_runnable_command_runs(page, chain, tmp_path, launcher_here):
+    """Each command as typed, through the launcher's entry: in this process, or in a process of its own when it
+    starts processes (a sweep, local workers)."""
+    for command in chain:
+        args = shlex.split(command)[3:]  # after "python -m launcher"
+        if needs_a_process(args):
+            done = warm.run([sys.executable, "-m", "launcher", *args, *SHRINK], cwd=tmp_path, timeout=600)
+        else:
+            done = launcher_here([*args, *SHRINK], tmp_path)
+        assert done.returncode == 0, f"{page.name}: {command}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        assert "Plan:" in done.stdout or "mode=" in command, command

@@ -1,0 +1,192 @@
+"""Ship it: the SavedModel and TFLite exports answer like the trained model, in a process that never imports the
+launcher, and the MLflow model answers the same predictions from a real `mlflow models serve`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import warm
+from support.config import TINY
+from support.tracking import free_port, runs_in
+
+# Loaded the way a serving stack loads them: TensorFlow alone, the launcher never imported.
+CONSUMER = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np, tensorflow as tf, keras
+    run = sys.argv[1]
+    x = np.load(run + "/inputs.npy")
+    logits = keras.saving.load_model(run + "/model.keras", compile=False).predict(x, verbose=0)
+    served = tf.saved_model.load(run + "/saved_model").signatures["serving_default"](inputs=tf.constant(x))
+    lite = tf.lite.Interpreter(model_path=run + "/model.tflite").get_signature_runner("serving_default")(inputs=x)
+    print(json.dumps({
+        "keras_probabilities": tf.nn.softmax(logits).numpy().tolist(),
+        "saved_probabilities": served["probabilities"].numpy().tolist(),
+        "saved_label": served["label"].numpy().tolist(),
+        "tflite_probabilities": np.asarray(lite["probabilities"]).tolist(),
+        "logits": np.asarray(logits).tolist(),
+        "launcher_imported": any(m == "launcher" or m.startswith("launcher.") for m in sys.modules),
+    }))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    """One float16 mirrored run exported as keras, saved_model and tflite, and 16 validation inputs."""
+    from sklearn.datasets import load_digits
+    from support.tracking import store
+
+    folder = tmp_path_factory.mktemp("shipped")
+    done = warm.run(
+        [
+            sys.executable,
+            "-m",
+            "launcher",
+            f"hydra.run.dir={folder}/run",
+            f"tracking.uri={store(folder / 'mlflow.db')}",
+            *TINY,
+            "precision=mixed",
+            "strategy=mirrored",
+            "export.formats=[keras,saved_model,tflite]",
+        ],
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    x = (load_digits().images[-16:] / 16.0).astype("float32")[..., None]
+    np.save(folder / "run" / "inputs.npy", x)
+    return folder, done.stdout
+
+
+@pytest.mark.xdist_group("shipped")  # one worker makes the module's run once
+def test_savedmodel_and_tflite_answer_like_the_keras_model_without_the_launcher(shipped):
+    folder, stdout = shipped
+    assert "export   saved_model" in stdout and "export   tflite" in stdout
+    answer = subprocess.run(
+        [sys.executable, "-c", CONSUMER, str(folder / "run")], capture_output=True, text=True, timeout=300
+    )
+    assert answer.returncode == 0, answer.stderr[-3000:]
+    got = json.loads(answer.stdout.strip().splitlines()[-1])
+    assert got["launcher_imported"] is False
+    keras_probabilities = np.array(got["keras_probabilities"])
+    # The SavedModel is the trained network itself (float16 compute, float32 output): the same numbers.
+    np.testing.assert_allclose(got["saved_probabilities"], keras_probabilities, atol=1e-6)
+    assert got["saved_label"] == keras_probabilities.argmax(axis=-1).tolist()
+    # TFLite runs its float32 twin: within float16's rounding of the trained model's activations.
+    np.testing.assert_allclose(got["tflite_probabilities"], keras_probabilities, atol=2e-3)
+    [run] = runs_in(folder / "mlflow.db")
+    assert run.data.tags["export.tflite"].startswith("TFLite vs SavedModel on 8 examples: label 100% equal")
+
+
+@pytest.mark.xdist_group("shipped")
+def test_mlflow_models_serve_answers_with_the_models_predictions(shipped, tmp_path):
+    folder, _ = shipped
+    [run] = runs_in(folder / "mlflow.db")
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    logged = {a.path for a in client.list_artifacts(run.info.run_id, "model")}
+    assert {"model/model.keras", "model/model.tflite", "model/saved_model"} <= logged
+    port = free_port()
+    log = open(tmp_path / "serve.log", "w")  # noqa: SIM115  (closed below)
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("mlflow")),
+            "models",
+            "serve",
+            "-m",
+            f"runs:/{run.info.run_id}/mlflow_model",
+            "--env-manager",
+            "local",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        # As from an activated environment: the scoring server is started as `uvicorn` from PATH.
+        env={
+            **os.environ,
+            "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        },
+    )
+    try:
+        deadline = time.time() + 180
+        while True:
+            try:
+                if urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2).status == 200:
+                    break
+            except OSError:
+                pass
+            assert server.poll() is None and time.time() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
+            time.sleep(1)
+        x = np.load(folder / "run" / "inputs.npy")
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations",
+            data=json.dumps({"inputs": x.tolist()}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        answered = np.array(json.loads(urllib.request.urlopen(request, timeout=60).read())["predictions"])
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+        log.close()
+    import keras
+
+    expected = keras.saving.load_model(folder / "run" / "model.keras", compile=False).predict(x, verbose=0)
+    assert answered.shape == (16, 10)
+    np.testing.assert_allclose(answered, expected, atol=1e-5)
+
+
+def test_export_formats_are_checked_and_keras_is_always_among_them():
+    from fakes import CPU_PLAIN
+    from support.config import config
+
+    from launcher.plan.resolve import resolve, resolve_all
+
+    plan = resolve(config("export.formats=[tflite]"), CPU_PLAIN)
+    assert plan.export.formats == ["keras", "tflite"] and "keras added" in plan.export.reason("formats")
+    _, refused = resolve_all(config("export.formats=[keras,onnx]"), CPU_PLAIN)
+    assert [(v.key, v.fix) for v in refused] == [("export.formats", "export.formats=[keras]")]
+    off = resolve(config("export.formats=[saved_model]", "checkpoint.export_model=false"), CPU_PLAIN)
+    assert off.export.formats == [] and any("nothing is exported" in w for w in off.warnings)
+
+
+def test_the_tflite_twin_computes_in_float32_with_the_same_weights():
+    import keras
+
+    from launcher.launch.serving import float32_twin
+
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(2, dtype="float32")])
+    finally:
+        keras.config.set_dtype_policy("float32")
+    twin = float32_twin(model)
+    assert model.layers[0].compute_dtype == "float16" and twin.layers[0].compute_dtype == "float32"
+    for mine, theirs in zip(model.get_weights(), twin.get_weights(), strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+
+
+def test_a_model_tflite_cannot_express_is_named_by_its_operations():
+    from launcher.launch.serving import _unsupported
+
+    said = _unsupported(
+        RuntimeError(
+            "Could not translate MLIR to FlatBuffer. error: loc(...): 'tf.Erfc' op is neither a custom op nor a "
+            "flex op\nerror: 'tf.Erfc' op is neither a custom op nor a flex op"
+        )
+    )
+    assert said.startswith("TFLite's builtin ops have no Erfc (") and "SavedModel serves this model" in said

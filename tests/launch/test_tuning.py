@@ -1,0 +1,282 @@
+"""tune=auto: the candidate steps per environment, the cache key, the choice (fastest, a tie keeps the rate rule's,
+failed or non-finite candidates skipped with why), steps per call, multi-worker never tuning, the timing child's
+rounds in-process, and a real first and second launch."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import replace
+
+import pytest
+import yaml
+from fakes import CPU_AMX_MEASURED, CPU_PLAIN, EPYC_AVX512_BF16, ONE_A100, ONE_V100
+from mlflow.tracking import MlflowClient
+from support.config import ROOT, TINY, config
+from support.tracking import store
+
+from launcher.launch import tuning
+from launcher.launch.tuning import Candidate, Timing
+from launcher.plan.resolve import resolve, resolve_all
+
+
+def labels(found):
+    return [c.label for c in found]
+
+
+def STEPS(precision):  # noqa: N802 (reads as the constant list it builds)
+    """The three steps of one precision under adam (which has a fused kernel): the graph step with the fused update
+    (hybrid), with Keras's update ops (graph), and the whole step compiled (xla, the update fused by XLA)."""
+    return [f"{precision} hybrid", f"{precision} graph", f"{precision} xla"]
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        (CPU_AMX_MEASURED, [*STEPS("fp32"), *STEPS("bf16")]),
+        (EPYC_AVX512_BF16, [*STEPS("fp32"), *STEPS("bf16")]),
+        (CPU_PLAIN, STEPS("fp32")),  # no bfloat16 instructions: bf16 is emulated, never faster
+        (ONE_A100, [*STEPS("fp32"), *STEPS("bf16"), *STEPS("mixed")]),
+    ],
+)
+def test_the_candidates_are_the_steps_auto_allows_on_this_hardware(env, expected):
+    found, left_out = tuning.candidates(config("precision=auto", "xla=auto"), env)
+    assert labels(found) == expected
+    assert ("bf16: this CPU has no bfloat16 instructions" in " ".join(left_out)) == (env is CPU_PLAIN)
+
+
+def test_a_fixed_precision_or_xla_is_not_tuned_and_a_refused_candidate_is_left_out_with_why():
+    assert labels(tuning.candidates(config("precision=fp32", "xla=auto"), EPYC_AVX512_BF16)[0]) == STEPS("fp32")
+    assert labels(tuning.candidates(config("precision=auto", "xla=false"), EPYC_AVX512_BF16)[0]) == [
+        "fp32 hybrid",
+        "fp32 graph",
+        "bf16 hybrid",
+        "bf16 graph",
+    ]
+    # A fixed update kind is not tuned; an optimizer without a fused kernel has one update kind.
+    fixed = tuning.candidates(config("precision=fp32", "optimizer.update=keras"), EPYC_AVX512_BF16)[0]
+    assert labels(fixed) == ["fp32 graph", "fp32 xla"]
+    found, left_out = tuning.candidates(config("optimizer.name=adafactor"), EPYC_AVX512_BF16)
+    assert labels(found) == ["fp32 graph", "bf16 graph"] and "adafactor" in left_out[0]
+    # Under two replicas XLA does not compile the update: both update kinds stay candidates beside it.
+    mirrored = tuning.candidates(config("precision=fp32", "strategy=mirrored"), EPYC_AVX512_BF16)[0]
+    assert labels(mirrored) == ["fp32 hybrid", "fp32 graph", "fp32 xla+fused", "fp32 xla"]
+    # float16 on a V100 without loss scaling is refused by the resolver: not a candidate.
+    found, left_out = tuning.candidates(config("loss_scale=none"), ONE_V100)
+    assert "mixed graph" not in labels(found) and any(o.startswith("mixed") for o in left_out)
+
+
+def test_the_cache_key_changes_with_the_batch_or_the_model_and_not_with_a_rerun():
+    base = tuning.signature(config(), EPYC_AVX512_BF16)
+    assert tuning.signature(config(), EPYC_AVX512_BF16) == base
+    assert tuning.signature(config("seed=3", "name=again", "train.epochs=40"), EPYC_AVX512_BF16) == base
+    assert tuning.signature(config("scaling.batch_size=128"), EPYC_AVX512_BF16) != base
+    assert tuning.signature(config("model.hidden_units=[256,64]"), EPYC_AVX512_BF16) != base
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAUNCHER_CACHE", str(tmp_path))
+    return tmp_path / "step_tuning.json"
+
+
+def fake_timings(monkeypatch, rates: dict[str, float | None], notes: dict[str, str] | None = None):
+    """The timing child replaced by a table: each candidate's rate by label (None: it failed, with `notes`), and
+    the fastest one's longer calls when the table has them."""
+    timed = []
+
+    def time_candidates(job):
+        out = []
+        for candidate in job.found:
+            timed.append(candidate.label)
+            rate = rates[candidate.label]
+            out.append(Timing(candidate, rate, (notes or {}).get(candidate.label, "") if rate is None else ""))
+        best = max((t for t in out if t.examples_per_sec), key=lambda t: t.examples_per_sec, default=None)
+        for n in job.more_steps_per_call if best else ():
+            longer = replace(best.candidate, steps_per_execution=n)
+            if longer.label in rates:
+                timed.append(longer.label)
+                out.append(Timing(longer, rates[longer.label], spread=(0.9 * rates[longer.label], rates[longer.label])))
+        return out
+
+    monkeypatch.setattr(tuning, "time_candidates", time_candidates)
+    return timed
+
+
+# Keras's update ops only: the four candidates precision x XLA (the update kinds have tests of their own).
+KERAS_UPDATE = "optimizer.update=keras"
+
+
+def test_the_fastest_candidate_is_chosen_cached_and_the_plan_quotes_the_table(cache, monkeypatch, tmp_path):
+    rates = {"fp32 graph": 3000.0, "fp32 xla": 4200.0, "bf16 graph": 5000.0, "bf16 xla": None}
+    timed = fake_timings(monkeypatch, rates, {"bf16 xla": "non-finite (loss nan)"})
+    cfg = config("tune=auto", KERAS_UPDATE)
+    env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
+    assert timed == ["fp32 graph", "fp32 xla", "bf16 graph", "bf16 xla"]
+    assert (env.tuned.precision, env.tuned.xla) == ("bf16", False)
+    assert record.tune == "bf16 graph" and "bf16 xla non-finite (loss nan)" in record.reason("tune")
+    assert "bf16 change the numerics" in record.reason("tune")  # bf16 was timed only because precision=auto
+    plan = resolve(cfg, env)
+    assert plan.precision.name == "bf16" and not plan.step.xla
+    assert "tune: the fastest step timed here" in plan.precision.reason("name")
+    stored = json.loads(cache.read_text())[tuning.signature(cfg, EPYC_AVX512_BF16)]
+    assert stored["choice"] == {"precision": "bf16", "xla": False, "update": "keras", "steps_per_execution": None}
+    # The next launch with the same signature reads the cache; tune=force times again.
+    again = fake_timings(monkeypatch, rates)
+    env2, record2 = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
+    assert again == [] and env2.tuned == env.tuned and record2.reason("tune").startswith("cached")
+    tuning.decide(config("tune=force", KERAS_UPDATE), EPYC_AVX512_BF16, [], tmp_path)
+    assert len(again) == 4
+
+
+def test_the_doctor_reads_the_cached_table_of_the_config_it_examines(cache, monkeypatch, tmp_path):
+    cfg = config("tune=auto", KERAS_UPDATE)
+    assert "not timed on this machine" in tuning.cached_summary(cfg, EPYC_AVX512_BF16)
+    fake_timings(monkeypatch, {"fp32 graph": 3000.0, "fp32 xla": 4200.0, "bf16 graph": 5000.0, "bf16 xla": 100.0})
+    started = time.time()
+    tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
+    summary = tuning.cached_summary(config("tune=auto", KERAS_UPDATE, "mode=doctor"), EPYC_AVX512_BF16)
+    age = re.match(r"bf16 graph: timed (\d+) s ago", summary)  # the winner first, with the cache entry's age
+    assert age and int(age[1]) <= time.time() - started + 1, summary
+    assert "fp32 xla 4,200 ex/s" in summary
+
+
+def test_a_tie_within_five_percent_keeps_the_rate_rules_choice(cache, monkeypatch, tmp_path):
+    rule = tuning.rule(config(KERAS_UPDATE), EPYC_AVX512_BF16)
+    assert rule == Candidate("bf16", False, "keras")  # what the matmul rates pick on this machine
+    fake_timings(monkeypatch, {"fp32 graph": 5000.0, "fp32 xla": 5100.0, "bf16 graph": 4950.0, "bf16 xla": 3000.0})
+    env, record = tuning.decide(config("tune=auto", KERAS_UPDATE), EPYC_AVX512_BF16, [], tmp_path)
+    assert (env.tuned.precision, env.tuned.xla) == ("bf16", False)
+    assert "the matmul rates' choice kept" in record.reason("tune")
+
+
+def test_when_every_candidate_fails_the_rate_rule_decides_and_nothing_is_cached(cache, monkeypatch, tmp_path):
+    fake_timings(monkeypatch, dict.fromkeys(["fp32 graph", "fp32 xla", "bf16 graph", "bf16 xla"]))
+    env, record = tuning.decide(config("tune=auto", KERAS_UPDATE), EPYC_AVX512_BF16, [], tmp_path)
+    assert env.tuned is None and record.tune == "not tuned" and not cache.exists()
+
+
+def test_multi_worker_jobs_never_tune_and_explain_only_says_it_would(cache, monkeypatch, tmp_path):
+    timed = fake_timings(monkeypatch, {})
+    env, record = tuning.decide(config("tune=auto", "strategy=multi_worker"), EPYC_AVX512_BF16, [], tmp_path)
+    assert env.tuned is None and "multi-worker jobs never tune" in record.reason("tune")
+    env, record = tuning.decide(config("tune=auto", "explain=true"), EPYC_AVX512_BF16, [], tmp_path)
+    assert env.tuned is None and "would time 6 candidate steps" in record.reason("tune") and timed == []
+    env, record = tuning.decide(config(), EPYC_AVX512_BF16, [], tmp_path)  # tune=off, the default
+    assert env.tuned is None and record is None
+
+
+def test_the_update_kind_and_a_longer_call_are_tuned_and_reach_the_plan(cache, monkeypatch, tmp_path):
+    rates = {"fp32 hybrid": 3000.0, "fp32 graph": 3100.0, "fp32 xla": 4200.0}
+    rates |= {"bf16 hybrid": 4000.0, "bf16 graph": 5000.0, "bf16 xla": 4400.0, "bf16 graph x64": 5600.0}
+    timed = fake_timings(monkeypatch, rates)
+    cfg = config("tune=auto")
+    env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
+    assert timed == [*STEPS("fp32"), *STEPS("bf16"), "bf16 graph x64"]  # the longer call: the fastest step only
+    assert record.tune == "bf16 graph x64" and "bf16 graph x64 5,600 [5,040-5,600] ex/s" in record.reason("tune")
+    plan = resolve(cfg, env)
+    assert (plan.precision.name, plan.step.xla, plan.step.update, plan.step.kind) == ("bf16", False, "keras", "graph")
+    assert plan.step.steps_per_execution == 64 and "tune: 64 steps per call" in plan.step.reason("steps_per_execution")
+    assert "tune: the fastest step timed here" in plan.step.reason("update")
+    # A longer call within 5 % of the step it lengthens is no gain: the configured 16 stays.
+    fake_timings(monkeypatch, rates | {"bf16 graph x64": 5100.0})
+    env, _ = tuning.decide(config("tune=force"), EPYC_AVX512_BF16, [], tmp_path)
+    assert resolve(cfg, env).step.steps_per_execution == 16
+
+
+def test_a_longer_call_is_tried_only_where_the_person_left_steps_per_execution_at_its_default():
+    assert tuning.more_steps_per_call(config(), []) == (64,)
+    assert tuning.more_steps_per_call(config("train.steps_per_execution=16"), ["train.steps_per_execution=16"]) == ()
+    assert tuning.more_steps_per_call(config("train.steps_per_execution=8"), []) == ()  # set in a config file
+
+
+def test_the_timing_child_times_each_candidate_in_rounds_and_says_why_one_could_not_run():
+    """`launcher.launch.step_timing` in this process: the real review, build and engine for each candidate."""
+    from launcher.launch import step_timing
+
+    cfg = config(*TINY, "precision=fp32", "optimizer.name=rmsprop")
+    good, refused = Candidate("fp32", False, "keras"), Candidate("fp32", False, "fused")  # rmsprop has no fused kernel
+    rows = step_timing.time_all([good, refused], cfg, EPYC_AVX512_BF16, rounds=2)
+    assert [Candidate(**r["candidate"]) for r in rows] == [good, refused]
+    low, high = rows[0]["spread"]
+    assert 0 < low <= rows[0]["examples_per_sec"] <= high and rows[0]["note"] == ""
+    assert rows[1]["examples_per_sec"] is None and rows[1]["note"].startswith("refused: ")
+    # A learning rate that sends the loss to infinity: the candidate goes non-finite and has no rate.
+    diverging = config(*TINY, "precision=fp32", "optimizer.name=sgd", "optimizer.learning_rate=1e30")
+    (row,) = step_timing.time_all([Candidate("fp32", False, "keras")], diverging, EPYC_AVX512_BF16, rounds=1)
+    assert row["examples_per_sec"] is None and "non-finite" in row["note"], row
+
+
+def test_a_table_timed_on_a_busy_machine_is_timed_again_a_minute_later_and_a_sound_one_is_kept(
+    cache, monkeypatch, tmp_path
+):
+    """The first timing runs while other processes hold 60% of the CPU and ranks fp32 first; it is provisional:
+    the launches within 60 s use it (and say so), the first launch 60 s or more later times again on the now
+    idle machine and switches to bf16, which stays. A week later a busy re-timing never replaces that sound table."""
+    now, busy = [1000.0], [0.6]
+    monkeypatch.setattr(tuning, "clock", lambda: now[0])
+    monkeypatch.setattr(tuning, "others_share", lambda before, after: busy[0])
+    cfg = config("tune=auto", KERAS_UPDATE)
+    under_load = {"fp32 graph": 3000.0, "fp32 xla": 2000.0, "bf16 graph": 1500.0, "bf16 xla": 1000.0}
+    idle = {"fp32 graph": 3000.0, "fp32 xla": 4200.0, "bf16 graph": 5000.0, "bf16 xla": 3000.0}
+    timed = fake_timings(monkeypatch, under_load)
+    env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
+    assert env.tuned.precision == "fp32" and "provisional: timed while other processes used 60%" in record.reason(
+        "tune"
+    )
+    busy[0], now[0] = 0.01, 1030.0
+    timed = fake_timings(monkeypatch, idle)
+    env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
+    assert timed == [] and env.tuned.precision == "fp32"
+    assert "timed again by a launch from 30 s on" in record.reason("tune")
+    now[0] = 1061.0
+    env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
+    assert len(timed) == 4 and env.tuned.precision == "bf16" and "provisional" not in record.reason("tune")
+    now[0] = 5000.0
+    env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
+    assert len(timed) == 4 and env.tuned.precision == "bf16" and record.reason("tune").startswith("cached")
+    # A week on the table is timed again; under load, the result does not replace the sound table.
+    busy[0], now[0] = 0.7, 1061.0 + tuning.MAX_AGE_SEC
+    timed = fake_timings(monkeypatch, under_load)
+    env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
+    assert len(timed) == 4 and env.tuned.precision == "bf16" and record.reason("tune").startswith("cached")
+
+
+def test_an_unknown_tune_value_is_refused_by_the_resolver_with_the_other_problems():
+    cfg = config("tune=sometimes", "xla=maybe")
+    assert tuning.decide(cfg, EPYC_AVX512_BF16, [], ROOT) == (EPYC_AVX512_BF16, None)  # nothing timed
+    _, problems = resolve_all(cfg, EPYC_AVX512_BF16)
+    assert {"tune", "xla"} <= {p.key for p in problems}
+
+
+def test_a_first_launch_times_the_steps_and_a_second_reads_the_cache_and_picks_the_same(tmp_path, launcher_here):
+    """Both launches through the real entry in this process (the timing child is a real process either way)."""
+    env = {"LAUNCHER_CACHE": str(tmp_path / "cache")}
+    os.makedirs(env["LAUNCHER_CACHE"])  # the suite's fixed matmul rates, in a cache of this test's own
+    shutil.copy(os.path.join(os.environ["LAUNCHER_CACHE"], "matmul_rates.json"), env["LAUNCHER_CACHE"])
+    # precision fixed: three candidates (fp32 hybrid, graph, xla) keep the test short; which does not matter here.
+    run = ["tune=auto", "precision=fp32", *TINY]
+    first = launcher_here([*run, "tracking.enabled=false", f"hydra.run.dir={tmp_path}/one"], ROOT, env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    decided = yaml.safe_load((tmp_path / "one" / "plan.yaml").read_text())["decisions"]
+    assert decided["tune"]["reason"].startswith("timed now in")
+    assert "change the numerics" not in decided["tune"]["reason"]  # precision=fp32: every candidate is float32
+    table = json.loads((tmp_path / "cache" / "step_tuning.json").read_text())
+    (entry,) = table.values()
+    assert [row["step"] for row in entry["table"]] == STEPS("fp32")
+    assert all(row["examples_per_sec"] > 0 and row["spread"][0] <= row["examples_per_sec"] for row in entry["table"])
+    assert json.loads((tmp_path / "one" / "step_tuning.json").read_text())["table"] == entry["table"]
+    uri = store(tmp_path / "mlflow.db")
+    second = launcher_here([*run, f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/two"], ROOT, env)
+    assert second.returncode == 0, second.stderr[-2000:]
+    again = yaml.safe_load((tmp_path / "two" / "plan.yaml").read_text())["decisions"]
+    assert again["tune"]["reason"].startswith("cached") and again["tune"]["value"] == decided["tune"]["value"]
+    for key in ("precision", "xla", "optimizer.update"):
+        assert again[key]["value"] == decided[key]["value"], key
+    # The table the choice came from is the run's artifact in MLflow.
+    client = MlflowClient(uri)
+    (logged,) = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
+    assert "step_tuning.json" in {a.path for a in client.list_artifacts(logged.info.run_id)}

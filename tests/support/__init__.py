@@ -1,0 +1,9 @@
+"""What the tests share, by what it serves.
+
+Modules:
+    config: the real composed config (Hydra's compose, once per list of group choices), TINY, ROOT
+    cli: the real `python -m launcher`, in a process of its own (warm or cold) or in this test process
+    tracking: MLflow stores made from a migrated template, a real `mlflow server`, an S3-compatible server
+    suite: the test process itself: fixed matmul rates, 2 logical CPUs, what each test must leave as it was,
+        markers and ordering, the xdist group guard, CPU accounting
+"""
