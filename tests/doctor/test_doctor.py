@@ -1,4 +1,8 @@
-"""mode=doctor: deliberately broken setups, each named (cause and layer) with a fix that trains when applied."""
+"""mode=doctor: deliberately broken setups, each named (cause and layer) with a fix that trains when applied.
+
+The examination (`launcher.doctor.doctor`), the look inside the model (`launcher.doctor.inspect`) and the report
+(`launcher.doctor.report`).
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """MultiWorkerMirroredStrategy as a person runs it: `strategy.local_workers=N` starts N worker processes on
 127.0.0.1; workers started by hand (strategy.workers) are checked against each other; bad clusters are refused
-before anything waits, and a peer that never comes is named."""
+before anything waits, and a peer that never comes is named.
+
+A worker that cannot join is killed by its watchdog (`launcher.train.cluster_watchdog`).
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,9 @@
 
 The example project (examples/my_project) is copied to a temporary folder and trained with the one command
 its README gives, by the real CLI; nothing is installed into the launcher.
+
+The user's model and data by import path (`launcher.train.user_model`, `launcher.train.user_data`); eval and predict
+find the trained run by name (`launcher.launch.find_run`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """The launcher's forkserver (`launcher.forkserver`): which starts it forks, and that a forked child keeps a
 new interpreter's process group and dies with a parent it was told to die with. The sweeps, local workers and
-restarts that use it are tested end to end in their own files (their outcome records name the server)."""
+restarts that use it are tested end to end in their own files (their outcome records name the server).
+
+Which starts fork alike (`launcher.forkserver.alike`), the requester's side (`launcher.forkserver.requester`) and
+the messages (`launcher.forkserver.wire`).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """train.max_steps, train.max_time and train.val_every_steps: training by budget, validating inside epochs. The
-rules (pure), then real launches in this process reading what MLflow and the checkpoints hold."""
+rules (pure), then real launches in this process reading what MLflow and the checkpoints hold.
+
+The time budget's hook: `launcher.launch.hooks.budget`.
+"""
 
 from __future__ import annotations
 

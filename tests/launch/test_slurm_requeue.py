@@ -1,5 +1,8 @@
 """strategy.slurm_requeue: Slurm's time-limit warning (SIGUSR1) saves a checkpoint and requeues the job; the
-requeued job resumes from it. Slurm itself is not here: a fake `scontrol` on PATH records what it was asked."""
+requeued job resumes from it. Slurm itself is not here: a fake `scontrol` on PATH records what it was asked.
+
+The requeue itself: `launcher.launch.slurm`.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""Every resolver rule, against fake environments (no TensorFlow runtime needed)."""
+"""Every resolver rule, against fake environments (no TensorFlow runtime needed).
+
+The rules: `launcher.plan.rules.precision`, `launcher.plan.rules.step`, `launcher.plan.rules.loss_scale`,
+`launcher.plan.rules.optimizer`, `launcher.plan.rules.numerics`, `launcher.plan.rules.task`,
+`launcher.plan.rules.export`, `launcher.plan.rules.fine_tune`, `launcher.plan.rules.profile` (and the strategy rule,
+`tests/plan/test_strategies.py`).
+"""
 
 from __future__ import annotations
 

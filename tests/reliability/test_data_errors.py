@@ -1,4 +1,7 @@
-"""A user's broken data is a ConfigError before training: which file, what is wrong, how to fix it."""
+"""A user's broken data is a ConfigError before training: which file, what is wrong, how to fix it.
+
+The checks themselves: `launcher.train.data_checks`.
+"""
 
 from __future__ import annotations
 

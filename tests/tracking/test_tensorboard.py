@@ -1,5 +1,8 @@
 """tracking.tensorboard=true: the run's MLflow scalars and its Plan as a TensorBoard event log, read back with
-TensorBoard's own reader, and the log is an artifact of the MLflow run."""
+TensorBoard's own reader, and the log is an artifact of the MLflow run.
+
+The mirror: `launcher.tracking.tensorboard`.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The engine drives standard Keras callbacks and reports what a person needs."""
+"""The engine drives standard Keras callbacks and reports what a person needs.
+
+The callbacks from the config: `launcher.train.callbacks`.
+"""
 
 from __future__ import annotations
 

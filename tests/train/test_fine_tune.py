@@ -1,5 +1,8 @@
 """Fine-tuning: start from a trained run's weights into another head, freeze the body, unfreeze it later; the
-sources it reads, the refusals, and an exact resume across the unfreeze."""
+sources it reads, the refusals, and an exact resume across the unfreeze.
+
+On the built model: `launcher.train.fine_tune`.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Per-step numerics telemetry and the guard that stops a collapsing run with a diagnosis."""
+"""Per-step numerics telemetry and the guard that stops a collapsing run with a diagnosis.
+
+What the compiled step counts, as the engine reads it: `launcher.train.step_stats`.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Tasks: the resolver's rules (pure, fake environment), the label checks, metrics reduced across replicas."""
+"""Tasks: the resolver's rules (pure, fake environment), the label checks, metrics reduced across replicas.
+
+The task's Keras objects: `launcher.train.tasks`.
+"""
 
 from __future__ import annotations
 
