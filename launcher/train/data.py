@@ -36,6 +36,12 @@ class DataSource:
     # Held out from training and validation, evaluated once after training (train.test_at_end, eval.split=test).
     test: Any = None
     num_test: int = 0
+    # Dict features: their names, as the split's dict holds them (empty for one array or a tuple of arrays).
+    feature_names: tuple[str, ...] = ()
+    # Dict targets: the output names (empty for one target).
+    head_names: tuple[str, ...] = ()
+    # The examples carry a float32 per-example weight, the third element of (x, y, sample_weight).
+    weighted: bool = False
     _base: dict = field(default_factory=dict, repr=False)
 
     @property
