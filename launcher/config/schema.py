@@ -244,6 +244,23 @@ class PrecisionConfig:
 
 
 @dataclass
+class HeadConfig:
+    """One model output's task (`task.heads.<output name>`): what a one-head task holds, plus its weights."""
+
+    name: TaskName = TaskName.classification
+    """classification, multilabel, regression or sequence: this output's labels, loss and metrics."""
+    loss: str = "auto"
+    """auto (the head's task's), a built-in loss of that task, or your own as module.path:name; in float32."""
+    metrics: list[str] = field(default_factory=list)
+    """This head's metric names ([] = its task's defaults), logged as <head>_<metric> and val_<head>_<metric>."""
+    loss_weight: float = limited(1.0, ">= 0")
+    """This head's share of the total loss: loss = sum over heads of loss_weight * head loss, a number >= 0."""
+    class_weight: Any = None
+    """Classification heads: balanced (n / (classes * count) from the training labels) or {class id: weight >= 0};
+    null = every class weighs 1. Weighs the training loss and metrics, as Keras's fit(class_weight=) does."""
+
+
+@dataclass
 class TaskConfig:
     name: TaskName = TaskName.classification
     """classification (softmax over classes), multilabel (a sigmoid per label), regression (real targets) or
@@ -256,6 +273,12 @@ class TaskConfig:
     or your own keras Metric class as module.path:Name; [] = the task's defaults."""
     pad_id: int = 0
     """sequence: the token id that pads sequences (masked out of the loss and metrics)."""
+    class_weight: Any = None
+    """task=classification with one output: balanced (n / (classes * count) from the training labels) or
+    {class id: weight >= 0}; null = every class weighs 1. Weighs the training loss and metrics as Keras does."""
+    heads: dict[str, HeadConfig] = field(default_factory=dict)
+    """A task per model output, by output name (the model's output names, the keys of a dict y); {} = one
+    output, whose task is the keys above. With heads, name/loss/metrics/class_weight above are not used."""
 
 
 @dataclass

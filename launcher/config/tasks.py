@@ -78,10 +78,18 @@ def objective(cfg) -> str:
     chosen = str(getattr(cfg, "objective", "auto") or "auto")
     if chosen != "auto":
         return chosen
+    if getattr(cfg.task, "heads", None):
+        return "val_loss"  # several heads: the total loss is the one headline they share
     task = getattr(cfg.task.name, "value", cfg.task.name)
     headline = TASKS[task].objective
     logged = ["loss", *metric_names(task, cfg.task.metrics)]
     return headline if headline.removeprefix("val_") in logged else "val_loss"
+
+
+def head_metric_names(head: str, task: str, requested) -> list[str]:
+    """What one head logs, as Keras names a model output's metrics: <head>_loss, then <head>_<metric> (a user
+    metric's import path is kept as is: its name is known once it is built)."""
+    return [f"{head}_loss", *(m if is_import_path(m) else f"{head}_{m}" for m in metric_names(task, requested))]
 
 
 def known_epoch_metrics(task: str, metrics: list[str]) -> list[str] | None:

@@ -216,6 +216,10 @@ class TaskPlan(Section):
     loss: str = decision("task.loss")
     metrics: list[str] = decision("task.metrics")
     objective: str = decision("objective")
+    # task.class_weight of a one-head classification task: "balanced" or {class id: weight}.
+    class_weight: str | dict | None = decision("task.class_weight", optional=True)
+    # task.heads: output name -> {task, loss, loss_weight, metrics, class_weight}, in the config's order.
+    heads: dict[str, dict] | None = decision("task.heads", optional=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -282,6 +286,9 @@ class OutputPlan(Section):
     # A model with several outputs: each one's name -> its dtype as built and what was done ("bfloat16 -> float32
     # (wrapped)", "float32 (kept)"). None for one output: its record is `dtype` alone.
     heads: dict[str, str] | None = decision("model.output_heads", optional=True)
+    # The class weights the loss uses, per head ("" for a one-head task): balanced ones computed from the
+    # training labels, mappings as a weight per class id. None when no head has class weights.
+    class_weights: dict[str, list[float]] | None = decision("task.class_weights", optional=True)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,12 +1,18 @@
-"""The task decides the loss, the metrics and the head; names that cannot work for it are refused."""
+"""The task decides the loss, the metrics and the head; names that cannot work for it are refused.
+
+With `task.heads` every model output is a head with its own task, loss, metrics, loss weight and class weights:
+the loss is their weighted sum, and each head's metrics are logged as Keras names a model output's."""
 
 from __future__ import annotations
+
+import math
 
 from launcher.config.models import model_kind
 from launcher.config.schema import Config
 from launcher.config.tasks import (
     ALL_METRICS,
     TASKS,
+    head_metric_names,
     is_import_path,
     known_epoch_metrics,
     loss_name,
@@ -17,20 +23,19 @@ from launcher.config.tasks import (
 from launcher.plan.decisions import PrecisionPlan, TaskPlan
 from launcher.plan.rules.findings import Findings
 
+BALANCED = "balanced"
+
 
 def decide_task(cfg: Config, found: Findings, precision: PrecisionPlan) -> TaskPlan:
+    if cfg.task.heads:
+        return _decide_heads(cfg, found, precision)
     task = cfg.task.name.value
     spec = TASKS[task]
     kind = model_kind(cfg.model)
-    loss = _loss(cfg, found, task, precision.mixed)
-    metrics = _metrics(cfg, found, task)
-    if task == "sequence" and not kind.per_token:
-        found.refuse(
-            "model",
-            cfg.model.name,
-            "a model that predicts a token per position for task=sequence: model=transformer (causal) or your own",
-            "model=transformer",
-        )
+    loss = _loss(cfg.task, found, task, precision.mixed, "task")
+    metrics = _metrics(cfg.task.metrics, found, task, "task")
+    _per_token(cfg, found, task, kind, "task.name")
+    class_weight = _class_weight(cfg.task.class_weight, found, task, "task.class_weight")
     target = objective(cfg)
     known = known_epoch_metrics(task, metrics)
     if known is not None:  # else a user metric: its name is known once it is built (the launch checks then)
@@ -57,12 +62,96 @@ def decide_task(cfg: Config, found: Findings, precision: PrecisionPlan) -> TaskP
             if cfg.objective != "auto"
             else f"objective=auto: the {task} task's headline validation metric (what a sweep job reports)",
         ),
+        class_weight=None if class_weight is None else (class_weight, _class_weight_reason(class_weight)),
     )
 
 
-def _loss(cfg: Config, found: Findings, task: str, mixed: bool) -> tuple[str, str]:
+def _decide_heads(cfg: Config, found: Findings, precision: PrecisionPlan) -> TaskPlan:
+    """A task per model output: each head's loss, weight, metrics and class weights, refused together."""
+    kind = model_kind(cfg.model)
+    _unused_with_heads(cfg, found)
+    heads, reasons, logged = {}, [], []
+    for head, hc in cfg.task.heads.items():
+        key = f"task.heads.{head}"
+        task = hc.name.value
+        loss, loss_reason = _loss(hc, found, task, precision.mixed, key)
+        metrics = _metrics(hc.metrics, found, task, key)
+        _per_token(cfg, found, task, kind, f"{key}.name")
+        weight = _loss_weight(hc.loss_weight, found, key)
+        class_weight = _class_weight(hc.class_weight, found, task, f"{key}.class_weight")
+        heads[head] = {
+            "task": task,
+            "loss": loss,
+            "loss_weight": weight,
+            "metrics": metrics,
+            "class_weight": "none" if class_weight is None else class_weight,
+        }
+        reasons.append(
+            f"{head}: {task}, {loss_reason}"
+            + ("" if class_weight is None else f"; {_class_weight_reason(class_weight)}")
+        )
+        logged += head_metric_names(head, task, metrics)
+    target = objective(cfg)
+    known = known_epoch_metrics("heads", logged)
+    if known is not None:
+        found.violations.extend(monitor_problems(cfg, "heads", known))
+    return TaskPlan.of(
+        name=("heads", f"task.heads: a task per model output {list(heads)}"),
+        head=(
+            "; ".join(f"{head}: {TASKS[h['task']].head}" for head, h in heads.items()),
+            "each output named by task.heads is its head; the model's output names must be exactly these "
+            "(checked when it is built)",
+        ),
+        loss=(
+            " + ".join(f"{h['loss_weight']:g}*{head}:{h['loss']}" for head, h in heads.items()),
+            "per example the heads' losses times their loss_weight (and class weights), summed in float32, "
+            "times the sample weight; reduced as a one-head loss is",
+        ),
+        metrics=(
+            logged,
+            "per head, as Keras names a model output's: <head>_loss (unweighted by loss_weight) and "
+            "<head>_<metric>, val_ for validation; the total is loss / val_loss",
+        ),
+        objective=(
+            target,
+            "requested" if cfg.objective != "auto" else "objective=auto with several heads: the total val_loss",
+        ),
+        heads=(heads, " | ".join(reasons)),
+    )
+
+
+def _unused_with_heads(cfg: Config, found: Findings) -> None:
+    """The one-head keys mean nothing once every head has its own: one set anyway is refused, not ignored."""
+    first = next(iter(cfg.task.heads))
+    unused = [
+        ("task.loss", cfg.task.loss, cfg.task.loss not in ("", "auto"), "loss"),
+        ("task.metrics", list(cfg.task.metrics), bool(cfg.task.metrics), "metrics"),
+        ("task.class_weight", cfg.task.class_weight, cfg.task.class_weight is not None, "class_weight"),
+    ]
+    for key, value, given, field in unused:
+        if given:
+            found.refuse(
+                key,
+                value,
+                "no one-head value when task.heads gives each head its own",
+                f"move it to task.heads.<output>.{field} (e.g. task.heads.{first}.{field})",
+            )
+
+
+def _per_token(cfg: Config, found: Findings, task: str, kind, key: str) -> None:
+    if task == "sequence" and not kind.per_token:
+        found.refuse(
+            "model",
+            cfg.model.name,
+            f"a model that predicts a token per position for {key}=sequence: model=transformer (causal) or your own",
+            "model=transformer",
+        )
+
+
+def _loss(tc, found: Findings, task: str, mixed: bool, prefix: str) -> tuple[str, str]:
+    """The loss of a task (`tc`: task or one of task.heads) and why; one the task cannot use is refused."""
     spec = TASKS[task]
-    loss = loss_name(task, cfg.task.loss)
+    loss = loss_name(task, tc.loss)
     if is_import_path(loss):
         return loss, (
             "yours (imported when the model is built); its inputs are cast to float32"
@@ -70,37 +159,102 @@ def _loss(cfg: Config, found: Findings, task: str, mixed: bool) -> tuple[str, st
         )
     if loss in spec.losses:
         return loss, (
-            ("requested" if cfg.task.loss not in ("", "auto") else f"the {task} task's loss")
+            ("requested" if tc.loss not in ("", "auto") else f"the {task} task's loss")
             + (", padding tokens masked" if task == "sequence" else "")
             + ("; computed in float32 on the float32 outputs" if mixed else "")
         )
     found.refuse(
-        "task.loss",
-        cfg.task.loss,
-        f"one of {list(spec.losses)} for task={task}, or your own as module.path:function",
-        f"task.loss={spec.losses[0]}",
+        f"{prefix}.loss",
+        tc.loss,
+        f"one of {list(spec.losses)} for a {task} task, or your own as module.path:function",
+        f"{prefix}.loss={spec.losses[0]}",
     )
     return loss, "refused"
 
 
-def _metrics(cfg: Config, found: Findings, task: str) -> list[str]:
+def _metrics(requested, found: Findings, task: str, prefix: str) -> list[str]:
     spec = TASKS[task]
-    metrics = metric_names(task, cfg.task.metrics)
+    metrics = metric_names(task, requested)
     wrong = [m for m in metrics if not is_import_path(m) and m in ALL_METRICS and m not in spec.metrics]
     kept = ",".join(m for m in metrics if m not in wrong) or spec.metrics[0]
     for name in wrong:
         found.refuse(
-            "task.metrics",
+            f"{prefix}.metrics",
             name,
-            f"a metric that means something for task={task}: one of "
+            f"a metric that means something for a {task} task: one of "
             f"{list(spec.metrics)}, any keras.metrics name, or module.path:Class",
-            f"task.metrics=[{kept}]",
+            f"{prefix}.metrics=[{kept}]",
         )
     if "loss" in metrics:
         found.refuse(
-            "task.metrics",
+            f"{prefix}.metrics",
             "loss",
             "metric names other than loss (the loss is always logged)",
-            "drop loss from task.metrics",
+            f"drop loss from {prefix}.metrics",
         )
     return metrics
+
+
+def _loss_weight(value, found: Findings, prefix: str) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    if not ok:
+        found.refuse(
+            f"{prefix}.loss_weight",
+            value,
+            "a finite number >= 0: this head's share of the total loss (0 trains it not at all)",
+            f"{prefix}.loss_weight=1.0",
+        )
+        return 1.0
+    return float(value)
+
+
+def _class_weight(value, found: Findings, task: str, key: str) -> str | dict[int, float] | None:
+    """None (every class weighs 1), "balanced", or {class id: weight}; refused on a task without classes."""
+    if value is None or value == "":
+        return None
+    if task != "classification":
+        found.refuse(
+            key,
+            value,
+            f"class weights only on a classification task (a {task} task's labels are not one class id each)",
+            f"drop {key} (weigh examples instead: return (x, y, sample_weight) from the loader)",
+        )
+        return None
+    if isinstance(value, str):
+        if value == BALANCED:
+            return value
+        found.refuse(key, value, "balanced, or a mapping {class id: weight}", f"{key}={BALANCED}")
+        return None
+    mapping = _as_mapping(value)
+    if mapping is None:
+        found.refuse(
+            key,
+            value,
+            "balanced, or a mapping {class id: weight} of integer ids >= 0 and finite weights >= 0",
+            f"{key}={BALANCED} (or e.g. {key}={{0: 1.0, 1: 3.0}})",
+        )
+    return mapping
+
+
+def _as_mapping(value) -> dict[int, float] | None:
+    if not hasattr(value, "items"):
+        return None
+    out = {}
+    for cls, weight in value.items():
+        try:
+            cls_id, w = int(str(cls)), float(weight)
+        except (TypeError, ValueError):
+            return None
+        if cls_id < 0 or not math.isfinite(w) or w < 0:
+            return None
+        out[cls_id] = w
+    return out or None
+
+
+def _class_weight_reason(class_weight) -> str:
+    if class_weight == BALANCED:
+        return (
+            "class_weight=balanced: n / (classes * count of the class) from the training labels (task.class_weights "
+            "once the data is loaded); weighs the training loss and metrics, as Keras's fit(class_weight=)"
+        )
+    return "class weights as requested (a class not named weighs 1); weigh the training loss and metrics"
