@@ -286,7 +286,7 @@ class OutputPlan(Section):
     # A model with several outputs: each one's name -> its dtype as built and what was done ("bfloat16 -> float32
     # (wrapped)", "float32 (kept)"). None for one output: its record is `dtype` alone.
     heads: dict[str, str] | None = decision("model.output_heads", optional=True)
-    # The class weights the loss uses, per head ("" for a one-head task): balanced ones computed from the
+    # The class weights the loss uses, per head ("task" for a one-head task): balanced ones computed from the
     # training labels, mappings as a weight per class id. None when no head has class weights.
     class_weights: dict[str, list[float]] | None = decision("task.class_weights", optional=True)
 

@@ -153,16 +153,120 @@ def keep_in_float32(model, names) -> None:
         layers[name].dtype_policy = "float32"
 
 
+def model_heads(model, source) -> dict[str, int]:
+    """The model's outputs by name -> units (a subclassed model's from one call on the data's first inputs)."""
+    outputs = getattr(model, "outputs", None)
+    if outputs:
+        return {name: int(t.shape[-1] or 0) for name, t in zip(output_names(model), outputs, strict=True)}
+    try:
+        called = model(source.first_inputs(1, "train"), training=False)
+    except Exception:
+        return {}  # the first step says what is wrong with it
+    if isinstance(called, dict):
+        return {str(name): int(t.shape[-1]) for name, t in called.items()}
+    if isinstance(called, list | tuple):
+        return {f"output_{i}": int(t.shape[-1]) for i, t in enumerate(called)}
+    return {"output_0": int(called.shape[-1])}
+
+
+def input_names(model) -> list[str]:
+    """The names the model's inputs take: a dict input's keys, else its Input layers' names."""
+    if isinstance(getattr(model, "input", None), dict):
+        return [str(name) for name in model.input]
+    return [t._keras_history[0].name for t in getattr(model, "inputs", None) or []]
+
+
+def check_heads(model_key: str, model_value, task_cfg, heads: dict[str, int], source) -> None:
+    """The model's outputs, task.heads and the data's targets name the same heads; every mismatch names both
+    sets."""
+    names = list(heads)
+    configured = list(task_cfg.heads or {})
+    targets = list(getattr(source, "head_names", ()) or ())
+    if not configured and len(names) > 1:
+        raise ConfigError.single(
+            model_key,
+            model_value,
+            f"a model with one output while task.heads is not set (one loss and its metrics); "
+            f"yours has {len(names)} outputs {names}",
+            f"give each output a task: task.heads.<name> (e.g. +task.heads={{{names[0]}: {{name: classification}}, "
+            f"{names[1]}: {{name: regression}}}}), or return keras.Model(inputs, <one of {names}>)",
+        )
+    if not configured and targets:
+        raise ConfigError.single(
+            "task.heads",
+            {},
+            f"a task for each head the data's targets name {targets} (y is a dict)",
+            "add task.heads.<name> for each, e.g. in your conf/task/<mine>.yaml: heads: {"
+            + ", ".join(f"{t}: {{name: classification}}" for t in targets)
+            + "}",
+        )
+    if configured and set(configured) != set(names):
+        missing, extra = sorted(set(names) - set(configured)), sorted(set(configured) - set(names))
+        raise ConfigError.single(
+            "task.heads",
+            configured,
+            f"a task for each of the model's outputs {names} and none other (outputs with no task config: "
+            f"{missing}; head configs with no such output: {extra})",
+            "name each task.heads.<name> after an output of the model (keras.Model(inputs, {name: tensor}) or the "
+            "output layers' names)",
+        )
+    if configured and set(targets) != set(names):
+        raise ConfigError.single(
+            "dataset",
+            targets or "one target array",
+            f"targets keyed by the model's output names {names} (y keys {targets} are not those)",
+            f"return y as a dict {{{', '.join(f'{n!r}: labels' for n in names)}}} from the loader",
+        )
+
+
+def check_inputs(model_key: str, model_value, model, source) -> None:
+    """A model of several named inputs takes the data's features by name: the two sets must be the same."""
+    features = list(getattr(source, "feature_names", ()) or ())
+    inputs = input_names(model)
+    if features and set(features) != set(inputs):
+        raise ConfigError.single(
+            model_key,
+            model_value,
+            f"a model whose inputs are named as the data's features {features}; its inputs are {inputs}",
+            f"name the model's inputs {features} (keras.Input(name=...) or a dict of inputs), or the loader's "
+            f"features {inputs}",
+        )
+
+
+def _class_weights_record(output: OutputPlan | None, task) -> OutputPlan | None:
+    """The class weights the loss uses, added to the output record (balanced ones are only known now)."""
+    heads = getattr(task, "heads", None) or {"task": task}
+    weights = {
+        h: [round(float(w), 6) for w in t.class_weights] for h, t in heads.items() if t.class_weights is not None
+    }
+    if not weights:
+        return output
+    reason = "per class id, from task.class_weight / task.heads.<name>.class_weight (balanced: n / (classes * count))"
+    if output is None:
+        return OutputPlan.of(
+            dtype=("float32", "the model's outputs are float32 as built"), class_weights=(weights, reason)
+        )
+    return OutputPlan.of(
+        dtype=(output.dtype, output.reason("dtype")),
+        heads=None if output.heads is None else (output.heads, output.reason("heads")),
+        class_weights=(weights, reason),
+    )
+
+
 def build(cfg, plan, source, strategy) -> Built:
     from launcher.train.tasks import make_task
 
     with strategy.scope():
         model, output = float32_output(MODELS.get(cfg.model.name).build(cfg.model, source), plan.precision.mixed)
         custom = not model_kind(cfg.model).builtin
-        check_in_scope(
-            model, strategy, "model.builder" if custom else "model", cfg.model.builder if custom else cfg.model.name
-        )
-        task = make_task(cfg.task)
+        key, value = ("model.builder", cfg.model.builder) if custom else ("model", cfg.model.name)
+        check_in_scope(model, strategy, key, value)
+        heads = model_heads(model, source)
+        check_heads(key, value, cfg.task, heads, source)
+        if isinstance(getattr(model, "input", None), dict) or len(getattr(model, "inputs", None) or []) > 1:
+            check_inputs(key, value, model, source)
+        task = make_task(cfg.task, source, heads if cfg.task.heads else {"": next(iter(heads.values()), 0)})
+        output = _class_weights_record(output, task)
         callbacks = make_callbacks(cfg.train)
         if plan.precision.float32_layers:
             keep_in_float32(model, list(cfg.precision.float32_layers))

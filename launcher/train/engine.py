@@ -66,7 +66,7 @@ class Engine:
         # Carried across chunks (and epochs): consecutive skipped steps, steps at the scale's floor.
         self._streaks = (0, 0)
         self.task = built.task
-        self.loss_fn = self.task.per_example_loss  # (y, outputs) -> float32 loss per example
+        self.loss_fn = self.task.per_example_loss  # (y, outputs, sample_weight) -> float32 loss per example
         self._build_functions()
         self._stepped = False
         # Callbacks such as ReduceLROnPlateau reach the optimizer through the model.

@@ -41,7 +41,7 @@ class Steps:
         self.task = task
         self.accumulate = accumulate
         self.telemetry = telemetry  # False: no gradient norm, no per-step trace (the guard still runs)
-        self.loss_fn = task.per_example_loss  # (y, outputs) -> float32 loss per example
+        self.loss_fn = task.per_example_loss  # (y, outputs, sample_weight) -> float32 loss per example
         self._scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         self._forward_backward_fn = (
             tf.function(self._forward_backward, jit_compile=True) if kind == "replica_xla" else self._forward_backward
@@ -50,14 +50,14 @@ class Steps:
         # Metrics are updated in replica context from the outputs the step returns. Under several replicas
         # outside the compiled forward (their on-read variables stay out of XLA, like the cross-replica apply);
         # on one replica (fused_xla) inside the compiled step, which then compiles whole.
-        def replica_step(x, y):
-            stats, outputs = self._apply_step(x, y)
-            task.update(task.train_metrics, y, outputs)
+        def replica_step(x, y, sample_weight=None):
+            stats, outputs = self._apply_step(x, y, sample_weight)
+            task.update(task.train_metrics, y, outputs, sample_weight, training=True)
             return stats
 
-        def eval_step(x, y):
-            stats, outputs = self._eval_forward(x, y)
-            task.update(task.val_metrics, y, outputs)
+        def eval_step(x, y, sample_weight=None):
+            stats, outputs = self._eval_forward(x, y, sample_weight)
+            task.update(task.val_metrics, y, outputs, sample_weight, training=False)
             return stats
 
         # The replica functions have no tensor-dependent Python control flow: AutoGraph (which rewrites Python
@@ -82,15 +82,17 @@ class Steps:
         )
         self.eval_chunk = eval_loop(strategy, task.val_metrics, eval_step)
 
-    def _forward_backward(self, x, y):
+    def _forward_backward(self, x, y, sample_weight=None):
         """Scaled gradients of this replica's batch, its stats and outputs; with accumulation, the batch is
-        `accumulate` micro-batches, each run forward and backward in turn and their gradients averaged."""
+        `accumulate` micro-batches, each run forward and backward in turn and their gradients averaged.
+        x and y may be nested (named features, a target per head): each part is split alike."""
         if self.accumulate == 1:
-            grads, stats, outputs = self._micro_step(x, y)
+            grads, stats, outputs = self._micro_step(x, y, sample_weight)
         else:
             grads, stats, outputs = None, None, []
-            for x_micro, y_micro in zip(tf.split(x, self.accumulate), tf.split(y, self.accumulate), strict=True):
-                micro_grads, micro_stats, micro_outputs = self._micro_step(x_micro, y_micro)
+            parts = zip(*(_split(part, self.accumulate) for part in (x, y, sample_weight)), strict=True)
+            for x_micro, y_micro, w_micro in parts:
+                micro_grads, micro_stats, micro_outputs = self._micro_step(x_micro, y_micro, w_micro)
                 micro_grads = [tf.convert_to_tensor(g) if g is not None else None for g in micro_grads]
                 outputs.append(micro_outputs)
                 if grads is None:
@@ -99,13 +101,13 @@ class Steps:
                     grads = [a if b is None else a + b for a, b in zip(grads, micro_grads, strict=True)]
                     stats += micro_stats
             grads = [g / self.accumulate if g is not None else None for g in grads]
-            outputs = tf.concat(outputs, axis=0)
+            outputs = tf.nest.map_structure(lambda *micro: tf.concat(micro, axis=0), *outputs)
         return grads, tf.concat([stats, self._grad_telemetry(grads)], axis=0), outputs
 
-    def _micro_step(self, x, y):
+    def _micro_step(self, x, y, sample_weight=None):
         with tf.GradientTape() as tape:
             outputs = self.model(x, training=True)
-            per_example = self.loss_fn(y, outputs)
+            per_example = self.loss_fn(y, outputs, sample_weight, training=True)
             loss = tf.nn.compute_average_loss(per_example)
             if self.model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
@@ -122,14 +124,14 @@ class Steps:
         finite = tf.math.is_finite(norm)
         return tf.stack([tf.where(finite, norm, 0.0), tf.cast(finite, tf.float32)])
 
-    def _apply_step(self, x, y):
-        grads, stats, outputs = self._forward_backward_fn(x, y)
+    def _apply_step(self, x, y, sample_weight=None):
+        grads, stats, outputs = self._forward_backward_fn(x, y, sample_weight)
         self.optimizer.apply(grads, self.model.trainable_variables)
         return stats, outputs
 
-    def _eval_forward(self, x, y):
+    def _eval_forward(self, x, y, sample_weight=None):
         outputs = self.model(x, training=False)
-        return _stats(self.loss_fn(y, outputs)), outputs
+        return _stats(self.loss_fn(y, outputs, sample_weight, training=False)), outputs
 
 
 def eval_loop(strategy, metrics, eval_step):
@@ -139,8 +141,8 @@ def eval_loop(strategy, metrics, eval_step):
     def eval_chunk(iterator, steps):
         totals = tf.zeros([STATS], tf.float32)
         for _ in tf.range(steps):
-            x, y = next(iterator)
-            totals += strategy.reduce(SUM, strategy.run(eval_step, args=(x, y)), axis=None)
+            batch = next(iterator)  # (x, y) or (x, y, sample_weight)
+            totals += strategy.reduce(SUM, strategy.run(eval_step, args=batch), axis=None)
         return totals, {m.name: m.result() for m in metrics}
 
     return eval_chunk
@@ -171,8 +173,8 @@ def train_loop(strategy, optimizer, metrics, guard, *, scaled: bool, telemetry: 
         grads_ok = tf.TensorArray(tf.bool, size=0, dynamic_size=True, element_shape=[])
         for _ in tf.range(steps):
             before = tf.identity(optimizer.iterations)
-            x, y = next(iterator)
-            step = strategy.reduce(SUM, strategy.run(replica_step, args=(x, y)), axis=None)
+            batch = next(iterator)  # (x, y) or (x, y, sample_weight)
+            step = strategy.reduce(SUM, strategy.run(replica_step, args=batch), axis=None)
             totals += step
             skipped_now = tf.equal(tf.identity(optimizer.iterations), before)
             skip_streak = tf.where(skipped_now, skip_streak + 1, 0)
@@ -209,6 +211,14 @@ def train_loop(strategy, optimizer, metrics, guard, *, scaled: bool, telemetry: 
         }
 
     return train_chunk
+
+
+def _split(part, n: int) -> list:
+    """`n` micro-batches of a batch part: an array, a nest of them (named features, a target per head) or None."""
+    if part is None:
+        return [None] * n
+    pieces = [tf.split(t, n) for t in tf.nest.flatten(part)]
+    return [tf.nest.pack_sequence_as(part, [p[i] for p in pieces]) for i in range(n)]
 
 
 def _stats(per_example):

@@ -17,6 +17,7 @@ import inspect
 from dataclasses import dataclass, field
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from launcher.config.errors import ConfigError
@@ -143,15 +144,25 @@ def make_metric(task: str, name: str):
 
 @dataclass
 class Task:
-    """What the engine asks of the task: a per-example float32 loss, predictions, metrics and their weights."""
+    """What the engine asks of the task: a per-example float32 loss, predictions, metrics and their weights.
+
+    Weights follow Keras's fit: a sample weight weighs every example's loss and metrics; class weights
+    (`class_weights[class id]`) weigh the training loss and metrics only (validation is unweighted by class)."""
 
     name: str
     loss: object
     train_metrics: list = field(default_factory=list)
     val_metrics: list = field(default_factory=list)
     pad_id: int = 0
+    class_weights: np.ndarray | None = None  # float32, one weight per class id (classification)
 
-    def per_example_loss(self, y, outputs):
+    def per_example_loss(self, y, outputs, sample_weight=None, training: bool = True):
+        """float32 loss per example, times its class weight (training) and sample weight."""
+        weight = self.example_weights(y, sample_weight, training)
+        values = self._per_example(y, outputs)
+        return values if weight is None else values * weight
+
+    def _per_example(self, y, outputs):
         outputs = tf.cast(outputs, tf.float32)
         if self.name == "regression":
             y = tf.reshape(tf.cast(y, tf.float32), tf.shape(outputs))
@@ -165,6 +176,18 @@ class Task:
         while len(values.shape) > 1:  # a user loss that returns per-element values
             values = tf.reduce_mean(values, axis=-1)
         return values
+
+    def example_weights(self, y, sample_weight, training: bool):
+        """[batch] float32: the class weight of each example's label (training only) times its sample weight;
+        None when neither applies."""
+        weight = None
+        if training and self.class_weights is not None:
+            ids = tf.reshape(tf.cast(y, tf.int32), [-1])
+            weight = tf.gather(tf.constant(self.class_weights, tf.float32), ids)
+        if sample_weight is not None:
+            given = tf.reshape(tf.cast(sample_weight, tf.float32), [-1])
+            weight = given if weight is None else weight * given
+        return weight
 
     def mask(self, y):
         return tf.cast(tf.not_equal(tf.cast(y, tf.int32), self.pad_id), tf.float32)
@@ -186,22 +209,98 @@ class Task:
             return {"probabilities": predictions, "labels": tf.cast(predictions > 0.5, tf.int32)}
         return {"values": predictions}
 
-    def update(self, metrics, y, outputs) -> None:
+    def update(self, metrics, y, outputs, sample_weight=None, training: bool = True) -> None:
         """Update `metrics` with one replica's batch (in replica context); the predictions (a softmax) are
-        computed only when a metric needs them."""
+        computed only when a metric needs them. Weighted as the loss is (`example_weights`)."""
         if not metrics:
             return
         needs_predictions = not all(getattr(m, "takes_logits", False) for m in metrics)
         predictions = self.predictions(outputs) if needs_predictions else tf.cast(outputs, tf.float32)
-        weight = None
+        weight = self.example_weights(y, sample_weight, training)
         if self.name == "sequence":
-            weight = self.mask(y)
+            mask = self.mask(y)
+            weight = mask if weight is None else mask * weight[:, None]
         elif self.name == "regression":
             y = tf.reshape(tf.cast(y, tf.float32), tf.shape(predictions))
         elif self.name == "multilabel":
             y = tf.cast(y, tf.float32)
         for metric in metrics:
             metric.update_state(y, predictions, sample_weight=weight)
+
+
+@keras.saving.register_keras_serializable(package="launcher")
+class HeadLoss(keras.metrics.Metric):
+    """One head's loss as Keras logs a model output's (`<head>_loss`): the mean over examples of its per-example
+    loss, class- and sample-weighted, not multiplied by its loss_weight. Two sums, so replicas add up."""
+
+    def __init__(self, name="loss", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+    def update_state(self, per_example, sample_weight=None):
+        values = tf.cast(per_example, tf.float32)
+        self.total.assign_add(tf.reduce_sum(values))
+        self.count.assign_add(tf.cast(tf.shape(values)[0], tf.float32))
+
+    def result(self):
+        return self.total / tf.maximum(self.count, 1.0)
+
+
+@dataclass
+class Heads:
+    """A task per model output, behind the one-head interface the engine uses (`Task`): the loss per example is
+    the sum over heads of loss_weight * that head's weighted loss; each head's metrics are its own Task's, named
+    `<head>_<metric>`, beside a `<head>_loss` tracker."""
+
+    heads: dict[str, Task]  # by output name
+    loss_weights: dict[str, float]
+    order: list[str]  # the model's output names, in the order a list of outputs comes in
+    trackers: dict[str, tuple[HeadLoss, HeadLoss]] = field(default_factory=dict)  # head -> (train, val)
+    name: str = "heads"
+
+    @property
+    def train_metrics(self) -> list:
+        return [m for h, task in self.heads.items() for m in (self.trackers[h][0], *task.train_metrics)]
+
+    @property
+    def val_metrics(self) -> list:
+        return [m for h, task in self.heads.items() for m in (self.trackers[h][1], *task.val_metrics)]
+
+    def by_head(self, outputs) -> dict:
+        """The model's outputs by head name (a dict as is; a list or tuple in the model's output order)."""
+        if isinstance(outputs, dict):
+            return outputs
+        return dict(zip(self.order, outputs, strict=True))
+
+    def per_example_loss(self, y, outputs, sample_weight=None, training: bool = True):
+        outputs = self.by_head(outputs)
+        terms = [
+            self.loss_weights[h] * task.per_example_loss(y[h], outputs[h], None, training)
+            for h, task in self.heads.items()
+        ]
+        total = tf.add_n(terms)
+        if sample_weight is None:
+            return total
+        return total * tf.reshape(tf.cast(sample_weight, tf.float32), [-1])
+
+    def update(self, metrics, y, outputs, sample_weight=None, training: bool = True) -> None:
+        outputs = self.by_head(outputs)
+        for h, task in self.heads.items():
+            tracker = self.trackers[h][0 if training else 1]
+            tracker.update_state(task.per_example_loss(y[h], outputs[h], sample_weight, training))
+            task.update(task.train_metrics if training else task.val_metrics, y[h], outputs[h], sample_weight, training)
+
+    def predictions(self, outputs) -> dict:
+        return {h: task.predictions(out) for h, (task, out) in self._pairs(outputs)}
+
+    def served(self, outputs) -> dict:
+        """Every head's served answer, keyed <head>_<name> (kind_probabilities, kind_label, size_values)."""
+        return {f"{h}_{k}": v for h, (task, out) in self._pairs(outputs) for k, v in task.served(out).items()}
+
+    def _pairs(self, outputs):
+        outputs = self.by_head(outputs)
+        return [(h, (task, outputs[h])) for h, task in self.heads.items()]
 
 
 def _loss(task: str, requested: str):
@@ -258,19 +357,89 @@ def _user_loss(path: str):
     return found
 
 
-def make_task(cfg) -> Task:
-    """The task's loss and its metrics (a set for training and one for validation). Inside the strategy scope."""
-    task = cfg.name.value if hasattr(cfg.name, "value") else str(cfg.name)
-    names = metric_names(task, cfg.metrics)
-    train = [make_metric(task, n) for n in names]
-    val = [make_metric(task, n) for n in names]
+def make_task(cfg, source=None, widths: dict[str, int] | None = None) -> Task | Heads:
+    """The task's loss and its metrics (a set for training and one for validation), one Task per head under
+    task.heads. Inside the strategy scope. `source` (the data) gives balanced class weights their training
+    labels; `widths` (output name -> units, "" for one output) the class weights' length."""
+    widths = widths or {}
+    if not getattr(cfg, "heads", None):
+        task = _name(cfg.name)
+        weights = class_weight_vector(cfg.class_weight, "task.class_weight", source, None, widths.get("", 0))
+        return _task(task, cfg.loss, cfg.metrics, "task", "", cfg.pad_id, weights)
+    heads, loss_weights, trackers = {}, {}, {}
+    for head, hc in cfg.heads.items():
+        key = f"task.heads.{head}"
+        weights = class_weight_vector(hc.class_weight, f"{key}.class_weight", source, head, widths.get(head, 0))
+        heads[head] = _task(_name(hc.name), hc.loss, hc.metrics, key, head, cfg.pad_id, weights)
+        loss_weights[head] = float(hc.loss_weight)
+        trackers[head] = (HeadLoss(name=f"{head}_loss"), HeadLoss(name=f"{head}_loss"))
+    order = [h for h in widths if h in heads] if set(heads) <= set(widths) else list(heads)
+    return Heads(heads, loss_weights, order, trackers)
+
+
+def _name(name) -> str:
+    return name.value if hasattr(name, "value") else str(name)
+
+
+def _task(task: str, loss: str, requested, key: str, head: str, pad_id: int, weights) -> Task:
+    names = metric_names(task, requested)
+    train = [_named(make_metric(task, n), head) for n in names]
+    val = [_named(make_metric(task, n), head) for n in names]
     logged = [m.name for m in train]
-    clash = sorted({n for n in logged if logged.count(n) > 1 or n == "loss"})
+    clash = sorted({n for n in logged if logged.count(n) > 1 or n == "loss" or n == f"{head}_loss"})
     if clash:
         raise ConfigError.single(
-            "task.metrics",
-            list(cfg.metrics),
+            f"{key}.metrics",
+            list(requested),
             f"metrics with distinct names other than loss ({clash} appear twice or shadow the loss)",
             "give each metric its own name",
         )
-    return Task(task, _loss(task, cfg.loss), train, val, cfg.pad_id)
+    return Task(task, _loss(task, loss), train, val, pad_id, weights)
+
+
+def _named(metric, head: str):
+    """A head's metric is logged as Keras names a model output's: <head>_<metric>."""
+    if head:
+        metric.name = f"{head}_{metric.name}"
+    return metric
+
+
+def class_weight_vector(requested, key: str, source, head: str | None, width: int) -> np.ndarray | None:
+    """float32 weight per class id: balanced (n / (classes present * count), from the training labels) or the
+    requested mapping (a class not named weighs 1); None without class weights. `width`: the output's units."""
+    if requested is None or requested == "":
+        return None
+    if isinstance(requested, str):  # balanced (the resolver refused anything else)
+        labels = train_labels(source, head).astype(np.int64)
+        counts = np.bincount(labels, minlength=max(width, 1))
+        present = counts > 0
+        balanced = labels.size / (present.sum() * np.maximum(counts, 1))
+        return np.where(present, balanced, 1.0).astype(np.float32)
+    mapping = {int(str(c)): float(w) for c, w in dict(requested).items()}
+    beyond = sorted(c for c in mapping if width and c >= width)
+    if beyond:
+        raise ConfigError.single(
+            key,
+            {c: mapping[c] for c in beyond},
+            f"class ids the output has: 0..{width - 1} ({width} units)",
+            f"drop {beyond} from {key}, or widen the output",
+        )
+    vector = np.ones(max(width, max(mapping) + 1), np.float32)
+    for c, w in mapping.items():
+        vector[c] = w
+    return vector
+
+
+def train_labels(source, head: str | None) -> np.ndarray:
+    """The training split's labels (one head's under task.heads), flattened: what balanced weights count."""
+    data = source.split("train") if source is not None else None
+    if data is None:
+        raise ConfigError.single(
+            "task.class_weight", "balanced", "training labels to count", "give the class weights as a mapping"
+        )
+    if isinstance(data, tuple | list):
+        y = data[1]
+        y = y[head] if head else y
+        return np.asarray(y).reshape(-1)
+    labels = data.map(lambda *example: example[1][head] if head else example[1]).batch(8192)
+    return np.concatenate([np.asarray(batch).reshape(-1) for batch in labels.as_numpy_iterator()])

@@ -2,8 +2,8 @@
 
 `check` imports the builder and checks its signature with the data loaded, before anything is built;
 `build` calls it inside the strategy scope under the Plan's dtype policy (as the built-in builders are)
-and refuses what the engine cannot train: not a keras.Model, several outputs (the task has one head), an output
-that does not fit the task.
+and refuses what the engine cannot train: not a keras.Model, an output that does not fit the task (several
+outputs are matched against task.heads by `launcher.train.build.check_heads`).
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def build(cfg, source):
                 f"a model that accepts inputs of shape {spec.input_shape} ({type(err).__name__}: {str(err)[:200]})",
                 "build the model with keras.Input(shape=spec.input_shape)",
             ) from None
-    _check_one_output(_names(model, called), spec, key, path)
-    _check_output(model, spec, key, path)
+    if len(_names(model, called)) == 1:  # several: each head's task is checked against it at build
+        _check_output(model, spec, key, path)
     return model
 
 
@@ -84,20 +84,6 @@ def _names(model, called) -> list[str]:
     if isinstance(called, list | tuple):
         return [f"output_{i}" for i in range(len(called))]
     return ["output_0"]
-
-
-def _check_one_output(names: list[str], spec: ModelSpec, key: str, path: str) -> None:
-    """The task has one head (one loss, its metrics): a second output would go untrained, or fail in the step."""
-    if len(names) == 1:
-        return
-    raise ConfigError.single(
-        key,
-        path,
-        f"a model with one output for task={spec.task} (its loss and metrics are one head's); "
-        f"yours has {len(names)} outputs {names}",
-        f"return keras.Model(inputs, <one of {names}>) from the builder: a task per output (task.heads.<name>) "
-        "is not supported yet",
-    )
 
 
 def _check_output(model, spec: ModelSpec, key: str, path: str) -> None:
