@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from launcher.config.errors import raise_if_any
-from launcher.train.data_checks import split_problems
+from launcher.train.data_checks import named_arrays, split_problems
 
 
 @dataclass
@@ -42,6 +42,9 @@ class DataSource:
     head_names: tuple[str, ...] = ()
     # The examples carry a float32 per-example weight, the third element of (x, y, sample_weight).
     weighted: bool = False
+    # Dict targets, set by launcher.train.labels: each head's task, and its output width (classes, labels, targets).
+    head_tasks: dict[str, str] = field(default_factory=dict)
+    head_outputs: dict[str, int] = field(default_factory=dict)
     _base: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -73,12 +76,13 @@ class DataSource:
         return self._base[split]
 
     def first_inputs(self, count: int = 2, split: str = "val"):
-        """The first `count` inputs of a split as an array (an example of what the model takes)."""
+        """The first `count` inputs of a split (an example of what the model takes): an array, or the features'
+        structure (a dict name -> array, a tuple of arrays) when they have one."""
         source = self.split(split)
         if isinstance(source, tuple):
-            return np.asarray(source[0][:count])
-        features, _ = next(iter(self._dataset(split).batch(count)))
-        return features.numpy()
+            return map_arrays(lambda a: np.asarray(a[:count]), source[0])
+        features = next(iter(self._dataset(split).batch(count)))[0]
+        return map_arrays(lambda t: t.numpy(), features)
 
     def pipeline(
         self,
@@ -107,8 +111,8 @@ class DataSource:
 
 
 def split_arrays(
-    x: np.ndarray,
-    y: np.ndarray,
+    x,
+    y,
     validation_split: float,
     seed: int,
     limit: int = 0,
@@ -116,36 +120,82 @@ def split_arrays(
     num_classes: int | None = None,
     test_split: float = 0.0,
     origin: str = "",
+    sample_weight: np.ndarray | None = None,
 ) -> DataSource:
     """Seeded shuffle, then hold out the last `validation_split` fraction for validation and the
     `test_split` fraction before it for testing (none when 0: the other splits are as without a test split). A
     division that leaves a split empty is refused naming `origin` (where the data came from).
 
+    `x` is an array, a tuple of arrays or a dict name -> array; `y` an array or a dict output name -> array;
+    `sample_weight` a weight per example or None. Every array gets the same permutation and slices, so each
+    example keeps its features, targets and weight together.
+
     Integer class ids become a flat int32 vector; other labels (multi-label rows, real targets, token
     sequences) keep their shape, checked against the task by `launcher.train.labels`."""
+    y = map_arrays(_flat_class_ids, y)
+    parts = (x, y) if sample_weight is None else (x, y, np.asarray(sample_weight, "float32").reshape(-1))
+    count = num_examples(x)
+    order = np.random.default_rng(seed).permutation(count)
+    parts = take(parts, order)
+    num_val, num_test = held_out(count, validation_split, test_split)
+    end = count - num_val - num_test
+    raise_if_any(split_problems(end, num_val, validation_split, origin or f"{count} examples", test_split))
+    train = take(parts, slice(0, min(end, limit) if limit else end))
+    first = first_array(parts[0])
+    return DataSource(
+        train=train,
+        val=take(parts, slice(count - num_val, count)),
+        num_train=num_examples(train[0]),
+        num_val=num_val,
+        test=take(parts, slice(end, end + num_test)) if num_test else None,
+        num_test=num_test,
+        input_shape=tuple(first.shape[1:]),
+        num_classes=_classes(parts[1], num_classes),
+        kind=kind,
+        vocab_size=int(first.max()) + 1 if kind == "tokens" and not isinstance(x, dict | tuple) else 0,
+        feature_names=tuple(x) if isinstance(x, dict) else (),
+        head_names=tuple(y) if isinstance(y, dict) else (),
+        weighted=sample_weight is not None,
+    )
+
+
+def map_arrays(function, tree):
+    """`function` applied to every array of a structure (an array, a tuple or list of arrays, a dict name ->
+    array), the structure kept (a list becomes a tuple: tf.data reads a list as one stacked tensor)."""
+    if isinstance(tree, dict):
+        return {name: function(value) for name, value in tree.items()}
+    if isinstance(tree, tuple | list):
+        return tuple(function(value) for value in tree)
+    return function(tree)
+
+
+def first_array(tree):
+    """The first array of a structure (its examples' count and the shape the built-in models read)."""
+    return named_arrays(tree, "x")[0][1]
+
+
+def num_examples(tree) -> int:
+    return len(first_array(tree))
+
+
+def take(parts: tuple, index) -> tuple:
+    """Examples `index` (a slice or an order) of (x, y) or (x, y, sample_weight), every array alike."""
+    return tuple(map_arrays(lambda a: a[index], part) for part in parts)
+
+
+def _flat_class_ids(y) -> np.ndarray:
     y = np.asarray(y)
     if y.dtype.kind in "iub" and (y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1)):
-        y = y.astype("int32").reshape(-1)
-    order = np.random.default_rng(seed).permutation(len(x))
-    x, y = x[order], y[order]
-    num_val, num_test = held_out(len(x), validation_split, test_split)
-    end = len(x) - num_val - num_test
-    raise_if_any(split_problems(end, num_val, validation_split, origin or f"{len(x)} examples", test_split))
-    x_train, y_train = x[:end], y[:end]
-    if limit:
-        x_train, y_train = x_train[:limit], y_train[:limit]
-    return DataSource(
-        train=(x_train, y_train),
-        val=(x[-num_val:], y[-num_val:]),
-        num_train=len(x_train),
-        num_val=num_val,
-        test=(x[end : end + num_test], y[end : end + num_test]) if num_test else None,
-        num_test=num_test,
-        input_shape=tuple(x.shape[1:]),
-        num_classes=int(num_classes if num_classes is not None else _label_width(y)),
-        kind=kind,
-        vocab_size=int(x.max()) + 1 if kind == "tokens" else 0,
-    )
+        return y.astype("int32").reshape(-1)
+    return y
+
+
+def _classes(y, configured: int | None) -> int:
+    """The configured or counted label width of one target; 0 for a target per head (counted per head by
+    `launcher.train.labels`: dataset.num_classes is one head's)."""
+    if isinstance(y, dict):
+        return 0
+    return int(configured if configured is not None else _label_width(y))
 
 
 def held_out(count: int, validation_split: float, test_split: float = 0.0) -> tuple[int, int]:

@@ -163,6 +163,157 @@ def _label_problems(y: np.ndarray, where: str, y_key: str, num_classes: int) -> 
     return []
 
 
+def named_arrays(tree, single: str) -> list[tuple[str, object]]:
+    """(name, array) of every array of a structure, named as a person reads it: a dict's keys, `x[0]` for a
+    tuple's, `single` for one array (tf.data's element specs alike)."""
+    if isinstance(tree, dict):
+        return list(tree.items())
+    if isinstance(tree, tuple | list):
+        return [(f"{single}[{i}]", value) for i, value in enumerate(tree)]
+    return [(single, tree)]
+
+
+def contract_problems(splits: dict, key: str, value: str) -> list[Violation]:
+    """Every split's (x, y) or (x, y, sample_weight) arrays: one entry per example in every feature, head and
+    weight, numeric finite features, valid weights, and the structure train has (its features, heads, weights)."""
+    found: list[Violation] = []
+    for name, parts in splits.items():
+        found += _example_problems(name, parts, key, value)
+        if name != "train" and "train" in splits:
+            found += structure_problems(name, parts, splits["train"], key, value)
+    return found
+
+
+def structure_problems(split: str, parts, train, key: str, value: str) -> list[Violation]:
+    """A split's features, heads and weights against train's (arrays or tf.data element specs): a model built for
+    train's inputs cannot take another split's."""
+    found = []
+    for part, what, single in ((0, "features", "x"), (1, "heads (y's keys)", "y")):
+        want, got = _names(train[part], single), _names(parts[part], single)
+        if want != got:
+            missing = [n for n in want if n not in got]
+            extra = [n for n in got if n not in want]
+            found.append(
+                Violation(
+                    key,
+                    value,
+                    f"the {what} of train in {split} too (train has {_listed(want)}; {split} lacks "
+                    f"{_listed(missing)}, has {_listed(extra)} besides)",
+                    f"return the same {what} in every split, named alike",
+                )
+            )
+    if (len(train) == 3) != (len(parts) == 3):
+        has = {True: "has them", False: "has none"}
+        found.append(
+            Violation(
+                key,
+                value,
+                f"sample weights in every split or in none (train {has[len(train) == 3]}, {split} "
+                f"{has[len(parts) == 3]})",
+                "return (x, y, sample_weight) for every split, or (x, y) for every split",
+            )
+        )
+    return found
+
+
+def weight_problems(weights: np.ndarray, count: int, where: str, key: str, value: str) -> list[Violation]:
+    """One finite weight >= 0 per example: a negative or NaN weight turns the loss into nonsense, silently."""
+    fix = "return one float weight >= 0 per example (0 leaves an example out of the loss), e.g. np.ones(len(y))"
+    if weights.dtype.kind not in "fiub":
+        return [Violation(key, value, f"{where}: numeric sample weights (got dtype {weights.dtype})", fix)]
+    if not (weights.ndim == 1 or (weights.ndim == 2 and weights.shape[1] == 1)) or len(weights) != count:
+        return [
+            Violation(
+                key,
+                value,
+                f"{where}: one sample weight per example, shape ({count},) (got shape {weights.shape})",
+                fix,
+            )
+        ]
+    flat = weights.reshape(-1).astype("float64")
+    found = []
+    for bad, what in ((~np.isfinite(flat), "NaN or inf"), (np.isfinite(flat) & (flat < 0), "negative weights")):
+        if bad.any():
+            rows = np.flatnonzero(bad)
+            found.append(
+                Violation(
+                    key,
+                    value,
+                    f"{where}: finite sample weights >= 0 (found {what} in {len(rows)} example(s), e.g. index "
+                    f"{', '.join(map(str, rows[:SHOWN]))})",
+                    fix,
+                )
+            )
+    return found
+
+
+def feature_problems(name: str, x: np.ndarray, where: str, key: str, value: str) -> list[Violation]:
+    """A named feature: numeric, an array of examples, finite (NaN trains to NaN, silently)."""
+    if x.dtype.kind not in "fiub":
+        return [
+            Violation(
+                key,
+                value,
+                f"{where}: numeric feature {name!r} (got dtype {x.dtype})",
+                f"encode {name!r} as numbers: floats, or integer ids for a categorical feature",
+            )
+        ]
+    if x.ndim < 1:
+        return [
+            Violation(
+                key,
+                value,
+                f"{where}: feature {name!r} with one entry per example (got a scalar)",
+                f"give {name!r} as an array of shape (examples, ...)",
+            )
+        ]
+    if x.dtype.kind == "f" and len(x):
+        bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+        if bad.any():
+            rows = np.flatnonzero(bad)
+            return [
+                Violation(
+                    key,
+                    value,
+                    f"{where}: finite values in feature {name!r} (found NaN or inf in {len(rows)} example(s), "
+                    f"e.g. index {', '.join(map(str, rows[:SHOWN]))})",
+                    f"drop or impute those examples of {name!r} in the loader, e.g. np.nan_to_num",
+                )
+            ]
+    return []
+
+
+def _example_problems(split: str, parts, key: str, value: str) -> list[Violation]:
+    where = f"its {split} split" if split in ("train", "val", "test") else f"its {split}"
+    lengths = [(n, len(a)) for n, a in named_arrays(parts[0], "x") if np.ndim(a)]
+    lengths += [(n, len(a)) for n, a in named_arrays(parts[1], "y") if np.ndim(a)]
+    if len({count for _, count in lengths}) > 1:
+        shown = ", ".join(f"{n} {count}" for n, count in lengths)
+        return [
+            Violation(
+                key,
+                value,
+                f"{where}: one entry per example in every feature and head (lengths: {shown})",
+                "return arrays of one length: one row per example in each",
+            )
+        ]
+    count = lengths[0][1] if lengths else 0
+    found = [p for n, a in named_arrays(parts[0], "x") for p in feature_problems(n, a, where, key, value)]
+    if len(parts) == 3:
+        found += weight_problems(np.asarray(parts[2]), count, where, key, value)
+    return found
+
+
+def _names(tree, single: str) -> list[str]:
+    """A structure's array names, a dict's sorted (tf.data orders a dict's keys)."""
+    names = [n for n, _ in named_arrays(tree, single)]
+    return sorted(names) if isinstance(tree, dict) else names
+
+
+def _listed(names) -> str:
+    return ", ".join(repr(n) for n in names) if names else "none"
+
+
 def split_problems(
     num_train: int, num_val: int, validation_split: float, origin: str, test_split: float = 0.0
 ) -> list[Violation]:

@@ -7,40 +7,119 @@ GPU). Arrays are checked whole; a tf.data split by its first `SAMPLE` examples.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from launcher.config.errors import ConfigError, Violation, raise_if_any
-from launcher.train.data import DataSource
+from launcher.train.data import DataSource, first_array, map_arrays
+from launcher.train.data_checks import weight_problems
 
 SAMPLE = 2048
 SHOWN = 3
 
 
-def fit_to_task(source: DataSource, task: str, num_classes: int = 0, pad_id: int = 0) -> DataSource:
+def fit_to_task(source: DataSource, task: str, num_classes: int = 0, pad_id: int = 0, heads=None) -> DataSource:
     """Check the labels (and for sequences the inputs) fit `task`; set the source's task and output width.
 
-    `num_classes` is the configured count (0 = from the data). Raises ConfigError listing every problem.
+    `num_classes` is the configured count (0 = from the data). With a target per head (a dict y), each head's
+    labels are checked against its own task, `heads` mapping output name -> task name (or a head config with a
+    `name`, as `task.heads` holds); without `heads` every head takes `task`. Raises ConfigError listing every
+    problem, naming the head.
     """
-    x, y = _sample(source)
-    problems = CHECKS[task](source, x, y, num_classes)
+    x, y, weights = _sample(source)
+    features = x if not isinstance(x, dict | tuple) else first_array(x)
+    problems = weight_problems(weights, len(weights), "the examples read", "dataset", "sample_weight")
+    if isinstance(y, dict):
+        return _fit_heads(source, task, features, y, problems, pad_id, heads)
+    problems += CHECKS[task](source, features, y, num_classes)
     raise_if_any(problems)
     source.task = task
     if task == "classification":
         source.num_classes = num_classes or max(source.num_classes, int(y.max()) + 1 if y.size else 0)
-        _cast(source, "int32", flat=True)
     elif task == "multilabel":
         source.num_classes = y.shape[1]
-        _cast(source, "float32")
     elif task == "regression":
         source.num_outputs = 1 if y.ndim == 1 else int(np.prod(y.shape[1:]))
         source.num_classes = source.num_outputs
-        _cast(source, "float32")
     else:
-        source.vocab_size = max(source.vocab_size, int(x.max()) + 1, int(y.max()) + 1, pad_id + 1)
+        source.vocab_size = max(source.vocab_size, int(features.max()) + 1, int(y.max()) + 1, pad_id + 1)
         source.num_outputs = source.vocab_size
         source.num_classes = source.vocab_size
-        _cast(source, "int32")
+    _cast(source, {None: LABEL_DTYPES[task]})
     return source
+
+
+# The dtype each task's loss takes its labels in, and whether class ids are flat (one per example).
+LABEL_DTYPES = {
+    "classification": ("int32", True),
+    "multilabel": ("float32", False),
+    "regression": ("float32", False),
+    "sequence": ("int32", False),
+}
+
+
+def _fit_heads(source, task, features, y: dict, problems: list, pad_id: int, heads) -> DataSource:
+    """A target per head: each head's labels against its task (named in every problem), then each head's output
+    width in `source.head_outputs` and its task in `source.head_tasks` (the first head's width is the source's
+    num_classes / num_outputs, for what reads one)."""
+    configured = {name: _task_name(head) for name, head in dict(heads or {}).items()}
+    tasks = {}
+    for name in y:
+        if configured and name not in configured:
+            problems.append(
+                Violation(
+                    "task.heads",
+                    name,
+                    f"a task for every head the data has a target for (task.heads names {_listed(configured)}; "
+                    f"y also has {name!r})",
+                    f"add task.heads.{name}: {{name: classification}} (or regression, multilabel), or drop "
+                    f"{name!r} from y",
+                )
+            )
+            continue
+        tasks[name] = configured.get(name, task)
+        found = CHECKS[tasks[name]](source, features, y[name], 0)
+        problems += [_for_head(v, name, bool(configured)) for v in found]
+    raise_if_any(problems)
+    source.task = task
+    source.head_tasks = tasks
+    source.head_outputs = {name: _width(tasks[name], features, y[name], source, pad_id) for name in tasks}
+    first = source.head_outputs[next(iter(tasks))] if tasks else 0
+    source.num_classes, source.num_outputs = first, first
+    _cast(source, {name: LABEL_DTYPES[head_task] for name, head_task in tasks.items()})
+    return source
+
+
+def _width(task: str, x: np.ndarray, y: np.ndarray, source: DataSource, pad_id: int) -> int:
+    """A head's output layer width: classes, labels, targets or the vocabulary."""
+    if task == "classification":
+        return int(y.max()) + 1 if y.size else 0
+    if task == "multilabel":
+        return int(y.shape[1])
+    if task == "regression":
+        return 1 if y.ndim == 1 else int(np.prod(y.shape[1:]))
+    return max(source.vocab_size, int(x.max()) + 1, int(y.max()) + 1, pad_id + 1)
+
+
+def _task_name(head) -> str:
+    """A head's task from `task.heads.<name>` (a config with a `name`) or a plain task name."""
+    name = getattr(head, "name", None) if not isinstance(head, str) else head
+    if name is None and isinstance(head, dict):
+        name = head.get("name", "classification")
+    return str(getattr(name, "value", name))
+
+
+def _for_head(violation: Violation, head: str, configured: bool) -> Violation:
+    """A label problem of one head: its key the head's task (when task.heads names it), its message the head's."""
+    key, fix = violation.key, violation.fix
+    if configured and key == "task.name":
+        key, fix = f"task.heads.{head}.name", fix.replace("task=", f"task.heads.{head}.name=")
+    return replace(violation, key=key, expected=f"head {head!r}: {violation.expected}", fix=fix)
+
+
+def _listed(names) -> str:
+    return ", ".join(repr(n) for n in names) or "none"
 
 
 def _classification(source, x, y, num_classes) -> list[Violation]:
@@ -190,20 +269,23 @@ CHECKS = {
 }
 
 
-def _sample(source: DataSource) -> tuple[np.ndarray, np.ndarray]:
-    """Inputs and labels of every split (arrays whole, tf.data splits by their first SAMPLE examples)."""
-    xs, ys = [], []
+def _sample(source: DataSource) -> tuple:
+    """Inputs, labels and sample weights of every split (arrays whole, tf.data splits by their first SAMPLE
+    examples), each in the structure the split holds (features and labels by name when named)."""
+    xs, ys, ws = [], [], []
     for split in (source.split(name) for name in source.splits):
         if isinstance(split, tuple):
-            xs.append(np.asarray(split[0][:SAMPLE]))
-            ys.append(np.asarray(split[1]))
+            xs.append(map_arrays(lambda a: np.asarray(a[:SAMPLE]), split[0]))
+            ys.append(map_arrays(np.asarray, split[1]))
+            ws += [np.asarray(split[2], "float32").reshape(-1)] if len(split) == 3 else []
         else:
-            for x, y in split.take(SAMPLE).batch(SAMPLE):
-                xs.append(x.numpy())
-                ys.append(y.numpy())
+            for element in split.take(SAMPLE).batch(SAMPLE):
+                xs.append(map_arrays(lambda t: t.numpy(), element[0]))
+                ys.append(map_arrays(lambda t: t.numpy(), element[1]))
+                ws += [element[2].numpy().reshape(-1)] if len(element) == 3 else []
     try:
-        return np.concatenate(xs), np.concatenate(ys)
-    except ValueError as err:
+        return _joined(xs), _joined(ys), np.concatenate(ws) if ws else np.zeros(0, "float32")
+    except (ValueError, KeyError, TypeError) as err:
         raise ConfigError.single(
             "dataset",
             "(loaded)",
@@ -212,21 +294,50 @@ def _sample(source: DataSource) -> tuple[np.ndarray, np.ndarray]:
         ) from None
 
 
-def _cast(source: DataSource, dtype: str, flat: bool = False) -> None:
-    """Labels in the dtype the task's loss takes (class ids flat), in every split."""
-    import tensorflow as tf
+def _joined(trees: list):
+    """The splits' arrays joined per feature or head."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {name: np.concatenate([tree[name] for tree in trees]) for name in first}
+    if isinstance(first, tuple):
+        return tuple(np.concatenate([tree[i] for tree in trees]) for i in range(len(first)))
+    return np.concatenate(trees)
 
-    def cast_array(y):
-        y = np.asarray(y).astype(dtype)
-        return y.reshape(len(y)) if flat else y
 
+def _cast(source: DataSource, dtypes: dict) -> None:
+    """Labels in the dtype each head's loss takes (class ids flat), weights float32, in every split. `dtypes` maps
+    a head's name (None for one target) to (dtype, flat)."""
     for name in source.splits:
         split = getattr(source, name)
         if isinstance(split, tuple):
-            setattr(source, name, (split[0], cast_array(split[1])))
+            weights = (np.asarray(split[2], "float32").reshape(-1),) if len(split) == 3 else ()
+            setattr(source, name, (split[0], _labels_as(split[1], dtypes, _cast_array), *weights))
         else:
-            if flat:
-                setattr(source, name, split.map(lambda x, y: (x, tf.reshape(tf.cast(y, dtype), []))))
-            else:
-                setattr(source, name, split.map(lambda x, y: (x, tf.cast(y, dtype))))
+            setattr(source, name, split.map(lambda *element: _element_as(element, dtypes)))
     source._base.clear()
+
+
+def _element_as(element: tuple, dtypes: dict) -> tuple:
+    """One tf.data example with its labels cast (and its weight a float32 scalar)."""
+    import tensorflow as tf
+
+    weights = (tf.reshape(tf.cast(element[2], "float32"), []),) if len(element) == 3 else ()
+    return (element[0], _labels_as(element[1], dtypes, _cast_tensor), *weights)
+
+
+def _labels_as(y, dtypes: dict, cast):
+    if isinstance(y, dict):
+        return {name: cast(value, *dtypes[name]) for name, value in y.items()}
+    return cast(y, *dtypes[None])
+
+
+def _cast_array(y, dtype: str, flat: bool):
+    y = np.asarray(y).astype(dtype)
+    return y.reshape(len(y)) if flat else y
+
+
+def _cast_tensor(y, dtype: str, flat: bool):
+    import tensorflow as tf
+
+    y = tf.cast(y, dtype)
+    return tf.reshape(y, []) if flat else y

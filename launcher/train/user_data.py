@@ -2,21 +2,30 @@
 
 The loader is called as `loader(**dataset.params)` and returns one of
     (x, y)                                    arrays, split by dataset.validation_split (and test_split)
+    ds                                        an unbatched tf.data.Dataset of (x, y), read into memory and split so
     {"train": (x, y), "val": (x, y)}          arrays per split; an optional "test": (x, y)
     {"train": ds, "val": ds}                  unbatched tf.data.Dataset of (x, y) per split; an optional "test"
-Its labels are checked against the task afterwards (`launcher.train.labels`), like every dataset's.
+where every (x, y) may be (x, y, sample_weight): x is an array, a tuple of arrays (one per model input) or a dict
+name -> array (the model's input names); y an array or a dict output name -> array (one per head); sample_weight
+one float >= 0 per example. Its labels are checked against the task afterwards (`launcher.train.labels`), like
+every dataset's.
 """
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
-from launcher.config.errors import ConfigError
+from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.imports import check_call, configured_path, import_component
-from launcher.train.data import DataSource, split_arrays
-from launcher.train.data_checks import streamed_test_split
+from launcher.train.data import DataSource, first_array, map_arrays, num_examples, split_arrays, take
+from launcher.train.data_checks import contract_problems, named_arrays, streamed_test_split, structure_problems
 
-RETURNS = '(x, y) arrays, {"train": (x, y), "val": (x, y)} or {"train": ds, "val": ds} of tf.data (x, y)'
+RETURNS = (
+    '(x, y) arrays, {"train": (x, y), "val": (x, y)} or {"train": ds, "val": ds} of tf.data (x, y); '
+    "(x, y, sample_weight) wherever (x, y) is"
+)
 
 
 def load(cfg) -> DataSource:
@@ -35,19 +44,10 @@ def load(cfg) -> DataSource:
             f"a loader that runs ({type(err).__name__}: {str(err)[:300]})",
             "fix the loader (call it in Python to see the traceback)",
         ) from None
-    if isinstance(data, tuple) and len(data) == 2 and not isinstance(data[0], dict):
-        x, y = (np.asarray(a) for a in data)
-        _check_pair(x, y, key, path, "its (x, y)")
-        return split_arrays(
-            x,
-            y,
-            cfg.validation_split,
-            cfg.shuffle_seed,
-            cfg.limit,
-            _kind(cfg, x.dtype, x.shape[1:]),
-            num_classes=cfg.num_classes or None,
-            test_split=cfg.test_split,
-        )
+    if _is_dataset(data):
+        data = _in_memory(data, key, path)
+    if isinstance(data, tuple) and len(data) in (2, 3):
+        return _split_whole(data, cfg, key, path)
     if isinstance(data, dict) and set(data) >= {"train", "val"}:
         streamed_test_split(cfg, f'(return a "test" entry from {path})')
         source = _from_splits(data["train"], data["val"], cfg, key, path)
@@ -65,61 +65,29 @@ def load(cfg) -> DataSource:
 
 
 def _from_splits(train, val, cfg, key: str, path: str) -> DataSource:
-    import tensorflow as tf
-
-    if isinstance(train, tf.data.Dataset) and isinstance(val, tf.data.Dataset):
-        spec = train.element_spec
-        if not (isinstance(spec, tuple) and len(spec) == 2):
-            raise ConfigError.single(
-                key,
-                path,
-                f"datasets of (x, y) pairs, unbatched (train's elements are {spec})",
-                "ds = tf.data.Dataset.from_tensor_slices((x, y)), no .batch()",
-            )
-        x_spec = spec[0]
-        shape = tuple(x_spec.shape)
-        if None in shape:
-            raise ConfigError.single(
-                key,
-                path,
-                f"unbatched examples of a fixed shape (train's x is {x_spec.shape}: batched, or ragged?)",
-                "drop .batch() from the loader; pad to a fixed length",
-            )
-        num_train, num_val = _count(train), _count(val)
-        if cfg.limit:
-            train, num_train = train.take(cfg.limit), min(num_train, cfg.limit)
-        kind = _kind(cfg, np.dtype(x_spec.dtype.as_numpy_dtype), shape)
-        return DataSource(
-            train=train,
-            val=val,
-            num_train=num_train,
-            num_val=num_val,
-            input_shape=shape,
-            num_classes=int(cfg.num_classes or 0),
-            kind=kind,
-        )
-    pairs = []
+    if _is_dataset(train) and _is_dataset(val):
+        return _from_datasets(train, val, cfg, key, path)
+    splits = {}
     for name, split in (("train", train), ("val", val)):
-        if not (isinstance(split, tuple | list) and len(split) == 2):
+        if not (isinstance(split, tuple | list) and len(split) in (2, 3)):
             raise ConfigError.single(
                 key,
                 path,
                 f"{RETURNS} ({name} is a {type(split).__name__})",
                 f'return {{"{name}": (x, y), ...}} or tf.data datasets for both splits',
             )
-        x, y = np.asarray(split[0]), np.asarray(split[1])
+        splits[name] = _parts(split)
+    if not all(_plain(parts) for parts in splits.values()):
+        return _structured_splits(splits, cfg, key, path)
+    for name, (x, y) in splits.items():
         _check_pair(x, y, key, path, f"its {name} split")
-        pairs.append((x, y))
-    (x_train, y_train), (x_val, y_val) = pairs
+    (x_train, y_train), (x_val, y_val) = splits["train"], splits["val"]
     if cfg.limit:
         x_train, y_train = x_train[: cfg.limit], y_train[: cfg.limit]
     kind = _kind(cfg, x_train.dtype, x_train.shape[1:])
     if kind != "tokens":
         x_train, x_val = x_train.astype("float32"), x_val.astype("float32")
-    labels = np.concatenate([y_train.reshape(len(y_train), -1), y_val.reshape(len(y_val), -1)])
-    classes = cfg.num_classes or (
-        int(labels.max()) + 1 if labels.dtype.kind in "iu" and labels.shape[1] == 1 else labels.shape[1]
-    )
+    classes = cfg.num_classes or _classes(y_train, y_val)
     return DataSource(
         train=(x_train, y_train),
         val=(x_val, y_val),
@@ -134,23 +102,203 @@ def _from_splits(train, val, cfg, key: str, path: str) -> DataSource:
 
 def _add_test(source: DataSource, test, key: str, path: str) -> None:
     """The loader's "test" entry, in the form its other splits take."""
-    import tensorflow as tf
-
-    if isinstance(source.train, tf.data.Dataset):
-        if not isinstance(test, tf.data.Dataset):
+    if _is_dataset(source.train):
+        if not _is_dataset(test):
             raise ConfigError.single(
                 key, path, f'a "test" entry like "train": a tf.data dataset (got {type(test).__name__})', "return ds"
             )
+        raise_if_any(_spec_problems({"train": source.train.element_spec, "test": test.element_spec}, key, path))
         source.test, source.num_test = test, _count(test)
         return
-    if not (isinstance(test, tuple | list) and len(test) == 2):
+    if not (isinstance(test, tuple | list) and len(test) in (2, 3)):
         raise ConfigError.single(
             key, path, f'a "test" entry like "train": (x, y) arrays (got {type(test).__name__})', "return (x, y)"
         )
-    x, y = np.asarray(test[0]), np.asarray(test[1])
+    parts = _parts(test)
+    if not (_plain(parts) and _plain(source.train)):
+        raise_if_any(contract_problems({"train": source.train, "test": parts}, key, path))
+        source.test, source.num_test = _cast_parts(parts), num_examples(parts[0])
+        return
+    x, y = parts
     _check_pair(x, y, key, path, "its test split")
     source.test = (x.astype("float32") if source.kind != "tokens" else x, y)
     source.num_test = len(x)
+
+
+def _split_whole(data: tuple, cfg, key: str, path: str) -> DataSource:
+    """(x, y) or (x, y, sample_weight) for the launcher to split by dataset.validation_split (and test_split)."""
+    parts = _parts(data)
+    if _plain(parts):
+        x, y = parts
+        _check_pair(x, y, key, path, "its (x, y)")
+        kind = _kind(cfg, x.dtype, x.shape[1:])
+    else:
+        raise_if_any(contract_problems({"(x, y)": parts}, key, path))
+        parts = _cast_parts(parts)
+        kind = _structured_kind(cfg, parts[0])
+    return split_arrays(
+        parts[0],
+        parts[1],
+        cfg.validation_split,
+        cfg.shuffle_seed,
+        cfg.limit,
+        kind,
+        num_classes=cfg.num_classes or None,
+        test_split=cfg.test_split,
+        sample_weight=parts[2] if len(parts) == 3 else None,
+    )
+
+
+def _structured_splits(splits: dict, cfg, key: str, path: str) -> DataSource:
+    """Per-split arrays with named or several features, a target per head, or sample weights: checked per
+    feature, head and weight against the contract and against train, every problem at once."""
+    raise_if_any(contract_problems(splits, key, path))
+    train, val = _cast_parts(splits["train"]), _cast_parts(splits["val"])
+    if cfg.limit:
+        train = take(train, slice(0, cfg.limit))
+    x, y = train[0], train[1]
+    return DataSource(
+        train=train,
+        val=val,
+        num_train=num_examples(x),
+        num_val=num_examples(val[0]),
+        input_shape=tuple(first_array(x).shape[1:]),
+        num_classes=0 if isinstance(y, dict) else int(cfg.num_classes or _classes(y, val[1])),
+        kind=_structured_kind(cfg, x),
+        feature_names=tuple(x) if isinstance(x, dict) else (),
+        head_names=tuple(y) if isinstance(y, dict) else (),
+        weighted=len(train) == 3,
+    )
+
+
+def _from_datasets(train, val, cfg, key: str, path: str) -> DataSource:
+    """Unbatched tf.data splits: their element structure checked (fixed shapes per feature, train's features,
+    heads and weights in val), then counted."""
+    specs = {"train": train.element_spec, "val": val.element_spec}
+    spec = specs["train"]
+    if not (isinstance(spec, tuple) and len(spec) in (2, 3)):
+        raise ConfigError.single(
+            key,
+            path,
+            f"datasets of (x, y) or (x, y, sample_weight) examples, unbatched (train's elements are {spec})",
+            "ds = tf.data.Dataset.from_tensor_slices((x, y)), no .batch()",
+        )
+    x_spec = spec[0]
+    if not isinstance(x_spec, dict | tuple) and not isinstance(spec[1], dict) and len(spec) == 2:
+        shape = tuple(x_spec.shape)
+        if None in shape:
+            raise ConfigError.single(
+                key,
+                path,
+                f"unbatched examples of a fixed shape (train's x is {x_spec.shape}: batched, or ragged?)",
+                "drop .batch() from the loader; pad to a fixed length",
+            )
+    raise_if_any(_spec_problems(specs, key, path))
+    first = first_array(x_spec)
+    shape = tuple(first.shape)
+    num_train, num_val = _count(train), _count(val)
+    if cfg.limit:
+        train, num_train = train.take(cfg.limit), min(num_train, cfg.limit)
+    if isinstance(x_spec, dict | tuple):
+        kind = _structured_kind(cfg, x_spec)
+    else:
+        kind = _kind(cfg, np.dtype(first.dtype.as_numpy_dtype), shape)
+    return DataSource(
+        train=train,
+        val=val,
+        num_train=num_train,
+        num_val=num_val,
+        input_shape=shape,
+        num_classes=0 if isinstance(spec[1], dict) else int(cfg.num_classes or 0),
+        kind=kind,
+        feature_names=tuple(x_spec) if isinstance(x_spec, dict) else (),
+        head_names=tuple(spec[1]) if isinstance(spec[1], dict) else (),
+        weighted=len(spec) == 3,
+    )
+
+
+def _spec_problems(specs: dict, key: str, path: str) -> list:
+    """tf.data splits' element specs: (x, y) or (x, y, sample_weight) in each, every feature of a fixed shape
+    (named), a scalar weight per example, and train's structure in the other splits."""
+    from launcher.config.errors import Violation
+
+    found = []
+    for split, spec in specs.items():
+        if not (isinstance(spec, tuple) and len(spec) in (2, 3)):
+            found.append(
+                Violation(
+                    key,
+                    path,
+                    f"datasets of (x, y) or (x, y, sample_weight) examples, unbatched ({split}'s elements are {spec})",
+                    "ds = tf.data.Dataset.from_tensor_slices((x, y)), no .batch()",
+                )
+            )
+            continue
+        for name, feature in named_arrays(spec[0], "x"):
+            if None in tuple(feature.shape):
+                found.append(
+                    Violation(
+                        key,
+                        path,
+                        f"unbatched examples of a fixed shape ({split}'s feature {name!r} is {feature.shape}: "
+                        "batched, or ragged?)",
+                        f"drop .batch() from the loader; pad {name!r} to a fixed length",
+                    )
+                )
+        if len(spec) == 3 and tuple(spec[2].shape) not in ((), (1,)):
+            found.append(
+                Violation(
+                    key,
+                    path,
+                    f"one sample weight per example, a scalar ({split}'s weights are {spec[2].shape})",
+                    "return (x, y, w) with w of shape (examples,) in from_tensor_slices, no .batch()",
+                )
+            )
+        if split != "train" and isinstance(specs.get("train"), tuple):
+            found += structure_problems(split, spec, specs["train"], key, path)
+    return found
+
+
+def _parts(split) -> tuple:
+    """(x, y) or (x, y, sample_weight) as arrays, the features' and heads' structure kept."""
+    parts = (map_arrays(np.asarray, split[0]), map_arrays(np.asarray, split[1]))
+    return parts + ((np.asarray(split[2]),) if len(split) == 3 else ())
+
+
+def _plain(parts) -> bool:
+    """One feature array, one target, no weights: the form every earlier loader returned."""
+    return len(parts) == 2 and not isinstance(parts[0], dict | tuple) and not isinstance(parts[1], dict)
+
+
+def _cast_parts(parts: tuple) -> tuple:
+    """Features as the model takes them (real values float32, integer ids int32), weights float32."""
+    x = map_arrays(lambda a: a.astype("int32") if a.dtype.kind in "iu" else a.astype("float32"), parts[0])
+    weights = (parts[2].astype("float32").reshape(-1),) if len(parts) == 3 else ()
+    return (x, parts[1], *weights)
+
+
+def _structured_kind(cfg, x) -> str:
+    """Named or several features are image or tabular by the first one's shape (token models take one array)."""
+    return _kind(cfg, np.float32, tuple(first_array(x).shape[1:]))
+
+
+def _classes(y_train: np.ndarray, y_val: np.ndarray) -> int:
+    labels = np.concatenate([y_train.reshape(len(y_train), -1), y_val.reshape(len(y_val), -1)])
+    return int(labels.max()) + 1 if labels.dtype.kind in "iu" and labels.shape[1] == 1 else labels.shape[1]
+
+
+def _is_dataset(data) -> bool:
+    """A tf.data dataset (TensorFlow is not imported for a loader of arrays: no dataset then)."""
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(data, tf.data.Dataset)
+
+
+def _in_memory(ds, key: str, path: str) -> tuple:
+    """One unbatched tf.data dataset for the launcher to split: read whole into arrays (divided in memory)."""
+    raise_if_any(_spec_problems({"the dataset": ds.element_spec}, key, path))
+    count = _count(ds)
+    whole = next(iter(ds.batch(count)))
+    return tuple(map_arrays(lambda t: t.numpy(), part) for part in whole)
 
 
 def _check_pair(x, y, key: str, path: str, what: str) -> None:

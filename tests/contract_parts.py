@@ -1,0 +1,148 @@
+"""The data contract's loaders and a two-input, two-head model, named by import path in tests (tests/ is on the
+path): (x, y) or (x, y, sample_weight) with x an array, a tuple or a dict of named features and y an array or a
+dict by head, per split or whole, as arrays or unbatched tf.data; and loaders that break the contract one way each.
+
+Every example carries its own index in feature `age` (and `dose` = -age, head `size` = age, weight = 1 + age), so
+a test can see that a split, a shuffle or a shard kept each example's arrays together."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+N = 40
+
+
+def _arrays(n: int = N, start: int = 0):
+    index = np.arange(start, start + n, dtype="float32")
+    x = {"age": index[:, None], "dose": -index[:, None]}
+    y = {"kind": (index % 3).astype("int64"), "size": index.copy()}
+    return x, y, 1.0 + index
+
+
+def whole(weighted: bool = True):
+    """(x, y, sample_weight) for the launcher to split: dict features, dict targets."""
+    x, y, w = _arrays()
+    return (x, y, w) if weighted else (x, y)
+
+
+def tuple_features():
+    """((age, dose), kind, sample_weight): a tuple of features, one target."""
+    x, y, w = _arrays()
+    return (x["age"], x["dose"]), y["kind"], w
+
+
+def per_split():
+    """{"train": (x, y, w), "val": (x, y, w)} of arrays."""
+    return {"train": _arrays(30), "val": _arrays(10, start=30)}
+
+
+def per_split_tf():
+    """{"train": ds, "val": ds}: unbatched tf.data of (dict x, dict y, w)."""
+    import tensorflow as tf
+
+    return {name: tf.data.Dataset.from_tensor_slices(parts) for name, parts in per_split().items()}
+
+
+def whole_tf():
+    """One unbatched tf.data dataset of (dict x, dict y, w), for the launcher to split."""
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices(_arrays())
+
+
+def missing_in_val():
+    """Feature `dose` in train, not in val."""
+    splits = per_split()
+    del splits["val"][0]["dose"]
+    return splits
+
+
+def missing_in_val_tf():
+    import tensorflow as tf
+
+    return {name: tf.data.Dataset.from_tensor_slices(parts) for name, parts in missing_in_val().items()}
+
+
+def several_problems():
+    """NaN in train's `dose`, `dose` missing in val, negative weights in val: three problems, one refusal."""
+    splits = missing_in_val()
+    splits["train"][0]["dose"][2] = np.nan
+    splits["val"] = (*splits["val"][:2], -splits["val"][2])
+    return splits
+
+
+def heads_differ():
+    """Head `size` in train, `weight` in val instead."""
+    splits = per_split()
+    y = splits["val"][1]
+    y["weight"] = y.pop("size")
+    return splits
+
+
+def unweighted_val():
+    splits = per_split()
+    splits["val"] = splits["val"][:2]
+    return splits
+
+
+def nan_feature():
+    x, y, w = _arrays()
+    x["dose"][[3, 7]] = np.nan
+    return x, y, w
+
+
+def short_feature():
+    x, y, w = _arrays()
+    x["dose"] = x["dose"][:-1]
+    return x, y, w
+
+
+def short_head():
+    x, y, w = _arrays()
+    y["size"] = y["size"][:-2]
+    return x, y, w
+
+
+def bad_weights(kind: str):
+    """Weights of the wrong length, negative or NaN (`kind`)."""
+    x, y, w = _arrays()
+    w = {"short": w[:-1], "negative": w - 5.0, "not_a_number": np.where(np.arange(N) == 4, np.nan, w)}[kind]
+    return x, y, w
+
+
+def negative_weights_tf():
+    import tensorflow as tf
+
+    x, y, w = _arrays()
+    return {
+        "train": tf.data.Dataset.from_tensor_slices((x, y, -w)),
+        "val": tf.data.Dataset.from_tensor_slices((x, y, w)),
+    }
+
+
+def bad_class_ids():
+    """Head `kind` with a negative class id."""
+    x, y, w = _arrays()
+    y["kind"][5] = -1
+    return x, y, w
+
+
+def ragged_feature_tf():
+    """Feature `dose` batched (no fixed per-example shape)."""
+    import tensorflow as tf
+
+    x, y, _ = _arrays()
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    return {
+        "train": ds.map(lambda x, y: ({"age": x["age"], "dose": tf.zeros([tf.cast(x["age"][0], "int32")])}, y)),
+        "val": ds,
+    }
+
+
+def two_inputs_two_heads(spec=None, units: int = 8):
+    """Inputs `age` and `dose` (one value each); heads `kind` (3 logits) and `size` (1 value), as a dict."""
+    age, dose = keras.Input((1,), name="age"), keras.Input((1,), name="dose")
+    h = keras.layers.Dense(units, activation="relu")(keras.layers.Concatenate()([age, dose]))
+    outputs = {"kind": keras.layers.Dense(3, name="kind")(h), "size": keras.layers.Dense(1, name="size")(h)}
+    return keras.Model({"age": age, "dose": dose}, outputs)

@@ -1,0 +1,182 @@
+"""The data contract: (x, y) or (x, y, sample_weight), x an array, a tuple or a dict of named features, y an array
+or a dict by head. Every array of an example travels together through splitting, shuffling, limit, test_split,
+the pipeline and sharding; every refusal names the feature, head or weight, before anything is written."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from support.config import TINY, compose, config
+from support.tracking import runs_in
+
+from launcher.config.errors import ConfigError
+from launcher.train.labels import fit_to_task
+from launcher.train.registry import DATASETS
+
+HEADS = {"kind": "classification", "size": "regression"}
+
+
+def _load(loader: str, *overrides: str):
+    return DATASETS.get("custom").load(
+        config("dataset=custom", f"dataset.loader=contract_parts:{loader}", *overrides).dataset
+    )
+
+
+def _rows(parts) -> np.ndarray:
+    """Each example's index as its every array says it (contract_parts: age = -dose = size = weight - 1)."""
+    x, y, w = parts
+    age = np.asarray(x["age"]).reshape(-1)
+    np.testing.assert_array_equal(-np.asarray(x["dose"]).reshape(-1), age)
+    np.testing.assert_array_equal(np.asarray(y["size"]).reshape(-1), age)
+    np.testing.assert_array_equal(np.asarray(y["kind"]).reshape(-1), age % 3)
+    np.testing.assert_array_equal(np.asarray(w).reshape(-1), 1 + age)
+    return age
+
+
+def _batches(source, split: str, batch: int = 4, seed: int | None = 1):
+    return [tuple(_numpy(part) for part in element) for element in source.pipeline(split, batch, False, seed)]
+
+
+def _numpy(tree):
+    return {k: v.numpy() for k, v in tree.items()} if isinstance(tree, dict) else tree.numpy()
+
+
+# ------------------------------------------------------------------------------------------------ structure
+
+
+def test_a_whole_dict_loader_is_split_shuffled_and_limited_per_feature_head_and_weight():
+    source = _load("whole", "dataset.validation_split=0.25", "dataset.test_split=0.25", "dataset.limit=12")
+    assert (source.feature_names, source.head_names, source.weighted) == (("age", "dose"), ("kind", "size"), True)
+    assert (source.num_train, source.num_val, source.num_test) == (12, 10, 10)
+    assert source.input_shape == (1,) and source.kind == "tabular"
+    seen = [_rows(source.split(name)) for name in source.splits]
+    assert [len(s) for s in seen] == [12, 10, 10]
+    together = np.concatenate(seen)
+    assert len(set(together)) == 32 and not np.array_equal(together, np.sort(together))  # disjoint, shuffled
+    again = _load("whole", "dataset.validation_split=0.25", "dataset.test_split=0.25", "dataset.limit=12")
+    np.testing.assert_array_equal(_rows(again.train), seen[0])  # seeded
+
+
+def test_a_tuple_of_features_stays_a_tuple_and_weights_ride_along():
+    source = _load("tuple_features")
+    x, y, w = source.train
+    assert isinstance(x, tuple) and len(x) == 2 and source.feature_names == () and source.weighted
+    np.testing.assert_array_equal(x[1], -x[0])
+    np.testing.assert_array_equal(w, 1 + x[0].reshape(-1))
+    np.testing.assert_array_equal(y, x[0].reshape(-1) % 3)
+    first = source.first_inputs(3)
+    assert isinstance(first, tuple) and [a.shape for a in first] == [(3, 1), (3, 1)]
+
+
+@pytest.mark.parametrize("loader", ["per_split", "per_split_tf", "whole_tf"])
+def test_every_loader_form_batches_named_features_heads_and_weights_together(loader):
+    source = fit_to_task(_load(loader), "classification", heads=HEADS)
+    assert (source.feature_names, source.head_names, source.weighted) == (("age", "dose"), ("kind", "size"), True)
+    assert source.num_train + source.num_val == 40
+    assert source.head_tasks == HEADS and source.head_outputs == {"kind": 3, "size": 1}
+    batches = _batches(source, "train")
+    x, y, w = batches[0]
+    assert set(x) == {"age", "dose"} and set(y) == {"kind", "size"}
+    assert y["kind"].dtype == np.int32 and y["size"].dtype == np.float32 and w.dtype == np.float32
+    seen = np.concatenate([_rows(b) for b in batches])
+    assert sorted(seen) == sorted(_rows_of(source, "train"))
+    first = source.first_inputs(2)
+    assert set(first) == {"age", "dose"} and first["age"].shape == (2, 1)
+
+
+def _rows_of(source, split):
+    return np.concatenate([_rows(b) for b in _batches(source, split, seed=None)])
+
+
+def test_workers_shards_keep_each_examples_arrays_together():
+    source = fit_to_task(_load("whole"), "classification", heads=HEADS)
+    ds = source.pipeline("train", 4, True, 7)
+    shards = [[tuple(_numpy(p) for p in e) for e in ds.shard(2, i)] for i in range(2)]
+    rows = [np.concatenate([_rows(b) for b in shard]) for shard in shards]
+    assert not set(rows[0]) & set(rows[1]) and len(rows[0]) == len(rows[1]) > 0
+
+
+def test_heads_without_task_heads_take_the_one_task_and_a_config_object_names_each():
+    source = fit_to_task(_load("whole"), "regression")
+    assert source.head_tasks == {"kind": "regression", "size": "regression"}
+    heads = {"kind": SimpleNamespace(name=SimpleNamespace(value="classification")), "size": {"name": "regression"}}
+    assert fit_to_task(_load("whole"), "classification", heads=heads).head_tasks == HEADS
+
+
+# ------------------------------------------------------------------------------------------------ refusals
+
+
+@pytest.mark.parametrize(
+    ("loader", "match"),
+    [
+        ("missing_in_val", r"the features of train in val too .*val lacks 'dose'"),
+        ("missing_in_val_tf", r"the features of train in val too .*val lacks 'dose'"),
+        ("heads_differ", r"heads \(y's keys\) of train in val too .*lacks 'size', has 'weight' besides"),
+        ("unweighted_val", r"sample weights in every split or in none \(train has them, val has none\)"),
+        ("nan_feature", r"finite values in feature 'dose' \(found NaN or inf in 2 example\(s\), e.g. index 3, 7\)"),
+        ("short_feature", r"every feature and head \(lengths: age 40, dose 39, kind 40, size 40\)"),
+        ("short_head", r"every feature and head \(lengths: age 40, dose 40, kind 40, size 38\)"),
+        ("ragged_feature_tf", r"train's feature 'dose' is \(None,\)"),
+    ],
+)
+def test_a_broken_loader_is_refused_naming_the_feature_or_head(loader, match):
+    with pytest.raises(ConfigError, match=match) as err:
+        _load(loader)
+    assert err.value.violations[0].key == "dataset.loader"
+
+
+@pytest.mark.parametrize(
+    ("kind", "match"),
+    [
+        ("short", r"one sample weight per example, shape \(40,\) \(got shape \(39,\)\)"),
+        ("negative", r"finite sample weights >= 0 \(found negative weights in 4 example\(s\)"),
+        ("not_a_number", r"finite sample weights >= 0 \(found NaN or inf in 1 example\(s\), e.g. index 4\)"),
+    ],
+)
+def test_bad_sample_weights_are_refused(kind, match):
+    with pytest.raises(ConfigError, match=match):
+        _load("bad_weights", f"+dataset.params.kind={kind}")
+
+
+def test_negative_weights_streamed_are_refused_when_the_labels_are_checked():
+    with pytest.raises(ConfigError, match=r"sample_weight.*found negative weights in"):
+        fit_to_task(_load("negative_weights_tf"), "classification", heads=HEADS)
+
+
+def test_a_heads_labels_are_checked_against_its_own_task_naming_it():
+    with pytest.raises(ConfigError, match=r"task.heads.kind.name='classification'.*head 'kind': class ids >= 0"):
+        fit_to_task(_load("bad_class_ids"), "classification", heads=HEADS)
+    with pytest.raises(ConfigError, match=r"task.name='classification'.*head 'size': integer class ids"):
+        fit_to_task(_load("whole"), "classification")  # no task.heads: every head is the one task's
+
+
+def test_a_head_with_no_task_is_refused_naming_it():
+    with pytest.raises(ConfigError, match=r"task.heads='size'.*task.heads names 'kind'; y also has 'size'"):
+        fit_to_task(_load("whole"), "classification", heads={"kind": "classification"})
+
+
+def test_every_problem_is_named_at_once():
+    with pytest.raises(ConfigError) as err:
+        _load("several_problems")
+    found = [v.expected for v in err.value.violations]
+    assert len(found) == 3, found
+    for named in (
+        "train split: finite values in feature 'dose'",
+        "val lacks 'dose'",
+        "val split: finite sample weights",
+    ):
+        assert any(named in f for f in found), (named, found)
+
+
+def test_a_refused_loader_writes_nothing_and_mlflow_never_hears(tmp_path):
+    from launcher.launch.training import execute
+
+    store = tmp_path / "mlflow.db"
+    cfg = compose(
+        *TINY, "dataset=custom", "dataset.loader=contract_parts:missing_in_val", f"tracking.uri=sqlite:///{store}"
+    )
+    with pytest.raises(ConfigError, match="lacks 'dose'"):
+        execute(cfg, tmp_path / "run", tmp_path)
+    assert runs_in(store) == [] and not (tmp_path / "run" / "plan.yaml").exists()
