@@ -9,6 +9,10 @@ multi-worker job can shard by file (see `launcher.plan.sharding`).
 Feature spec: `{name: {shape: [...], dtype: float32|int64, encoding: raw|image}}`; `raw` features are
 stored flat (float_list / int64_list) and reshaped, `image` features are encoded PNG/JPEG bytes decoded
 and resized to `shape` ([H, W, C]) and scaled to [0, 1].
+
+Several named inputs and heads: give features a `role` (input, target or weight). The inputs then stream as
+a dict by name (the model's input names), the targets as a dict by head when there are several, and a `weight`
+feature as each example's sample weight; dataset.x_key and dataset.y_key are not used.
 """
 
 from __future__ import annotations
@@ -18,13 +22,14 @@ import json
 import math
 from pathlib import Path
 
-from launcher.config.errors import ConfigError
+from launcher.config.errors import ConfigError, Violation, raise_if_any
 from launcher.train.data import DataSource
 from launcher.train.data_checks import streamed_test_split
 
 METADATA = "dataset.json"
 ENCODINGS = ("raw", "image")
 DTYPES = ("float32", "int64")
+ROLES = ("input", "target", "weight")
 
 
 def load(cfg) -> DataSource:
@@ -33,12 +38,12 @@ def load(cfg) -> DataSource:
     val_files = _files("dataset.val", val_glob)
     metadata = _metadata(train_files[0].parent)
     features = dict(cfg.features) or metadata.get("features", {})
-    _check_features(features, cfg.x_key, cfg.y_key, train_files[0].parent)
+    inputs, targets, weight = _roles(features, cfg.x_key, cfg.y_key, train_files[0].parent)
     train_counts = _counts(train_files, metadata, "train")
     val_counts = _counts(val_files, metadata, "val")
-    x_spec = features[cfg.x_key]
+    x_spec = features[inputs[0]]
     num_classes = int(cfg.num_classes or metadata.get("num_classes", 0))
-    if num_classes < 2:
+    if num_classes < 2 and len(targets) == 1:
         raise ConfigError.single(
             "dataset.num_classes",
             cfg.num_classes,
@@ -48,7 +53,8 @@ def load(cfg) -> DataSource:
     kind = metadata.get("kind") or (
         "image" if len(x_spec["shape"]) == 3 else "tokens" if x_spec["dtype"] == "int64" else "tabular"
     )
-    parse = _parser(features, cfg.x_key, cfg.y_key)
+    named = _has_roles(features)
+    parse = _parser(features, inputs, targets, weight, named)
     streamed_test_split(cfg, "dataset.test=<glob of test shards> (or test-* files beside the training shards)")
     test_files = _test_files(cfg)
     return DataSource(
@@ -57,14 +63,55 @@ def load(cfg) -> DataSource:
         num_train=sum(train_counts),
         num_val=sum(val_counts),
         input_shape=tuple(int(d) for d in x_spec["shape"]),
-        num_classes=num_classes,
+        num_classes=num_classes if len(targets) == 1 else 0,
         kind=kind,
         vocab_size=int(metadata.get("vocab_size", 0)),
         train_shards=tuple(train_counts),
         prefetch=int(cfg.prefetch),
         test=_reader([str(f) for f in test_files], parse, cfg) if test_files else None,
         num_test=sum(_counts(test_files, metadata, "test")) if test_files else 0,
+        feature_names=tuple(inputs) if named else (),
+        head_names=tuple(targets) if len(targets) > 1 else (),
+        weighted=weight is not None,
     )
+
+
+def _has_roles(features: dict) -> bool:
+    return any("role" in dict(spec) for spec in features.values())
+
+
+def _roles(features: dict, x_key: str, y_key: str, folder: Path) -> tuple[list[str], list[str], str | None]:
+    """The inputs, the targets and the weight feature: by `role` when the spec gives roles, else x_key and y_key."""
+    _check_features(features, x_key, y_key, folder)
+    if not _has_roles(features):
+        return [x_key], [y_key], None
+    by_role = {role: [n for n, spec in features.items() if dict(spec).get("role") == role] for role in ROLES}
+    unknown = [n for n, spec in features.items() if dict(spec).get("role") not in ROLES]
+    found = [
+        Violation(
+            f"dataset.features.{name}.role",
+            dict(features[name]).get("role"),
+            f"one of {list(ROLES)} (every feature has a role once one has)",
+            f"dataset.features.{name}.role=input",
+        )
+        for name in unknown
+    ]
+    for role, fix in (("input", "role: input"), ("target", "role: target")):
+        if not by_role[role]:
+            found.append(
+                Violation("dataset.features", sorted(features), f"at least one feature with {fix}", f"give one {fix}")
+            )
+    if len(by_role["weight"]) > 1:
+        found.append(
+            Violation(
+                "dataset.features",
+                by_role["weight"],
+                "at most one feature with role: weight (each example's sample weight)",
+                "keep one weight feature",
+            )
+        )
+    raise_if_any(found)
+    return by_role["input"], by_role["target"], (by_role["weight"] or [None])[0]
 
 
 def _test_files(cfg) -> list[Path]:
@@ -113,7 +160,7 @@ def _check_features(features: dict, x_key: str, y_key: str, folder: Path) -> Non
             "dataset.features='{x: {shape: [8, 8, 1], dtype: float32}, y: {shape: [], dtype: int64}}'",
         )
     for key, name in (("dataset.x_key", x_key), ("dataset.y_key", y_key)):
-        if name not in features:
+        if name not in features and not _has_roles(features):
             raise ConfigError.single(key, name, f"one of the features {sorted(features)}", f"{key}=<feature name>")
     for name, spec in features.items():
         encoding, dtype = spec.get("encoding", "raw"), spec.get("dtype", "float32")
@@ -143,10 +190,11 @@ def _counts(files: list[Path], metadata: dict, split: str) -> list[int]:
     return [int(tf.data.TFRecordDataset(str(f)).reduce(0, lambda n, _: n + 1)) for f in files]
 
 
-def _parser(features: dict, x_key: str, y_key: str):
+def _parser(features: dict, inputs: list[str], targets: list[str], weight: str | None, named: bool):
+    """Record -> (x, y) or (x, y, sample_weight): x a dict by name when `named`, y a dict when several targets."""
     import tensorflow as tf
 
-    wanted = {x_key: features[x_key], y_key: features[y_key]}
+    wanted = {name: features[name] for name in [*inputs, *targets, *([weight] if weight else [])]}
     spec = {
         name: tf.io.FixedLenFeature([], tf.string)
         if f.get("encoding") == "image"
@@ -165,7 +213,11 @@ def _parser(features: dict, x_key: str, y_key: str):
 
     def parse(record):
         parsed = tf.io.parse_single_example(record, spec)
-        return decode(x_key, parsed[x_key]), decode(y_key, parsed[y_key])
+        x = {n: decode(n, parsed[n]) for n in inputs} if named else decode(inputs[0], parsed[inputs[0]])
+        y = {n: decode(n, parsed[n]) for n in targets} if len(targets) > 1 else decode(targets[0], parsed[targets[0]])
+        if weight is None:
+            return x, y
+        return x, y, tf.reshape(tf.cast(decode(weight, parsed[weight]), tf.float32), [])
 
     return parse
 

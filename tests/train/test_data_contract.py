@@ -180,3 +180,35 @@ def test_a_refused_loader_writes_nothing_and_mlflow_never_hears(tmp_path):
     with pytest.raises(ConfigError, match="lacks 'dose'"):
         execute(cfg, tmp_path / "run", tmp_path)
     assert runs_in(store) == [] and not (tmp_path / "run" / "plan.yaml").exists()
+
+
+# ------------------------------------------------------------------------------------------------ tfrecord
+
+
+def test_tfrecord_streams_named_inputs_heads_and_weights_from_the_converter(tmp_path):
+    from contract_parts import whole
+    from launcher_datasets.to_tfrecord import main
+
+    x, y, w = whole()
+    np.savez(tmp_path / "data.npz", **x, **y, w=w)
+    argv = [str(tmp_path / "data.npz"), str(tmp_path / "out"), "--shards", "2"]
+    assert main([*argv, "--inputs", "age", "dose", "--targets", "kind", "size", "--weight", "w"]) == 0
+    cfg = config("dataset=tfrecord", f"dataset.train={tmp_path}/out/train-*").dataset
+    source = fit_to_task(DATASETS.get("tfrecord").load(cfg), "classification", heads=HEADS)
+    assert (source.feature_names, source.head_names, source.weighted) == (("age", "dose"), ("kind", "size"), True)
+    assert (source.num_train, source.num_val, source.train_shards) == (32, 8, (16, 16))
+    assert source.head_outputs == {"kind": 3, "size": 1}
+    seen = np.concatenate([_rows_of(source, "train"), _rows_of(source, "val")])
+    assert sorted(seen) == list(range(40))
+
+
+def test_tfrecord_roles_are_checked_naming_the_feature(tmp_path):
+    from launcher_datasets.to_tfrecord import convert
+
+    np.savez(tmp_path / "data.npz", x=np.zeros((10, 2), "float32"), y=np.arange(10) % 2)
+    convert(tmp_path / "data.npz", tmp_path / "out", shards=1)
+    features = "{x: {shape: [2], dtype: float32, role: input}, y: {shape: [], dtype: int64, role: label}}"
+    cfg = config("dataset=tfrecord", f"dataset.train={tmp_path}/out/train-*", f"+dataset.features={features}").dataset
+    with pytest.raises(ConfigError, match=r"dataset.features.y.role='label'.*input.*target.*weight") as err:
+        DATASETS.get("tfrecord").load(cfg)
+    assert "at least one feature with role: target" in str(err.value)
