@@ -18,11 +18,13 @@ from launcher.plan.hardware import best_rate, matmul_rates, measured_rates
 
 def forward_flops_per_example(model) -> float:
     """FLOPs of one forward pass for a single example (0 when the graph cannot be profiled)."""
+    import keras
     import tensorflow as tf
     from tensorflow.python.profiler import model_analyzer, option_builder
 
-    specs = [tf.TensorSpec((1, *x.shape[1:]), x.dtype) for x in model.inputs]
-    concrete = tf.function(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=False))
+    # A model of named or several inputs is called with its inputs' own structure (a dict by name, a list).
+    specs = [tf.TensorSpec((1, *x.shape[1:]), x.dtype) for x in keras.tree.flatten(model.input)]
+    concrete = tf.function(lambda *xs: model(keras.tree.pack_sequence_as(model.input, list(xs)), training=False))
     graph = concrete.get_concrete_function(*specs).graph
     options = option_builder.ProfileOptionBuilder.float_operation()
     options["output"] = "none"

@@ -28,3 +28,10 @@ def test_the_peak_is_the_faster_backend_for_the_dtype_in_flops():
 def test_the_process_age_is_known_on_linux_and_counts_from_the_start():
     age = process_age_seconds()
     assert age is not None and 0 < age < 24 * 3600
+
+
+def test_a_model_of_named_inputs_is_counted_with_its_inputs_by_name():
+    inputs = {"dose": keras.Input((5,), name="dose"), "age": keras.Input((3,), name="age")}  # not in sorted order
+    joined = keras.layers.Concatenate()([inputs["age"], inputs["dose"]])
+    model = keras.Model(inputs, keras.layers.Dense(2, use_bias=False)(joined))
+    assert forward_flops_per_example(model) == 2 * 8 * 2
