@@ -146,3 +146,17 @@ def two_inputs_two_heads(spec=None, units: int = 8):
     h = keras.layers.Dense(units, activation="relu")(keras.layers.Concatenate()([age, dose]))
     outputs = {"kind": keras.layers.Dense(3, name="kind")(h), "size": keras.layers.Dense(1, name="size")(h)}
     return keras.Model({"age": age, "dose": dose}, outputs)
+
+
+def one_head():
+    """(dict x, one target, sample_weight) for the launcher to split: head `kind` only."""
+    x, y, w = _arrays(n=160)
+    return {name: value / 160.0 for name, value in x.items()}, y["kind"], w / 160.0
+
+
+def two_inputs_one_head(spec=None, units: int = 8):
+    """Inputs `age` and `dose`; one output of spec.outputs logits."""
+    model = two_inputs_two_heads(spec, units)
+    return keras.Model(
+        model.input, keras.layers.Dense(spec.outputs, name="kind")(model.get_layer("concatenate").output)
+    )

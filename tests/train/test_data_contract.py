@@ -212,3 +212,31 @@ def test_tfrecord_roles_are_checked_naming_the_feature(tmp_path):
     with pytest.raises(ConfigError, match=r"dataset.features.y.role='label'.*input.*target.*weight") as err:
         DATASETS.get("tfrecord").load(cfg)
     assert "at least one feature with role: target" in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------------ a launch
+
+
+@pytest.mark.slow  # a short training in this process
+def test_a_one_head_model_of_named_inputs_trains_on_weighted_examples(tmp_path):
+    import math
+
+    from launcher.launch.training import execute
+
+    cfg = compose(
+        *[o for o in TINY if not o.startswith("model.")],
+        "model=custom",
+        "model.builder=contract_parts:two_inputs_one_head",
+        "dataset=custom",
+        "dataset.loader=contract_parts:one_head",
+        "precision=mixed",
+        "strategy=mirrored",
+        "xla=true",
+        "tracking.enabled=false",
+        "checkpoint.enabled=false",
+        "checkpoint.export_model=false",
+    )
+    outcome = execute(cfg, tmp_path / "run", tmp_path)
+    assert outcome.error is None
+    logs = outcome.result.epochs[-1].logs
+    assert all(math.isfinite(logs[name]) for name in ("loss", "val_loss", "accuracy", "val_accuracy")), logs
