@@ -23,7 +23,9 @@ def dataset_inputs(source, dataset_cfg) -> list[dict]:
     for context, split in (("training", source.train), ("validation", source.val)):
         if not isinstance(split, tuple):
             continue
-        features, targets = split
+        features, targets = split[0], split[1]  # a weighted split's third part, the weights, is not a field
+        if isinstance(features, tuple):  # MLflow takes one array or named arrays
+            features = {f"input_{i}": array for i, array in enumerate(features)}
         with warnings.catch_warnings():  # a local path resolves to one source type twice; MLflow warns
             warnings.simplefilter("ignore", UserWarning)
             dataset = mlflow.data.from_numpy(

@@ -73,7 +73,8 @@ def load_data(config):
     task = config.task.name.value
     load = DATASETS.get(config.dataset.name).load
     source = load(config.dataset, task=task) if "task" in inspect.signature(load).parameters else load(config.dataset)
-    return fit_to_task(source, task, int(getattr(config.dataset, "num_classes", 0) or 0), config.task.pad_id)
+    num_classes = int(getattr(config.dataset, "num_classes", 0) or 0)
+    return fit_to_task(source, task, num_classes, config.task.pad_id, heads=config.task.heads or None)
 
 
 def check_optimizer(config, plan, found: list[Violation]) -> list[Violation]:
