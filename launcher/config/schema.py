@@ -206,9 +206,10 @@ class CustomDatasetConfig(DatasetBase):
     name: str = "custom"
     """custom, or the name of an installed plugin dataset (entry point group launcher.datasets)."""
     loader: str = ""
-    """Your loader as module.path:function, called as loader(**params); returns (x, y) arrays (split by
-    validation_split and test_split), {"train": (x, y), "val": (x, y)}, or {"train": ds, "val": ds} of unbatched
-    tf.data datasets of (x, y), either dict with an optional "test" entry. "" = the plugin `name`."""
+    """Your loader as module.path:function, called as loader(**params); returns (x, y) or (x, y, sample_weight)
+    arrays (split by validation_split and test_split), {"train": ..., "val": ...} of those, or of unbatched tf.data
+    datasets yielding them, either dict with an optional "test" entry. x is an array, a tuple of arrays or a dict
+    of named features; y an array or a dict by output name. "" = the plugin `name`."""
     params: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the loader."""
     num_classes: int = limited(0, ">= 0")
@@ -709,7 +710,7 @@ def register_configs() -> None:
 def store_schemas() -> None:
     """The schemas in Hydra's store, once per process (each store converts its dataclass: ~0.3 CPU-s for all).
     Under schema/ so they are not offered as choices of the user-facing groups. A process forked from a server
-    that stored them (`launcher.forkserver.PREPARE`) finds them there."""
+    that stored them (`launcher.forkserver.server.PREPARE`) finds them there."""
     cs = ConfigStore.instance()
     if "config.yaml" in cs.repo.get("schema", {}):
         return
