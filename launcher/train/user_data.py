@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from launcher.config.errors import ConfigError, raise_if_any
+from launcher.config.errors import ConfigError, Violation, raise_if_any
 from launcher.config.imports import check_call, configured_path, import_component
 from launcher.train.data import DataSource, first_array, map_arrays, num_examples, split_arrays, take
 from launcher.train.data_checks import contract_problems, named_arrays, streamed_test_split, structure_problems
@@ -220,8 +220,6 @@ def _from_datasets(train, val, cfg, key: str, path: str) -> DataSource:
 def _spec_problems(specs: dict, key: str, path: str) -> list:
     """tf.data splits' element specs: (x, y) or (x, y, sample_weight) in each, every feature of a fixed shape
     (named), a scalar weight per example, and train's structure in the other splits."""
-    from launcher.config.errors import Violation
-
     found = []
     for split, spec in specs.items():
         if not (isinstance(spec, tuple) and len(spec) in (2, 3)):
