@@ -57,10 +57,24 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def config_sources() -> list[str]:
+    """The arguments besides the overrides that composed this launch's config: `--config-dir` and
+    `hydra.searchpath` (a person's own conf, e.g. their task file). Hydra keeps them out of the task's overrides;
+    without them a worker could not find what the launch was composed from."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    hydra_cfg = HydraConfig.get()
+    dirs = [f"--config-dir={s.path}" for s in hydra_cfg.runtime.config_sources if s.provider == "command-line"]
+    paths = [o for o in hydra_cfg.overrides.hydra if o.split("=", 1)[0].lstrip("+~") == "hydra.searchpath"]
+    return [*dirs, *paths]
+
+
 def worker_commands(overrides: list[str], count: int, run_dir: Path) -> list[list[str]]:
-    """Each worker's command line: the user's overrides and where this worker is in the cluster (each worker
-    places itself in the run dir: see `launch.worker_run_dir`)."""
-    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in OWN_KEYS]
+    """Each worker's command line: the user's overrides, the config sources they were composed with, and where this
+    worker is in the cluster (each worker places itself in the run dir: see `launch.worker_run_dir`)."""
+    kept = [*config_sources(), *(o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in OWN_KEYS)]
     addresses = ",".join(f"127.0.0.1:{port}" for port in free_ports(count))
     # Only the chief writes Hydra's .hydra/ folder into the shared run dir.
     return [

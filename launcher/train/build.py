@@ -202,13 +202,17 @@ def check_heads(model_key: str, model_value, task_cfg, heads: dict[str, int], so
         )
     if configured and set(configured) != set(names):
         missing, extra = sorted(set(names) - set(configured)), sorted(set(configured) - set(names))
+        # The data's y keys agree with task.heads: the model's output names are the odd ones out.
+        with_targets = set(targets) == set(configured)
         raise ConfigError.single(
             "task.heads",
             configured,
             f"a task for each of the model's outputs {names} and none other (outputs with no task config: "
-            f"{missing}; head configs with no such output: {extra})",
+            f"{missing}; head configs with no such output: {extra}"
+            + ("; the loader's y keys are those of task.heads)" if with_targets else ")"),
             "name each task.heads.<name> after an output of the model (keras.Model(inputs, {name: tensor}) or the "
-            "output layers' names)",
+            "output layers' names)"
+            + (f", and the loader's y keys too; or name the model's outputs {configured}" if with_targets else ""),
         )
     if configured and set(targets) != set(names):
         raise ConfigError.single(
