@@ -3,7 +3,8 @@
 A fenced block preceded by `<!-- runnable -->` in README.md or docs/*.md is runnable. Its
 `python -m launcher ...` lines run each in a temporary directory of its own, with overrides that shrink it
 to one short epoch; a command that names an earlier run (`eval.run=exp1`) runs after the command that
-made it (`name=exp1`), in the same directory.
+made it (`name=exp1`), in the same directory. A fenced block preceded by `<!-- file: <path> -->` is a file the
+page shows (a person's module or config): it is written at that path in each directory the page's commands run in.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import warm
 from support.config import ROOT
 
 MARK = "<!-- runnable -->"
+FILE = re.compile(r"<!-- file: (\S+) -->\s*\n```[^\n]*\n(.*?)\n```", re.S)
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # One epoch of two steps, one validation step, a small MLP where the command does not choose the model.
 SHRINK = [
@@ -36,6 +38,11 @@ def runnable_blocks(text: str) -> list[list[str]]:
         lines = [shlex.split(line, comments=True) for line in joined.splitlines()]
         blocks.append([" ".join(words) for words in lines if words])
     return blocks
+
+
+def page_files(text: str) -> dict[str, str]:
+    """The files a page shows: path -> content, as the block holds it."""
+    return {path: body + "\n" for path, body in FILE.findall(text)}
 
 
 def commands(page) -> list[str]:
@@ -89,6 +96,12 @@ def test_a_block_without_the_mark_is_not_run_and_continuations_are_joined():
     assert runnable_blocks(text) == [["python -m launcher a=1", "python -m launcher b=2"]]
 
 
+def test_a_file_block_is_a_file_of_the_page_and_not_a_command():
+    text = "<!-- file: pkg/conf/x.yaml -->\n```yaml\na: 1\nb: 2\n```\n" + MARK + "\n```bash\npython -m launcher\n```\n"
+    assert page_files(text) == {"pkg/conf/x.yaml": "a: 1\nb: 2\n"}
+    assert runnable_blocks(text) == [["python -m launcher"]]
+
+
 def test_a_command_that_uses_an_earlier_run_runs_after_it_in_its_directory():
     page = ROOT / "docs" / "your_model.md"
     (first, *_), *_ = [chain for chain in chains(page) if len(chain) > 1]
@@ -101,7 +114,10 @@ def test_a_command_that_uses_an_earlier_run_runs_after_it_in_its_directory():
 )
 def test_every_runnable_command_runs(page, chain, tmp_path, launcher_here):
     """Each command as typed, through the launcher's entry: in this process, or in a process of its own when it
-    starts processes (a sweep, local workers)."""
+    starts processes (a sweep, local workers). The files the page shows are written there first."""
+    for path, content in page_files(page.read_text()).items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(content)
     for command in chain:
         args = shlex.split(command)[3:]  # after "python -m launcher"
         if needs_a_process(args):
