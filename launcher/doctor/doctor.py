@@ -168,9 +168,9 @@ def _localise(config, failing: Trial, steps: int, env) -> tuple[Culprit, list[st
     if trained is None:
         return Culprit(step, "unknown", None, f"the replay did not train: {replay.detail[:200]}"), []
     engine = trained.engine
-    x, y = engine.batch_at(trained.position)
+    x, y, *weight = engine.batch_at(trained.position)  # (x, y) or (x, y, sample_weight)
     scale = current_scale(engine.optimizer) or 1.0
-    culprit = first_nonfinite(engine.model, engine.loss_fn, x, y, scale, step)
+    culprit = first_nonfinite(engine.model, engine.loss_fn, x, y, scale, step, *weight)
     if culprit.layer is None or culprit.layer == "loss":
         return culprit, []
     return culprit, [culprit.layer, *consumers(engine.model, culprit.layer)]

@@ -46,31 +46,59 @@ def _layers(model):
 
 
 def _probe(model):
-    """A model returning every layer's output (shares the layers and weights); None when not functional."""
+    """A model returning every layer's output and the model's own outputs (shares the layers and weights; takes the
+    model's input structure, a dict of named features included); None when not functional."""
     import keras
 
     try:
         layers = _layers(model)
-        return layers, keras.Model(model.inputs, [layer.output for layer in layers])
+        return layers, keras.Model(model.input, [[layer.output for layer in layers], model.output])
     except (AttributeError, ValueError, TypeError):
         return None, None
 
 
-def first_nonfinite(model, loss_fn, x, y, scale: float, step: int) -> Culprit:
-    """Replay one training step layer by layer; name the first non-finite value."""
+def _nonfinite_inputs(x) -> str | None:
+    """Which features of the batch hold NaN or inf, and in how many examples; None when all are finite."""
+    import keras
+
+    found = []
+    for path, value in keras.tree.flatten_with_path(x):
+        values = np.asarray(value)
+        if values.dtype.kind != "f" or np.isfinite(values).all():
+            continue
+        bad = int((~np.isfinite(values.reshape(len(values), -1))).any(axis=1).sum())
+        name = "/".join(str(part) for part in path)
+        found.append(f"{bad} example(s) of the batch" + (f" (feature {name})" if name else ""))
+    return "; ".join(found) + " contain NaN or inf" if found else None
+
+
+def _readers(layers) -> list[list[int]]:
+    """For each layer, the positions of the layers whose outputs it reads (none for one reading the inputs)."""
+    position = {id(layer): i for i, layer in enumerate(layers)}
+    found = []
+    for i, layer in enumerate(layers):
+        nodes = getattr(layer, "_inbound_nodes", None) or []
+        tensors = nodes[0].input_tensors if nodes else []
+        read = [position.get(id(t._keras_history[0]), -1) for t in tensors if hasattr(t, "_keras_history")]
+        found.append([j for j in read if j >= 0] if tensors else ([i - 1] if i > 0 else []))
+    return found
+
+
+def first_nonfinite(model, loss_fn, x, y, scale: float, step: int, sample_weight=None) -> Culprit:
+    """Replay one training step layer by layer; name the first non-finite value. `x` and `y` in the model's and
+    the task's structures (a dict of named features, a dict of targets by head), `loss_fn` the task's per-example
+    loss (y, outputs, sample_weight)."""
     import tensorflow as tf
 
-    x = tf.convert_to_tensor(x)
-    if x.dtype.is_floating and not np.isfinite(x.numpy()).all():
-        bad = int((~np.isfinite(x.numpy().reshape(len(x), -1))).any(axis=1).sum())
-        return Culprit(step, "input", None, f"{bad} example(s) of the batch contain NaN or inf")
+    bad_inputs = _nonfinite_inputs(x)
+    if bad_inputs:
+        return Culprit(step, "input", None, bad_inputs)
     layers, probe = _probe(model)
     if probe is None:
         return Culprit(step, "unknown", None, "the model is not a functional Keras model: layers cannot be probed")
     with tf.GradientTape(persistent=True) as tape:
-        outputs = probe(x, training=True)
-        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
-        loss = tf.reduce_mean(tf.cast(loss_fn(y, outputs[-1]), tf.float32))
+        outputs, answered = probe(x, training=True)
+        loss = tf.reduce_mean(tf.cast(loss_fn(y, answered, sample_weight), tf.float32))
         scaled = loss * scale
     for layer, out in zip(layers, outputs, strict=True):
         if not _finite(out):
@@ -82,13 +110,14 @@ def first_nonfinite(model, loss_fn, x, y, scale: float, step: int) -> Culprit:
             )
     if not _finite(loss):
         return Culprit(step, "forward", "loss", f"the loss is {float(loss)} on finite outputs")
-    output_grads = tape.gradient(scaled, outputs[:-1])
+    output_grads = tape.gradient(scaled, outputs)
+    readers = _readers(layers)
     for i in range(len(layers) - 1, -1, -1):
         layer = layers[i]
         weight_grads = [g for g in tape.gradient(scaled, layer.trainable_weights) if g is not None]
-        input_grad = output_grads[i - 1] if i > 0 else None
+        input_grads = [output_grads[j] for j in readers[i] if output_grads[j] is not None]
         bad_weights = [g for g in weight_grads if not _finite(g)]
-        if bad_weights or (input_grad is not None and not _finite(input_grad)):
+        if bad_weights or any(not _finite(g) for g in input_grads):
             what = "weight gradients" if bad_weights else "input gradient"
             return Culprit(
                 step,
@@ -119,8 +148,7 @@ def activation_ranges(model, x) -> dict[str, float]:
     layers, probe = _probe(model)
     if probe is None:
         return {}
-    outputs = probe(x, training=False)
-    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    outputs, _ = probe(x, training=False)
     ranges = {}
     for layer, out in zip(layers, outputs, strict=True):
         values = np.abs(np.asarray(out, dtype=np.float32))
@@ -145,9 +173,10 @@ def scan(model, ranges: dict[str, float]) -> list[Risk]:
     import keras
 
     layers = _layers(model)
+    heads = {t._keras_history[0].name for t in getattr(model, "outputs", None) or []}
     risks = []
     for i, layer in enumerate(layers):
-        near_output = i >= len(layers) - 2
+        near_output = i >= len(layers) - 2 or layer.name in heads
         peak = ranges.get(layer.name)
         if peak is not None and peak >= FLOAT16_MAX:
             keep = [layer.name, *consumers(model, layer.name)]
@@ -209,15 +238,26 @@ def output_risk(build_model, policy: str) -> Risk | None:
         model = build_model()
     finally:
         keras.mixed_precision.set_global_policy(previous)
-    dtype = str(getattr(model.outputs[0], "dtype", "float32"))
-    if dtype == "float32":
+    found = [(t._keras_history[0].name, str(t.dtype)) for t in model.outputs if str(t.dtype) != "float32"]
+    if not found:
         return None
-    last = _layers(model)[-1].name
+    if len(model.outputs) == 1:
+        last, dtype = _layers(model)[-1].name, found[0][1]
+        return Risk(
+            last,
+            "output",
+            f"the builder's output ({last}) is {dtype}: the loss would compute in {dtype}",
+            "none needed: the launcher adds a float32 `logits_float32` layer, so the loss computes in float32",
+            False,
+            [last],
+        )
+    names = [name for name, _ in found]
     return Risk(
-        last,
+        names[0],
         "output",
-        f"the builder's output ({last}) is {dtype}: the loss would compute in {dtype}",
-        "none needed: the launcher adds a float32 `logits_float32` layer, so the loss computes in float32",
+        f"the builder's outputs {names} are {found[0][1]}: their losses would compute in {found[0][1]}",
+        "none needed: the launcher adds a float32 `<output>_float32` layer after each, so every head's loss "
+        "computes in float32",
         False,
-        [last],
+        names,
     )
