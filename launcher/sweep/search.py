@@ -36,7 +36,7 @@ from launcher.config.samplers import (
     spec_problems,
 )
 from launcher.config.schema import flatten, to_config
-from launcher.config.tasks import known_epoch_metrics, metric_names, metric_problem, objective
+from launcher.config.tasks import head_metric_names, known_epoch_metrics, metric_names, metric_problem, objective
 from launcher.files import SWEEP_FILE, read_json, write_json_atomic
 from launcher.outcome import EXIT_REFUSED
 from launcher.sweep.callback import withdraw
@@ -164,8 +164,7 @@ class Search(Sweeper):
                     "hydra.sweeper.direction=null",
                 )
             )
-        task = getattr(self.config.task.name, "value", self.config.task.name)
-        known = known_epoch_metrics(task, metric_names(task, self.config.task.metrics))
+        task, known = logged_metrics(self.config.task)
         found = (metric_problem("hydra.sweeper.objectives", name, task, known) for name in self.objectives)
         problems += [problem for problem in found if problem is not None]
         searched = {d.key for d in dimensions}
@@ -342,6 +341,18 @@ class Search(Sweeper):
             study.tell(number, state=TrialState.FAIL)
             return
         study.tell(number, values)
+
+
+def logged_metrics(task_cfg) -> tuple[str, list[str] | None]:
+    """The task's name and every epoch metric its runs log (None: a user metric's name is known only at build); under
+    task.heads each head's, as Keras names them (<head>_loss, <head>_<metric>, their val_ forms) and the total loss."""
+    if not getattr(task_cfg, "heads", None):
+        task = getattr(task_cfg.name, "value", task_cfg.name)
+        return task, known_epoch_metrics(task, metric_names(task, task_cfg.metrics))
+    logged = []
+    for head, head_cfg in task_cfg.heads.items():
+        logged += head_metric_names(head, getattr(head_cfg.name, "value", head_cfg.name), head_cfg.metrics)
+    return "heads", known_epoch_metrics("heads", logged)
 
 
 def _plain(value: Any) -> Any:
