@@ -189,38 +189,45 @@ class Evaluation:
 
         from launcher.train.build import Built
         from launcher.train.engine import Engine
-        from launcher.train.tasks import make_task
 
         model = self._load(in_scope=True)
         with self.strategy.scope():
-            task = make_task(self.config.task)
+            task = self._task(model)
             optimizer = keras.optimizers.SGD()
         built = Built(strategy=self.strategy, model=model, optimizer=optimizer, task=task)
         engine = Engine(built, self.plan, self.source, seed=self.config.seed, verbose=0)
         return engine.evaluate(split=split)
 
-    def _predict(self, split: str) -> tuple[dict[str, float], list[Path]]:
+    def _task(self, model):
+        """The training run's task for `model`: under task.heads a task per output, in the model's output order
+        (a model.keras of several outputs as a list names them after their float32 layers: `<head>_float32`)."""
+        from launcher.train.build import model_heads
         from launcher.train.tasks import make_task
 
+        widths = model_heads(model, self.source)
+        if not self.config.task.heads:
+            return make_task(self.config.task, self.source, {"": next(iter(widths.values()), 0)})
+        heads = set(self.config.task.heads)
+        named = {name if name in heads else name.removesuffix("_float32"): width for name, width in widths.items()}
+        return make_task(self.config.task, self.source, named)
+
+    def _predict(self, split: str) -> tuple[dict[str, float], list[Path]]:
         model = self._load(in_scope=False)  # on this process: no collective for every worker to join
-        task = make_task(self.config.task)
+        task = self._task(model)
         ds = self.source.pipeline(split, self.plan.batch.global_batch, False, None)
         outputs, labels = [], []
-        for x, y in ds:
-            outputs.append(np.asarray(model(x, training=False), dtype="float32"))
-            labels.append(y.numpy())
-        outputs, labels = np.concatenate(outputs), np.concatenate(labels)
-        predictions = np.asarray(task.predictions(outputs))
+        for batch in ds:
+            outputs.append(_to_numpy(model(batch[0], training=False)))
+            labels.append(_to_numpy(batch[1]))
+        columns = prediction_columns(task, _concatenate(outputs), _concatenate(labels))
         path = self.run_dir / str(self.config.eval.output)
-        columns = {"outputs": outputs, "predictions": predictions, "labels": labels}
-        if task.name in ("classification", "sequence"):
-            columns["classes"] = predictions.argmax(axis=-1)
         if path.suffix == ".csv":
             _write_csv(path, columns)
         else:
             np.savez(path, **columns)
-        print(f"  predictions of {len(outputs)} examples written to {path}", flush=True)
-        return {f"{split}_examples": float(len(outputs))}, [path]
+        examples = len(next(iter(columns.values())))
+        print(f"  predictions of {examples} examples written to {path}", flush=True)
+        return {f"{split}_examples": float(examples)}, [path]
 
     def _track(self, metrics: dict, files: list[Path], split: str) -> str | None:
         tr = self.config.tracking
@@ -266,10 +273,55 @@ def _violation(key, value, expected, fix):
     return Violation(key, value, expected, fix)
 
 
-def _write_csv(path: Path, columns: dict) -> None:
-    """One row per example: its label(s), predicted class (when there is one) and prediction(s)."""
+def prediction_columns(task, outputs, labels) -> dict[str, np.ndarray]:
+    """What predict writes per example: the model's outputs, the task's predictions, the labels and (classification,
+    sequence) the predicted class; under task.heads each head's, named `<head>_outputs`, `<head>_predictions`..."""
+    heads = getattr(task, "heads", None)
+    if heads is None:
+        return _head_columns(task, outputs, labels, "")
+    by_head = task.by_head(outputs)
+    columns = {}
+    for head, head_task in heads.items():
+        columns.update(_head_columns(head_task, by_head[head], labels[head], f"{head}_"))
+    return columns
 
-    flat = {name: np.asarray(values).reshape(len(values), -1) for name, values in columns.items() if name != "outputs"}
+
+def _head_columns(task, outputs, labels, prefix: str) -> dict[str, np.ndarray]:
+    outputs = np.asarray(outputs, dtype="float32")
+    predictions = np.asarray(task.predictions(outputs))
+    columns = {"outputs": outputs, "predictions": predictions, "labels": np.asarray(labels)}
+    if task.name in ("classification", "sequence"):
+        columns["classes"] = predictions.argmax(axis=-1)
+    return {f"{prefix}{name}": values for name, values in columns.items()}
+
+
+def _to_numpy(tree):
+    """A batch's tensors (one, a list or a dict of them) as numpy, the structure kept."""
+    if isinstance(tree, dict):
+        return {name: np.asarray(value) for name, value in tree.items()}
+    if isinstance(tree, list | tuple):
+        return [np.asarray(value) for value in tree]
+    return np.asarray(tree)
+
+
+def _concatenate(batches: list):
+    """The batches of a structure joined along examples, the structure kept."""
+    first = batches[0]
+    if isinstance(first, dict):
+        return {name: np.concatenate([b[name] for b in batches]) for name in first}
+    if isinstance(first, list):
+        return [np.concatenate([b[i] for b in batches]) for i in range(len(first))]
+    return np.concatenate(batches)
+
+
+def _write_csv(path: Path, columns: dict) -> None:
+    """One row per example: its label(s), predicted class (when there is one) and prediction(s) (of every head)."""
+
+    flat = {
+        name: np.asarray(values).reshape(len(values), -1)
+        for name, values in columns.items()
+        if name != "outputs" and not name.endswith("_outputs")
+    }
     header = [
         f"{name}_{j}" if values.shape[1] > 1 else name for name, values in flat.items() for j in range(values.shape[1])
     ]

@@ -62,7 +62,7 @@ def export_trained(config, plan, built, source, tracker, run_dir: Path, best_exp
             remote.push_file(Path(best_exported))
         if "tflite" in exported.written:
             remote.push_file(exported.written["tflite"])
-    _log_mlflow_model(reloaded, config.tracking, source, tracker, run_dir)
+    _log_mlflow_model(reloaded, config.tracking, source, tracker, run_dir, getattr(built.task, "order", None))
 
 
 def _export_for_serving(reloaded: Reloaded, formats, task, source, tracker, run_dir: Path) -> ServingExports:
@@ -84,11 +84,12 @@ def _export_for_serving(reloaded: Reloaded, formats, task, source, tracker, run_
     return exported
 
 
-def _log_mlflow_model(reloaded: Reloaded, tracking, source, tracker, run_dir: Path) -> None:
-    """tracking.log_model: the MLflow model (and tracking.register_model: a registered version of it)."""
+def _log_mlflow_model(reloaded: Reloaded, tracking, source, tracker, run_dir: Path, heads=None) -> None:
+    """tracking.log_model: the MLflow model (and tracking.register_model: a registered version of it); `heads`, a
+    model of several outputs' head names in its output order."""
     if not tracking.enabled or not tracking.log_model:
         return
-    saved = save_mlflow_model(reloaded.model, source.first_inputs(), run_dir / MODEL_ARTIFACT)
+    saved = save_mlflow_model(reloaded.model, source.first_inputs(), run_dir / MODEL_ARTIFACT, heads)
     tracker.log_artifacts(saved, MODEL_ARTIFACT)
     if tracking.register_model:
         tracker.register_model(tracking.register_model, MODEL_ARTIFACT)

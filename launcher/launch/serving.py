@@ -2,6 +2,10 @@
 returns the task's predictions, and a TFLite file converted from a float32 twin of the model (TFLite's builtin
 kernels are float32) and checked against the SavedModel.
 
+A model of one input array takes it as `inputs`; a model of named features (or a tuple of them) takes each as
+its own input, named like the feature (or the model's input). A model of several heads answers each head's
+served keys, `<head>_<key>` (kind_probabilities, kind_label, size_values).
+
 Both are made from the exported `.keras` model loaded outside the strategy (one set of plain variables), so
 they are the same whatever strategy, precision or XLA trained it. A model TFLite cannot convert is reported,
 never a failed run: the training is done and its other exports stand.
@@ -38,8 +42,63 @@ def input_spec(source):
     return tf.TensorSpec([None, *source.input_shape], dtype, name=INPUT_NAME)
 
 
-def export_saved_model(model, task, spec, path: Path) -> None:
-    """`path` as a SavedModel: `serve` (= serving_default) maps `inputs` to the task's outputs."""
+@dataclass(frozen=True)
+class ServedInputs:
+    """The served function's inputs by name, and how they become the model's input: one array (`inputs`), a dict
+    of named features, or a tuple in the model's input order."""
+
+    specs: dict  # name -> tf.TensorSpec, in the model's order
+    form: str  # one, dict or tuple
+
+    @property
+    def signature(self) -> list:
+        """The endpoint's input signature: one spec, or one dict of specs (its keys the signature's input names)."""
+        return [self.specs[INPUT_NAME]] if self.form == "one" else [self.specs]
+
+    def model_input(self, given):
+        """What the model takes, from the endpoint's argument."""
+        if self.form == "tuple":
+            return [given[name] for name in self.specs]
+        return given
+
+    def named(self, first) -> dict[str, np.ndarray]:
+        """`first` (an array, a dict or a tuple of features, as `DataSource.first_inputs` gives) by input name, in
+        each input's dtype."""
+        if self.form == "one":
+            arrays = {INPUT_NAME: first}
+        elif self.form == "dict":
+            arrays = dict(first)
+        else:
+            arrays = dict(zip(self.specs, first, strict=True))
+        return {name: np.asarray(arrays[name]).astype(spec.dtype.as_numpy_dtype) for name, spec in self.specs.items()}
+
+
+def served_inputs(source, model) -> ServedInputs:
+    """One array: `inputs` as today. Named features: one input each, named like the feature; a tuple of features:
+    named like the model's inputs. Integer features (ids) as int32, the others float32."""
+    import tensorflow as tf
+
+    first = source.first_inputs(1)
+    if not isinstance(first, dict | tuple | list):
+        return ServedInputs({INPUT_NAME: input_spec(source)}, "one")
+    names = list(first) if isinstance(first, dict) else _input_names(model, len(first))
+    arrays = first if isinstance(first, dict) else dict(zip(names, first, strict=True))
+    specs = {}
+    for name in names:
+        array = np.asarray(arrays[name])
+        dtype = tf.int32 if array.dtype.kind in "iu" else tf.float32
+        specs[name] = tf.TensorSpec([None, *array.shape[1:]], dtype, name=name)
+    return ServedInputs(specs, "dict" if isinstance(first, dict) else "tuple")
+
+
+def _input_names(model, count: int) -> list[str]:
+    """The model's input names for a tuple of features (input_<i> where they are missing or repeat)."""
+    names = [t._keras_history[0].name for t in getattr(model, "inputs", None) or []]
+    return names if len(set(names)) == count == len(names) else [f"input_{i}" for i in range(count)]
+
+
+def export_saved_model(model, task, inputs: ServedInputs, path: Path) -> None:
+    """`path` as a SavedModel: `serve` (= serving_default) maps the named inputs to the task's served outputs."""
     import keras
 
     if path.exists():  # a resumed run exports again
@@ -47,19 +106,22 @@ def export_saved_model(model, task, spec, path: Path) -> None:
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.add_endpoint(
-        name="serve", fn=lambda inputs: task.served(model(inputs, training=False)), input_signature=[spec]
+        name="serve",
+        fn=lambda given: task.served(model(inputs.model_input(given), training=False)),
+        input_signature=inputs.signature,
     )
     archive.write_out(str(path), verbose=False)
 
 
-def export_tflite(model, task, spec, path: Path, example: np.ndarray, reference: Path) -> str:
+def export_tflite(model, task, inputs: ServedInputs, path: Path, example: dict, reference: Path) -> str:
     """model.tflite from a float32 twin of `model` (TFLite's builtin kernels are float32; a mixed policy's float16
-    matmuls have none); returns how it compares with the SavedModel at `reference` on `example`."""
+    matmuls have none); returns how it compares with the SavedModel at `reference` on `example` (input name ->
+    array)."""
     import tensorflow as tf
 
     staging = path.parent / "saved_model.float32"
     try:
-        export_saved_model(float32_twin(model), task, spec, staging)
+        export_saved_model(float32_twin(model), task, inputs, staging)
         try:
             content = tf.lite.TFLiteConverter.from_saved_model(str(staging), signature_keys=[SIGNATURE]).convert()
         except Exception as err:  # the converter's own error types: name the ops it has no builtin for
@@ -70,9 +132,11 @@ def export_tflite(model, task, spec, path: Path, example: np.ndarray, reference:
     with warnings.catch_warnings():  # tf.lite.Interpreter's notice that LiteRT will replace it
         warnings.simplefilter("ignore")
         runner = tf.lite.Interpreter(model_content=content).get_signature_runner(SIGNATURE)
-    got = runner(**{INPUT_NAME: example})
-    want = tf.saved_model.load(str(reference)).signatures[SIGNATURE](**{INPUT_NAME: tf.constant(example)})
-    return compare(got, {key: value.numpy() for key, value in want.items()}, len(example))
+    got = runner(**example)
+    want = tf.saved_model.load(str(reference)).signatures[SIGNATURE](
+        **{name: tf.constant(array) for name, array in example.items()}
+    )
+    return compare(got, {key: value.numpy() for key, value in want.items()}, len(next(iter(example.values()))))
 
 
 def compare(got: dict, want: dict, examples: int) -> str:
@@ -131,17 +195,18 @@ def export_serving(model, task, source, run_dir: Path, formats: list[str]) -> Se
         return done
     saved = run_dir / "saved_model"
     try:
-        export_saved_model(model, task, input_spec(source), saved)
+        inputs = served_inputs(source, model)
+        export_saved_model(model, task, inputs, saved)
     except Exception as err:  # the training is done: say why this export is missing, keep the others
         done.failed["saved_model"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
         return done
     if "saved_model" in formats:
         done.written["saved_model"] = saved
     if "tflite" in formats:
-        example = np.asarray(source.first_inputs(8)).astype("int32" if source.kind == "tokens" else "float32")
+        example = inputs.named(source.first_inputs(8))
         try:
             path = run_dir / "model.tflite"
-            done.notes["tflite"] = export_tflite(model, task, input_spec(source), path, example, saved)
+            done.notes["tflite"] = export_tflite(model, task, inputs, path, example, saved)
             done.written["tflite"] = path
         except TfliteUnsupported as err:
             done.failed["tflite"] = str(err)

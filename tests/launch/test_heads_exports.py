@@ -1,0 +1,177 @@
+"""Everything downstream of a model of two named inputs and two heads, trained in this process: the SavedModel (in a
+process that never imports the launcher) and TFLite take each feature by name and answer each head's served keys as
+the trained model does (`launcher.launch.serving`); the MLflow model's signature names every input and output
+(`launcher.launch.mlflow_record`, `launcher.launch.export`); mode=eval reports every head's metrics under the names
+training logs and mode=predict writes every head's predictions (`launcher.launch.evaluate`)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import heads_parts
+import numpy as np
+import pytest
+from support.cli import run_python
+from support.config import TINY, compose
+from support.tracking import store
+
+HEADS = (
+    "+task.heads={kind: {name: classification, metrics: [accuracy], class_weight: balanced}, "
+    "size: {name: regression, loss_weight: 0.5, metrics: [mae]}}"
+)
+SERVED = {"kind_probabilities", "kind_label", "size_values"}
+VAL_METRICS = {"val_loss", "val_kind_loss", "val_kind_accuracy", "val_size_loss", "val_size_mae"}
+
+# Loaded the way a serving stack loads them: TensorFlow alone, the launcher never imported.
+CONSUMER = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np, tensorflow as tf
+    run = sys.argv[1]
+    x = dict(np.load(run + "/features.npz"))
+    serve = tf.saved_model.load(run + "/saved_model").signatures["serving_default"]
+    saved = serve(**{name: tf.constant(value) for name, value in x.items()})
+    lite = tf.lite.Interpreter(model_path=run + "/model.tflite").get_signature_runner("serving_default")(**x)
+    print(json.dumps({
+        "inputs": sorted(serve.structured_input_signature[1]),
+        "saved": {key: value.numpy().tolist() for key, value in saved.items()},
+        "tflite": {key: np.asarray(value).tolist() for key, value in lite.items()},
+        "launcher_imported": any(m == "launcher" or m.startswith("launcher.") for m in sys.modules),
+    }))
+    """
+)
+
+
+def overrides(builder: str, folder) -> list[str]:
+    return [
+        *[o for o in TINY if not o.startswith("model.")],
+        "model=custom",
+        f"model.builder=heads_parts:{builder}",
+        "dataset=custom",
+        "dataset.loader=heads_parts:load",
+        HEADS,
+        "precision=mixed",
+        "checkpoint.enabled=false",
+        f"tracking.uri={store(folder / 'mlflow.db')}",
+        "export.formats=[keras,saved_model,tflite]",
+    ]
+
+
+@pytest.fixture(scope="module", params=["build", "build_list"], ids=["dict-heads", "list-heads"])
+def trained(request, tmp_path_factory):
+    """A mixed-precision run of the two-input two-head model (heads as a dict, or as a list), exported in every
+    format, with the validation split's features on disk for the bare process."""
+    from launcher.launch.training import execute
+
+    folder = tmp_path_factory.mktemp(request.param)
+    given = overrides(request.param, folder)
+    outcome = execute(compose(*given), folder / "run", folder)
+    assert outcome.error is None, outcome.error
+    features = heads_parts.load()["val"][0]
+    np.savez(folder / "run" / "features.npz", **features)
+    return outcome, given, folder
+
+
+def served_in_process(model, features) -> dict:
+    """What the trained model serves on `features`: each head's task's served form (kind a classification, size a
+    regression), in the model's output order."""
+    import keras
+
+    from launcher.train.tasks import Heads, Task
+
+    heads = {"kind": Task("classification", None), "size": Task("regression", None)}
+    answered = Heads(heads, {"kind": 1.0, "size": 0.5}, ["kind", "size"]).served(model(features, training=False))
+    return {key: keras.ops.convert_to_numpy(value) for key, value in answered.items()}
+
+
+@pytest.mark.slow  # a short training per builder, seconds of CPU in this process
+@pytest.mark.e2e  # the bare consumer is a new interpreter
+def test_savedmodel_and_tflite_take_named_features_and_answer_every_head(trained):
+    outcome, _, folder = trained
+    run = folder / "run"
+    done = run_python(f"import sys; sys.argv = ['consumer', {str(run)!r}]\n" + CONSUMER)
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not answer["launcher_imported"]
+    assert answer["inputs"] == ["cat", "num"]
+    assert set(answer["saved"]) == SERVED and set(answer["tflite"]) == SERVED
+    want = served_in_process(outcome.model, heads_parts.load()["val"][0])
+    saved = {key: np.asarray(value) for key, value in answer["saved"].items()}
+    np.testing.assert_allclose(saved["kind_probabilities"], want["kind_probabilities"], atol=2e-3)
+    np.testing.assert_allclose(saved["size_values"], want["size_values"], rtol=1e-2, atol=2e-2)
+    assert np.array_equal(saved["kind_label"], saved["kind_probabilities"].argmax(-1))
+    lite = {key: np.asarray(value) for key, value in answer["tflite"].items()}
+    # The TFLite twin computes in float32, the SavedModel in float16: within float16's precision.
+    np.testing.assert_allclose(lite["kind_probabilities"], saved["kind_probabilities"], atol=1e-2)
+    np.testing.assert_allclose(lite["size_values"], saved["size_values"], rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.slow
+def test_the_mlflow_model_s_signature_names_every_feature_and_head(trained):
+    from mlflow.models import Model
+
+    _, _, folder = trained
+    model = Model.load(str(folder / "run" / "mlflow_model"))
+    assert model.signature.inputs.input_names() == ["num", "cat"]
+    assert sorted(model.signature.outputs.input_names()) == ["kind", "size"]
+    example = json.loads((folder / "run" / "mlflow_model" / "input_example.json").read_text())
+    assert set(example) == {"num", "cat"}
+
+
+def evaluation(trained, mode: str, *more: str):
+    from launcher.launch.evaluate import Evaluation
+
+    _, given, folder = trained
+    node = compose(*given, f"mode={mode}", f"eval.run={folder / 'run'}", *more)
+    out = folder / f"{mode}-{len(more)}"
+    return Evaluation(node, folder / "run", out, folder, mode).execute()[1], out
+
+
+@pytest.mark.slow
+def test_eval_reports_every_head_s_metrics_as_training_logged_them(trained):
+    outcome, _, _ = trained
+    metrics, _ = evaluation(trained, "eval")
+    assert set(metrics) >= VAL_METRICS, sorted(metrics)
+    last = outcome.result.epochs[-1].logs
+    for name in VAL_METRICS:
+        assert metrics[name] == pytest.approx(last[name], rel=1e-3, abs=1e-4), name
+
+
+@pytest.mark.slow
+def test_predict_writes_each_head_s_predictions_as_the_savedmodel_serves_them(trained):
+    import tensorflow as tf
+
+    _, _, folder = trained
+    metrics, out = evaluation(trained, "predict")
+    written = dict(np.load(out / "predictions.npz"))
+    assert set(written) == {
+        *(f"kind_{c}" for c in ("outputs", "predictions", "labels", "classes")),
+        *(f"size_{c}" for c in ("outputs", "predictions", "labels")),
+    }
+    assert metrics["val_examples"] == len(written["kind_labels"]) == 96
+    features = dict(np.load(folder / "run" / "features.npz"))
+    serve = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_default"]
+    saved = {k: v.numpy() for k, v in serve(**{n: tf.constant(v) for n, v in features.items()}).items()}
+    # Both compute in float16 (precision=mixed), in batches of different sizes: equal within float16's precision.
+    np.testing.assert_allclose(written["kind_predictions"], saved["kind_probabilities"], atol=2e-3)
+    top2 = np.sort(saved["kind_probabilities"], axis=-1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-2  # a near tie may fall either way
+    assert np.array_equal(written["kind_classes"][clear], saved["kind_label"][clear])
+    np.testing.assert_allclose(written["size_predictions"], saved["size_values"], rtol=1e-2, atol=1e-2)
+    assert np.array_equal(written["kind_labels"], heads_parts.load()["val"][1]["kind"])
+
+
+@pytest.mark.slow
+def test_predict_to_csv_names_each_head_s_columns(trained):
+    _, out = evaluation(trained, "predict", "eval.output=predictions.csv")
+    header = (out / "predictions.csv").read_text().splitlines()[0].split(",")
+    assert header == [
+        "kind_predictions_0",
+        "kind_predictions_1",
+        "kind_predictions_2",
+        "kind_labels",
+        "kind_classes",
+        "size_predictions",
+        "size_labels",
+    ]
