@@ -29,7 +29,7 @@ from pathlib import Path
 
 from launcher import forkserver
 from launcher.config.strategies import WorkerStart, strategy_of
-from launcher.launch.restarts import Attempt
+from launcher.launch.restarts import Attempt, config_sources
 from launcher.outcome import OutcomeRecord
 
 GRACE_SECONDS = 5.0
@@ -55,20 +55,6 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
-
-
-def config_sources() -> list[str]:
-    """The arguments besides the overrides that composed this launch's config: `--config-dir` and
-    `hydra.searchpath` (a person's own conf, e.g. their task file). Hydra keeps them out of the task's overrides;
-    without them a worker could not find what the launch was composed from."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return []
-    hydra_cfg = HydraConfig.get()
-    dirs = [f"--config-dir={s.path}" for s in hydra_cfg.runtime.config_sources if s.provider == "command-line"]
-    paths = [o for o in hydra_cfg.overrides.hydra if o.split("=", 1)[0].lstrip("+~") == "hydra.searchpath"]
-    return [*dirs, *paths]
 
 
 def worker_commands(overrides: list[str], count: int, run_dir: Path) -> list[list[str]]:

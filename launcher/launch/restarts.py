@@ -104,10 +104,25 @@ def supervise(run_attempt: Callable[[int, str | None], Attempt], max_restarts: i
         time.sleep(wait)
 
 
+def config_sources() -> list[str]:
+    """The arguments besides the overrides that composed this launch's config: `--config-dir` and
+    `hydra.searchpath` (a person's own conf, e.g. their task file). Hydra keeps them out of the task's overrides;
+    without them a worker could not find what the launch was composed from."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    hydra_cfg = HydraConfig.get()
+    dirs = [f"--config-dir={s.path}" for s in hydra_cfg.runtime.config_sources if s.provider == "command-line"]
+    paths = [o for o in hydra_cfg.overrides.hydra if o.split("=", 1)[0].lstrip("+~") == "hydra.searchpath"]
+    return [*dirs, *paths]
+
+
 def child_attempts(overrides: list[str], run_dir: Path, launch_dir: Path) -> Callable[[int, str | None], Attempt]:
     """Attempts that each run the training as a child `python -m launcher` in `run_dir`."""
     kept = [o for o in overrides if not o.split("=", 1)[0].lstrip("+~").startswith("hydra.run.dir")]
-    command = [sys.executable, "-m", "launcher", *kept, f"hydra.run.dir={run_dir}"]
+    # The person's own conf (--config-dir, hydra.searchpath) too: Hydra keeps it out of the task's overrides.
+    command = [sys.executable, "-m", "launcher", *config_sources(), *kept, f"hydra.run.dir={run_dir}"]
 
     def run(restart: int, reason: str | None) -> Attempt:
         env = {**os.environ, RESTART_ENV: str(restart)}

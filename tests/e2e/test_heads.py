@@ -153,6 +153,18 @@ def test_two_local_workers_train_every_head_in_the_chiefs_run(project, cli, tmp_
 
 
 @pytest.mark.slow
+def test_a_restarted_attempt_finds_the_projects_own_task_file_and_finishes(project, cli, tmp_path):
+    """train.max_restarts runs the training in a child: it is given the person's own conf (hydra.searchpath) too."""
+    restarts = ["precision=fp32", "xla=false", "train.max_restarts=1", "train.restart_backoff=0"]
+    done = cli(*project, *restarts, cwd=tmp_path, timeout=400, env={"LAUNCHER_FAULT": "RAISE@steps:2#1"})
+    assert done.returncode == 0 and "Restart 1 of 1" in done.stderr, done.stderr[-3000:]
+    assert "Could not find" not in done.stderr
+    (run,) = runs_in(tmp_path / "mlflow.db")  # the injected failure's traceback is printed; the run goes on
+    assert run.info.status == "FINISHED" and not [m for m in METRICS if m not in run.data.metrics]
+    check_heads_planned(yaml.safe_load((tmp_path / "run" / "plan.yaml").read_text()))
+
+
+@pytest.mark.slow
 def test_explain_prints_the_heads_their_losses_loss_weights_and_class_weights(project, cli_here, tmp_path):
     done = cli_here(*project, "explain=true")
     assert done.returncode == 0, done.stderr[-3000:]
