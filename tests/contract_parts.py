@@ -143,7 +143,7 @@ def ragged_feature_tf():
 def two_inputs_two_heads(spec=None, units: int = 8):
     """Inputs `age` and `dose` (one value each); heads `kind` (3 logits) and `size` (1 value), as a dict."""
     age, dose = keras.Input((1,), name="age"), keras.Input((1,), name="dose")
-    h = keras.layers.Dense(units, activation="relu")(keras.layers.Concatenate()([age, dose]))
+    h = keras.layers.Dense(units, activation="relu")(keras.layers.Concatenate(name="features")([age, dose]))
     outputs = {"kind": keras.layers.Dense(3, name="kind")(h), "size": keras.layers.Dense(1, name="size")(h)}
     return keras.Model({"age": age, "dose": dose}, outputs)
 
@@ -157,6 +157,4 @@ def one_head():
 def two_inputs_one_head(spec=None, units: int = 8):
     """Inputs `age` and `dose`; one output of spec.outputs logits."""
     model = two_inputs_two_heads(spec, units)
-    return keras.Model(
-        model.input, keras.layers.Dense(spec.outputs, name="kind")(model.get_layer("concatenate").output)
-    )
+    return keras.Model(model.input, keras.layers.Dense(spec.outputs, name="kind")(model.get_layer("features").output))
