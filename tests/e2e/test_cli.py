@@ -3,6 +3,11 @@
 The default run, explain, `--help` and each exit code start a real `python -m launcher` process (`cli`): a new
 interpreter (`cold=True`) where the test reads what a fresh process prints while TensorFlow loads, else forked warm
 (tests/warm.py); the other checks run the same entry in-process (`cli_here`), where the process is not the subject.
+
+The training launch's steps as a person meets them: the shell (`launcher.launch.shell`: exit codes, outcome.json),
+the checks and plan.yaml (`launcher.launch.preflight`), the build (`launcher.launch.building`), the MLflow run with
+its params and tags (`launcher.launch.mlflow_run`, `launcher.launch.params`) and the exported model
+(`launcher.launch.finish`).
 """
 
 from __future__ import annotations

@@ -45,14 +45,15 @@ MODEL = '''
 import keras
 
 
-def build(spec, units=8, kind="kind"):
-    """Inputs num (3) and colour (an id, embedded); heads `kind` (3 logits, the output named by `kind`) and size."""
-    num = keras.Input((3,), name="num")
+def build(spec, units=8, kind="kind", num="num"):
+    """Inputs num (3, named by `num`) and colour (an id, embedded); heads `kind` (3 logits, the output named by
+    `kind`) and size."""
+    numbers = keras.Input((3,), name=num)
     colour = keras.Input((1,), name="colour", dtype="int32")
     embedded = keras.layers.Flatten()(keras.layers.Embedding(4, 2)(colour))
-    hidden = keras.layers.Dense(units, activation="relu")(keras.layers.Concatenate()([num, embedded]))
+    hidden = keras.layers.Dense(units, activation="relu")(keras.layers.Concatenate()([numbers, embedded]))
     outputs = {kind: keras.layers.Dense(3, name=kind)(hidden), "size": keras.layers.Dense(1, name="size")(hidden)}
-    return keras.Model({"num": num, "colour": colour}, outputs)
+    return keras.Model({num: numbers, "colour": colour}, outputs)
 '''
 
 TASK = """defaults:
@@ -184,6 +185,11 @@ REFUSALS = {
         "outputs with no task config: ['kinds']; head configs with no such output: ['kind']; the loader's y keys",
     ),
     "a head with no task config": (["~task.heads.size"], "task.heads", "'size'"),
+    "model inputs not the data's features": (
+        ["+model.params.num=usage"],
+        "model.builder",
+        "its inputs are ['usage', 'colour']",
+    ),
     "class_weight on a regression head": (
         ["+task.heads.size.class_weight=balanced"],
         "task.heads.size.class_weight",

@@ -3,6 +3,8 @@
 before anything waits, and a peer that never comes is named.
 
 A worker that cannot join is killed by its watchdog (`launcher.train.cluster_watchdog`).
+
+The workers' agreement on one Plan and on the final weights: `launcher.launch.agree`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Checkpoint policy: exact resume after SIGKILL, SIGTERM preemption, corruption fallback, keep-N, best."""
+"""Checkpoint policy: exact resume after SIGKILL, SIGTERM preemption, corruption fallback, keep-N, best.
+
+The restore step: `launcher.launch.restore`.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ utilisation, the hook list, and the pure resume decision. No TensorFlow, no subp
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -537,3 +538,26 @@ def test_a_pruned_trial_says_where_it_stopped_and_the_steps_it_saved():
         "pruned.value": "0.512346",
         "pruned.steps_saved": "12",
     }
+
+
+def test_callback_state_carries_early_stopping_and_plateau_counts_across_a_resume():
+    import keras
+
+    from launcher.launch.hooks.callback_state import CallbackStateHook
+
+    def callbacks():
+        return keras.callbacks.CallbackList(
+            [keras.callbacks.EarlyStopping(patience=5), keras.callbacks.ReduceLROnPlateau(patience=3)]
+        )
+
+    before, hook = callbacks(), CallbackStateHook()
+    early, plateau = before.callbacks
+    early.wait, early.best, early.best_epoch, plateau.wait, plateau.best = 2, 0.5, 3, 1, 0.25
+    hook.on_train_begin(Position(), before)
+    sidecar = json.loads(json.dumps(hook.state()))  # through the checkpoint's JSON sidecar
+
+    resumed, again = callbacks(), CallbackStateHook()
+    again.load_state(sidecar)
+    again.on_train_begin(Position(), resumed)
+    early, plateau = resumed.callbacks
+    assert (early.wait, early.best, early.best_epoch, plateau.wait, plateau.best) == (2, 0.5, 3, 1, 0.25)

@@ -3,6 +3,7 @@ for every form a loader may hand over (one array, named features, a tuple of fea
 
 from __future__ import annotations
 
+import json
 import types
 
 import numpy as np
@@ -31,4 +32,6 @@ def test_one_array_stays_one_unnamed_field_as_before():
         train=(np.ones((4, 3), "float32"), np.arange(4)), val=(np.ones((2, 3)), np.arange(2))
     )
     found = dataset_inputs(source, CONFIG)
-    assert len(found) == 2 and found[0]["profile"]
+    assert len(found) == 2
+    features = json.loads(json.loads(found[0]["schema"])["mlflow_tensorspec"]["features"])
+    assert features == [{"type": "tensor", "tensor-spec": {"dtype": "float32", "shape": [-1, 3]}}]  # no name

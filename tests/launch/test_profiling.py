@@ -1,4 +1,7 @@
-"""The profile summary (pure: synthetic trace events) and a real traced CLI run."""
+"""The profile summary (pure: synthetic trace events) and a real traced CLI run.
+
+The hook that traces the window: `launcher.launch.hooks.profiling`.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 requeued job resumes from it. Slurm itself is not here: a fake `scontrol` on PATH records what it was asked.
 
 The requeue itself: `launcher.launch.slurm`.
+
+The preemption guard and the requeue after the run ends: `launcher.launch.stopping`.
 """
 
 from __future__ import annotations

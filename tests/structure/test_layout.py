@@ -91,7 +91,9 @@ def names_in(test_file: Path) -> set[str]:
 
 
 def test_every_module_is_named_by_at_least_one_test_file():
-    named = set().union(*(names_in(path) for path in TESTS.rglob("test_*.py")))
+    # The structure checks list modules (the TF-free ones, say) without testing them: they do not count.
+    testing = [path for path in TESTS.rglob("test_*.py") if "structure" not in path.relative_to(TESTS).parts]
+    named = set().union(*(names_in(path) for path in testing))
     unnamed = [
         dotted(path)
         for path in modules()

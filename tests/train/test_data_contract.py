@@ -81,6 +81,8 @@ def test_every_loader_form_batches_named_features_heads_and_weights_together(loa
     assert set(x) == {"age", "dose"} and set(y) == {"kind", "size"}
     assert y["kind"].dtype == np.int32 and y["size"].dtype == np.float32 and w.dtype == np.float32
     seen = np.concatenate([_rows(b) for b in batches])
+    # Every training example once, its arrays together (a pipeline that dropped or repeated one fails here).
+    assert len(seen) == len(set(seen)) == source.num_train
     assert sorted(seen) == sorted(_rows_of(source, "train"))
     first = source.first_inputs(2)
     assert set(first) == {"age", "dose"} and first["age"].shape == (2, 1)

@@ -39,6 +39,7 @@ def test_two_inputs_two_heads_sample_and_class_weights_train(cell, builder, tmp_
     )
     outcome = execute(cfg, tmp_path / "run", tmp_path)
     assert outcome.error is None
+    assert outcome.result.epochs, "no epoch ran"
     for epoch in outcome.result.epochs:
         for name in NAMES:
             for logged in (name, f"val_{name}"):
