@@ -158,3 +158,10 @@ def two_inputs_one_head(spec=None, units: int = 8):
     """Inputs `age` and `dose`; one output of spec.outputs logits."""
     model = two_inputs_two_heads(spec, units)
     return keras.Model(model.input, keras.layers.Dense(spec.outputs, name="kind")(model.get_layer("features").output))
+
+
+def token_ids(weighted: bool = True):
+    """One array of token ids (int64) with a class each, weighted or not: weights change nothing else."""
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 50, size=(40, 8)), rng.integers(0, 2, size=40)
+    return (x, y, np.ones(40, "float32")) if weighted else (x, y)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
 
+from launcher.config.strategies import strategy_of
+from launcher.launch.local_workers import local_worker_count
 from launcher.launch.shell import run_in_shell
 from launcher.outcome import EXIT_FINISHED, FINISHED, OutcomeRecord
 from launcher.plan.cluster import find_cluster
@@ -54,8 +56,8 @@ def worker_run_dir(cfg: DictConfig, run_dir: Path) -> Path:
     every worker can be given the same run dir (name=, a shared filesystem); checkpoint.directory defaults to
     the chief's <run dir>/checkpoints, which the other workers resume from."""
     strategy = cfg.strategy
-    if getattr(strategy.kind, "value", strategy.kind) != "multi_worker" or strategy.get("local_workers", 0):
-        return run_dir
+    if strategy_of(strategy.kind).single_process or local_worker_count(strategy):
+        return run_dir  # one process, or the launcher of local workers (each worker comes back here on its own)
     cluster, _ = find_cluster(strategy, read_tf_config(), read_slurm())
     if cluster is None or cluster.is_chief:
         return run_dir  # a bad spec is refused by the resolver, in this run dir

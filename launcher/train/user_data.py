@@ -269,14 +269,20 @@ def _plain(parts) -> bool:
 
 
 def _cast_parts(parts: tuple) -> tuple:
-    """Features as the model takes them (real values float32, integer ids int32), weights float32."""
-    x = map_arrays(lambda a: a.astype("int32") if a.dtype.kind in "iu" else a.astype("float32"), parts[0])
+    """Named or several features as the model takes them (real values float32, integer ids int32), weights
+    float32. One feature array stays as an (x, y) loader's does: weights change nothing else."""
+    x = parts[0]
+    if isinstance(x, dict | tuple):
+        x = map_arrays(lambda a: a.astype("int32") if a.dtype.kind in "iu" else a.astype("float32"), x)
     weights = (parts[2].astype("float32").reshape(-1),) if len(parts) == 3 else ()
     return (x, parts[1], *weights)
 
 
 def _structured_kind(cfg, x) -> str:
-    """Named or several features are image or tabular by the first one's shape (token models take one array)."""
+    """Named or several features are image or tabular by the first one's shape (token models take one array);
+    one array is judged as an (x, y) loader's is, by its dtype and shape."""
+    if not isinstance(x, dict | tuple):
+        return _kind(cfg, x.dtype, x.shape[1:])
     return _kind(cfg, np.float32, tuple(first_array(x).shape[1:]))
 
 

@@ -242,3 +242,10 @@ def test_a_one_head_model_of_named_inputs_trains_on_weighted_examples(tmp_path):
     assert outcome.error is None
     logs = outcome.result.epochs[-1].logs
     assert all(math.isfinite(logs[name]) for name in ("loss", "val_loss", "accuracy", "val_accuracy")), logs
+
+
+def test_weights_beside_one_feature_array_change_nothing_else():
+    plain, weighted = _load("token_ids", "+dataset.params.weighted=false"), _load("token_ids")
+    assert weighted.weighted and not plain.weighted
+    assert (weighted.kind, weighted.vocab_size) == (plain.kind, plain.vocab_size) == ("tokens", 50)
+    assert weighted.train[0].dtype == plain.train[0].dtype

@@ -34,7 +34,7 @@ def decide_task(cfg: Config, found: Findings, precision: PrecisionPlan) -> TaskP
     kind = model_kind(cfg.model)
     loss = _loss(cfg.task, found, task, precision.mixed, "task")
     metrics = _metrics(cfg.task.metrics, found, task, "task")
-    _per_token(cfg, found, task, kind, "task.name")
+    _per_token(cfg, found, task, kind, "task")
     class_weight = _class_weight(cfg.task.class_weight, found, task, "task.class_weight")
     target = objective(cfg)
     known = known_epoch_metrics(task, metrics)
@@ -138,6 +138,11 @@ def _unused_with_heads(cfg: Config, found: Findings) -> None:
             )
 
 
+def _which(task: str, prefix: str) -> str:
+    """How a message names what a loss or metric is for: the one task (`task=...`, as ever) or a head's task."""
+    return f"task={task}" if prefix == "task" else f"a {task} head"
+
+
 def _per_token(cfg: Config, found: Findings, task: str, kind, key: str) -> None:
     if task == "sequence" and not kind.per_token:
         found.refuse(
@@ -166,7 +171,7 @@ def _loss(tc, found: Findings, task: str, mixed: bool, prefix: str) -> tuple[str
     found.refuse(
         f"{prefix}.loss",
         tc.loss,
-        f"one of {list(spec.losses)} for a {task} task, or your own as module.path:function",
+        f"one of {list(spec.losses)} for {_which(task, prefix)}, or your own as module.path:function",
         f"{prefix}.loss={spec.losses[0]}",
     )
     return loss, "refused"
@@ -181,7 +186,7 @@ def _metrics(requested, found: Findings, task: str, prefix: str) -> list[str]:
         found.refuse(
             f"{prefix}.metrics",
             name,
-            f"a metric that means something for a {task} task: one of "
+            f"a metric that means something for {_which(task, prefix)}: one of "
             f"{list(spec.metrics)}, any keras.metrics name, or module.path:Class",
             f"{prefix}.metrics=[{kept}]",
         )
