@@ -206,10 +206,10 @@ class Evaluation:
 
         widths = model_heads(model, self.source)
         if not self.config.task.heads:
-            return make_task(self.config.task, self.source, {"": next(iter(widths.values()), 0)})
+            return make_task(self.config.task, self.source, {"": next(iter(widths.values()), 0)}, training=False)
         heads = set(self.config.task.heads)
         named = {name if name in heads else name.removesuffix("_float32"): width for name, width in widths.items()}
-        return make_task(self.config.task, self.source, named)
+        return make_task(self.config.task, self.source, named, training=False)
 
     def _predict(self, split: str) -> tuple[dict[str, float], list[Path]]:
         model = self._load(in_scope=False)  # on this process: no collective for every worker to join

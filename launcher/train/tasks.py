@@ -357,19 +357,26 @@ def _user_loss(path: str):
     return found
 
 
-def make_task(cfg, source=None, widths: dict[str, int] | None = None) -> Task | Heads:
+def make_task(cfg, source=None, widths: dict[str, int] | None = None, training: bool = True) -> Task | Heads:
     """The task's loss and its metrics (a set for training and one for validation), one Task per head under
     task.heads. Inside the strategy scope. `source` (the data) gives balanced class weights their training
-    labels; `widths` (output name -> units, "" for one output) the class weights' length."""
+    labels; `widths` (output name -> units, "" for one output) the class weights' length. Class weights weigh
+    training only: for evaluation (`training=False`) they are not computed (balanced ones read every label)."""
     widths = widths or {}
+
+    def weights_of(class_weight, key: str, head: str | None):
+        if not training:
+            return None
+        return class_weight_vector(class_weight, key, source, head, widths.get(head or "", 0))
+
     if not getattr(cfg, "heads", None):
         task = _name(cfg.name)
-        weights = class_weight_vector(cfg.class_weight, "task.class_weight", source, None, widths.get("", 0))
+        weights = weights_of(cfg.class_weight, "task.class_weight", None)
         return _task(task, cfg.loss, cfg.metrics, "task", "", cfg.pad_id, weights)
     heads, loss_weights, trackers = {}, {}, {}
     for head, hc in cfg.heads.items():
         key = f"task.heads.{head}"
-        weights = class_weight_vector(hc.class_weight, f"{key}.class_weight", source, head, widths.get(head, 0))
+        weights = weights_of(hc.class_weight, f"{key}.class_weight", head)
         heads[head] = _task(_name(hc.name), hc.loss, hc.metrics, key, head, cfg.pad_id, weights)
         loss_weights[head] = float(hc.loss_weight)
         trackers[head] = (HeadLoss(name=f"{head}_loss"), HeadLoss(name=f"{head}_loss"))
