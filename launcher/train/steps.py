@@ -35,10 +35,8 @@ class Steps:
     Built again when the set of trainable variables changes (the step is traced again)."""
 
     def __init__(self, strategy, model, optimizer, task, *, kind: str, accumulate: int, guard, telemetry: bool):
-        self.strategy = strategy
         self.model = model
         self.optimizer = optimizer
-        self.task = task
         self.accumulate = accumulate
         self.telemetry = telemetry  # False: no gradient norm, no per-step trace (the guard still runs)
         self.loss_fn = task.per_example_loss  # (y, outputs, sample_weight) -> float32 loss per example
