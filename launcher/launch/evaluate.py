@@ -199,17 +199,15 @@ class Evaluation:
         return engine.evaluate(split=split)
 
     def _task(self, model):
-        """The training run's task for `model`: under task.heads a task per output, in the model's output order
-        (a model.keras of several outputs as a list names them after their float32 layers: `<head>_float32`)."""
+        """The training run's task for `model`: under task.heads a task per output (the model answers a dict keyed
+        by head)."""
         from launcher.train.build import model_heads
         from launcher.train.tasks import make_task
 
         widths = model_heads(model, self.source)
         if not self.config.task.heads:
             return make_task(self.config.task, self.source, {"": next(iter(widths.values()), 0)}, training=False)
-        heads = set(self.config.task.heads)
-        named = {name if name in heads else name.removesuffix("_float32"): width for name, width in widths.items()}
-        return make_task(self.config.task, self.source, named, training=False)
+        return make_task(self.config.task, self.source, widths, training=False)
 
     def _predict(self, split: str) -> tuple[dict[str, float], list[Path]]:
         model = self._load(in_scope=False)  # on this process: no collective for every worker to join

@@ -72,15 +72,17 @@ def float32_output(model, mixed: bool) -> tuple[Any, OutputPlan | None]:
 
 def float32_heads(model) -> tuple[Any, OutputPlan | None]:
     """Every output of a model with several gets float32 range, none dropped: a float32 linear layer after each
-    one that is not float32, in the model's structure (a list or a dict) and with its output names."""
+    one that is not float32. The model answers a dict keyed by head (its output names), so a saved and reloaded
+    model names its heads as the user did, not after the float32 layers."""
     names = output_names(model)
     dtypes = [str(t.dtype) for t in model.outputs]
-    if all(dtype == "float32" for dtype in dtypes):
+    if isinstance(model.output, dict) and all(dtype == "float32" for dtype in dtypes):
         return model, None
     taken = {layer.name for layer in model._flatten_layers(include_self=False)}
     flat = [_as_float32(t, _free_name(f"{name}_float32", taken)) for t, name in zip(model.outputs, names, strict=True)]
-    wrapped = keras.Model(model.input, keras.tree.pack_sequence_as(model.output, flat), name=model.name)
-    wrapped.output_names = list(model.output_names)  # the user's, not the float32 layers'
+    wrapped = keras.Model(model.input, dict(zip(names, flat, strict=True)), name=model.name)
+    if all(dtype == "float32" for dtype in dtypes):
+        return wrapped, None  # the same layers, keyed by head
     return wrapped, _heads_record(names, dtypes)
 
 

@@ -40,19 +40,27 @@ def test_every_output_becomes_float32_with_its_name_and_values_kept(policy, stru
     assert [t.dtype for t in wrapped.outputs] == ["float32", "float32"]
     x = np.random.default_rng(0).normal(size=(5, 6)).astype("float32")
     before, after = model(x), wrapped(x)
-    if structure == "dict":
-        assert isinstance(after, dict) and sorted(after) == ["a", "b"]
-        pairs = [(before[k], after[k]) for k in ("a", "b")]
-    else:
-        assert isinstance(after, list | tuple) and len(after) == 2
-        assert list(wrapped.output_names) == ["a", "b"]
-        pairs = list(zip(before, after, strict=True))
+    assert isinstance(after, dict) and sorted(after) == ["a", "b"]  # a list's heads too, keyed by output name
+    before = before if structure == "dict" else dict(zip(["a", "b"], before, strict=True))
+    pairs = [(before[k], after[k]) for k in ("a", "b")]
     for raw, out in pairs:
         assert raw.dtype != tf.float32 and out.dtype == tf.float32
         np.testing.assert_array_equal(out.numpy(), tf.cast(raw, tf.float32).numpy())
     compute = keras.mixed_precision.global_policy().compute_dtype
     assert record.heads == {"a": f"{compute} -> float32 (wrapped)", "b": f"{compute} -> float32 (wrapped)"}
     assert record.dtype == "float32 (wrapped)"
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_a_saved_and_reloaded_model_of_a_list_of_heads_answers_by_the_heads_names(policy, tmp_path):
+    """Not after the float32 layers added behind them (`a_float32`): mode=eval and predict read the names back."""
+    keras.mixed_precision.set_global_policy(policy)
+    wrapped, _ = float32_output(_two_heads("list"), mixed=policy != "float32")
+    wrapped.save(tmp_path / "model.keras")
+    reloaded = keras.saving.load_model(tmp_path / "model.keras", compile=False)
+    answer = reloaded(np.zeros((2, 6), "float32"))
+    assert sorted(answer) == ["a", "b"]
+    assert all(value.dtype == tf.float32 for value in answer.values())
 
 
 def test_an_output_already_float32_is_kept_as_is_and_the_record_says_so_per_head():
