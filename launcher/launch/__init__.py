@@ -18,7 +18,8 @@ Modules:
     local_workers: `strategy.local_workers=N`: a multi-worker job on this machine, from one command
     lock: one launch per run dir: a second launch on the same dir is refused
     mfu: model FLOPs utilisation: achieved training FLOP/s as a fraction of the matmul peak
-    mlflow_record: what MLflow's views need: the data as dataset inputs, the model as MLflow model
+    mlflow_model: the MLflow model: the SavedModel's served function as a pyfunc, signature, raw example
+    mlflow_record: what MLflow's views need beyond params and metrics: the data as dataset inputs
     mlflow_run: the start-tracking step: the checkpoint's MLflow run continued, or a new one
     params: what a launch tells MLflow about itself: its name, params and tags
     preflight: the prepare step: probe, resolve, start the runtime, load the data, schedule
@@ -27,6 +28,7 @@ Modules:
     restarts: `train.max_restarts=N`: a failed training restarts from its newest checkpoint
     restore: the restore step: resume from the run's checkpoints where the Plan says
     review: every check of a config and its data before anything is written, in one list
+    served_pyfunc: the code MLflow runs to serve a run's SavedModel (never imports the launcher)
     serving: exports a server or a device runs: a TensorFlow SavedModel and a TFLite file
     shell: the one shell around every mode run in a run dir (lock, logs, exit codes, outcome.json)
     slurm: Slurm's time-limit warning turned into a requeue (`strategy.slurm_requeue=true`)

@@ -8,10 +8,11 @@ The same concept one level up: `launcher.plan.rules.export` decides the formats 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
-from launcher.launch.mlflow_record import MODEL_ARTIFACT, save_mlflow_model
-from launcher.launch.serving import ServingExports, export_serving
+from launcher.launch.mlflow_model import MODEL_ARTIFACT, save_mlflow_model
+from launcher.launch.serving import SIGNATURE, ServingExports, export_saved_model, export_serving, served_inputs
 from launcher.train.ema import ema_weights
 
 
@@ -62,7 +63,7 @@ def export_trained(config, plan, built, source, tracker, run_dir: Path, best_exp
             remote.push_file(Path(best_exported))
         if "tflite" in exported.written:
             remote.push_file(exported.written["tflite"])
-    _log_mlflow_model(reloaded, config.tracking, source, tracker, run_dir, getattr(built.task, "order", None))
+    _log_mlflow_model(reloaded, config.tracking, built.task, source, tracker, run_dir, exported)
 
 
 def _export_for_serving(reloaded: Reloaded, formats, task, source, tracker, run_dir: Path) -> ServingExports:
@@ -84,12 +85,28 @@ def _export_for_serving(reloaded: Reloaded, formats, task, source, tracker, run_
     return exported
 
 
-def _log_mlflow_model(reloaded: Reloaded, tracking, source, tracker, run_dir: Path, heads=None) -> None:
-    """tracking.log_model: the MLflow model (and tracking.register_model: a registered version of it); `heads`, a
-    model of several outputs' head names in its output order."""
+def _log_mlflow_model(reloaded: Reloaded, tracking, task, source, tracker, run_dir: Path, exported) -> None:
+    """tracking.log_model: the MLflow model, the SavedModel's served function (the run's SavedModel, or one made
+    for it when export.formats has none), and tracking.register_model: a registered version of it. One that
+    cannot be made is said and tagged, never a failed run: the training is done and its other exports stand."""
     if not tracking.enabled or not tracking.log_model:
         return
-    saved = save_mlflow_model(reloaded.model, source.first_inputs(), run_dir / MODEL_ARTIFACT, heads)
-    tracker.log_artifacts(saved, MODEL_ARTIFACT)
+    saved = exported.written.get("saved_model")
+    staging = None if saved else run_dir / "saved_model.mlflow"
+    try:
+        inputs = served_inputs(source, reloaded.model)
+        if staging:
+            export_saved_model(reloaded.model, task, inputs, staging)
+        example = inputs.named(source.first_inputs(5))
+        written = save_mlflow_model(saved or staging, example, run_dir / MODEL_ARTIFACT, SIGNATURE)
+    except Exception as err:  # the training is done: say why the MLflow model is missing, keep the rest
+        why = f"{type(err).__name__}: {' '.join(str(err).strip().splitlines()[:2])[:300]}"
+        print(f"WARNING: tracking.log_model: no MLflow model ({why}); the run and its other exports stand.")
+        tracker.set_tags({"export.mlflow_model": f"failed: {why}"})
+        return
+    finally:
+        if staging:
+            shutil.rmtree(staging, ignore_errors=True)
+    tracker.log_artifacts(written, MODEL_ARTIFACT)
     if tracking.register_model:
         tracker.register_model(tracking.register_model, MODEL_ARTIFACT)

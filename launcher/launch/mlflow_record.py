@@ -1,16 +1,9 @@
-"""What MLflow's own views need beyond params and metrics: the data as dataset inputs (digest,
-shape, schema: the run page's "Datasets used") and the model as an MLflow model (signature, input
-example; `mlflow.pyfunc.load_model` loads it, the registry can take it)."""
+"""What MLflow's own views need beyond params and metrics: the data as dataset inputs (digest, shape, schema: the
+run page's "Datasets used"). The model as an MLflow model is `launcher.launch.mlflow_model`'s."""
 
 from __future__ import annotations
 
-import shutil
 import warnings
-from pathlib import Path
-
-import numpy as np
-
-MODEL_ARTIFACT = "mlflow_model"
 
 
 def dataset_inputs(source, dataset_cfg) -> list[dict]:
@@ -33,56 +26,6 @@ def dataset_inputs(source, dataset_cfg) -> list[dict]:
             )
         found.append({**dataset.to_dict(), "context": context})
     return found
-
-
-def save_mlflow_model(model, example, directory: Path, heads: list[str] | None = None) -> Path:
-    """The trained model in MLflow's Keras format, with the signature of `example` and its output.
-
-    A model of named features takes them by name (`example` a dict, a tensor spec per feature); a model of several
-    heads answers a dict by head (`heads`: their names in the model's order), a tensor spec per head. The pip
-    requirements are given (TensorFlow and Keras as running), so MLflow does not infer them by importing the world
-    in a subprocess."""
-    import keras
-    import mlflow.keras
-    import tensorflow as tf
-    from mlflow.models import infer_signature
-
-    example = _named_features(model, example)
-    model = _outputs_by_head(model, heads)
-    output = model.predict(example, verbose=0)
-    output = {name: np.asarray(value) for name, value in output.items()} if isinstance(output, dict) else output
-    if directory.exists():  # a resumed run exports again
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)  # MLflow writes the input example before it creates the folder
-    mlflow.keras.save_model(
-        model,
-        str(directory),
-        signature=infer_signature(example, output if isinstance(output, dict) else np.asarray(output)),
-        input_example=example,
-        pip_requirements=[f"tensorflow=={tf.__version__}", f"keras=={keras.__version__}"],
-    )
-    return directory
-
-
-def _named_features(model, example):
-    """One array as it is; named features as a dict of arrays; a tuple of features named like the model's inputs
-    (MLflow's signature names each tensor)."""
-    if isinstance(example, dict):
-        return {name: np.asarray(array) for name, array in example.items()}
-    if isinstance(example, tuple | list):
-        names = [t._keras_history[0].name for t in model.inputs]
-        return {name: np.asarray(array) for name, array in zip(names, example, strict=True)}
-    return np.asarray(example)
-
-
-def _outputs_by_head(model, heads: list[str] | None):
-    """A model of several outputs as a list, answering a dict by head instead (the same layers and weights)."""
-    import keras
-
-    outputs = getattr(model, "outputs", None) or []
-    if len(outputs) < 2 or isinstance(model.output, dict) or not heads:
-        return model
-    return keras.Model(model.input, dict(zip(heads, outputs, strict=True)), name=model.name)
 
 
 def index_installed_packages() -> None:

@@ -108,15 +108,24 @@ def test_savedmodel_and_tflite_take_named_features_and_answer_every_head(trained
 
 
 @pytest.mark.slow
-def test_the_mlflow_model_s_signature_names_every_feature_and_head(trained):
+def test_the_mlflow_model_names_every_feature_and_served_output_and_answers_as_the_savedmodel(trained):
+    import mlflow.pyfunc
+    import tensorflow as tf
     from mlflow.models import Model
 
     _, _, folder = trained
     model = Model.load(str(folder / "run" / "mlflow_model"))
-    assert model.signature.inputs.input_names() == ["num", "cat"]
-    assert sorted(model.signature.outputs.input_names()) == ["kind", "size"]
-    example = json.loads((folder / "run" / "mlflow_model" / "input_example.json").read_text())
-    assert set(example) == {"num", "cat"}
+    assert sorted(model.signature.inputs.input_names()) == ["cat", "num"]
+    assert set(model.signature.outputs.input_names()) == SERVED
+    example = json.loads((folder / "run" / "mlflow_model" / "serving_input_example.json").read_text())
+    assert set(example["inputs"]) == {"num", "cat"}  # a raw example, as a client sends it
+    features = heads_parts.load()["val"][0]
+    answered = mlflow.pyfunc.load_model(str(folder / "run" / "mlflow_model")).predict(features)
+    serve = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_default"]
+    want = serve(**{name: tf.constant(value) for name, value in features.items()})
+    assert set(answered) == SERVED
+    for key, value in want.items():
+        np.testing.assert_array_equal(answered[key], value.numpy())  # the same function: the same numbers
 
 
 def evaluation(trained, mode: str, *more: str):

@@ -88,7 +88,7 @@ def test_savedmodel_and_tflite_answer_like_the_keras_model_without_the_launcher(
 
 
 @pytest.mark.xdist_group("shipped")
-def test_mlflow_models_serve_answers_with_the_models_predictions(shipped, tmp_path):
+def test_mlflow_models_serve_answers_as_the_savedmodel_and_refuses_bad_requests_with_400(shipped, tmp_path):
     folder, _ = shipped
     [run] = runs_in(folder / "mlflow.db")
     from mlflow.tracking import MlflowClient
@@ -133,21 +133,47 @@ def test_mlflow_models_serve_answers_with_the_models_predictions(shipped, tmp_pa
             assert server.poll() is None and time.time() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
             time.sleep(1)
         x = np.load(folder / "run" / "inputs.npy")
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/invocations",
-            data=json.dumps({"inputs": x.tolist()}).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        answered = np.array(json.loads(urllib.request.urlopen(request, timeout=60).read())["predictions"])
+        answered = json.loads(invoke(port, {"inputs": x.tolist()}).read())["predictions"]
+        refusals = {
+            why: invoke(port, body)
+            for why, body in {
+                "shape": {"inputs": x[:, :4].tolist()},
+                "names": {"inputs": {"pixels": x.tolist()}},
+                "dtype": {"inputs": [[["a"] * 8] * 8]},
+            }.items()
+        }
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
         log.close()
-    import keras
+    import tensorflow as tf
 
-    expected = keras.saving.load_model(folder / "run" / "model.keras", compile=False).predict(x, verbose=0)
-    assert answered.shape == (16, 10)
-    np.testing.assert_allclose(answered, expected, atol=1e-5)
+    served = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_default"]
+    want = {key: value.numpy() for key, value in served(inputs=tf.constant(x)).items()}
+    assert set(answered) == {"probabilities", "label"}  # the task's served form, not logits
+    np.testing.assert_array_equal(np.array(answered["probabilities"], "float32"), want["probabilities"])
+    assert answered["label"] == want["label"].tolist()
+    assert all(refused.status == 400 for refused in refusals.values()), {k: v.status for k, v in refusals.items()}
+    said = {why: json.loads(refused.read())["message"] for why, refused in refusals.items()}
+    assert "(16, 4, 8, 1) does not match expected shape (-1, 8, 8, 1)" in said["shape"]
+    assert "expects a single n-dimensional array" in said["names"]
+    assert "could not convert string to float: 'a'" in said["dtype"]
+    assert "━━" not in (tmp_path / "serve.log").read_text()  # no Keras progress bar per request
+
+
+def invoke(port: int, body: dict):
+    """POST `body` to the server's /invocations; the response, a refusal (HTTP 4xx) included."""
+    import urllib.error
+
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/invocations",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        return urllib.request.urlopen(request, timeout=60)
+    except urllib.error.HTTPError as refused:
+        return refused
 
 
 def test_export_formats_are_checked_and_keras_is_always_among_them():

@@ -1,0 +1,81 @@
+"""The run's MLflow model: the SavedModel's served function as an MLflow pyfunc (`launch/served_pyfunc.py`).
+
+So the model a person registers and serves with `mlflow models serve` answers what the SavedModel answers, in the
+task's served form (probabilities and label, per head), not the network's raw logits. Its signature names every
+input and every served output; its input example is a raw example, what a client sends.
+
+`launcher.launch.served_pyfunc` is the code MLflow runs when the model is loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from launcher.launch import served_pyfunc
+
+MODEL_ARTIFACT = "mlflow_model"
+
+
+def save_mlflow_model(saved_model: Path, example: dict[str, np.ndarray], directory: Path, signature: str) -> Path:
+    """`directory` as an MLflow model serving `saved_model`'s `signature` (a SavedModel signature name), with the
+    MLflow signature of `example` (input name -> raw arrays; one input called `inputs` is sent as one array) and of
+    the served answer. The pip requirements are given (TensorFlow as running), so MLflow does not infer them by
+    importing the world in a subprocess."""
+    import mlflow.pyfunc
+    import tensorflow as tf
+    from mlflow.models import infer_signature
+
+    answer = _answer(saved_model, signature, example)
+    sent = _as_sent(example)
+    if directory.exists():  # a resumed run exports again
+        shutil.rmtree(directory)
+    with _quiet("mlflow.pyfunc", "mlflow.models"):  # "Validating input example against model signature"
+        mlflow.pyfunc.save_model(
+            str(directory),
+            python_model=str(Path(served_pyfunc.__file__)),
+            artifacts={served_pyfunc.ARTIFACT: str(saved_model)},
+            model_config={served_pyfunc.SIGNATURE_KEY: signature},
+            signature=infer_signature(sent, answer),
+            input_example=sent,
+            pip_requirements=[f"tensorflow=={tf.__version__}", "pandas", "numpy"],
+        )
+    return directory
+
+
+@contextlib.contextmanager
+def _quiet(*names: str):
+    """MLflow's INFO notes while it saves, kept off the console (warnings still show)."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _answer(saved_model: Path, signature: str, example: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The signature's answer on `example`: the output half of the MLflow signature."""
+    import tensorflow as tf
+
+    function = tf.saved_model.load(str(saved_model)).signatures[signature]
+    answer = function(**{name: tf.constant(value) for name, value in example.items()})
+    return {key: served_pyfunc.plain(value.numpy()) for key, value in answer.items()}
+
+
+def _as_sent(example: dict[str, np.ndarray]):
+    """One input called `inputs` as the one array a client sends; named inputs as a dict; encoded bytes (images,
+    records) as a table with one column per input (MLflow's JSON carries bytes base64-encoded in a column)."""
+    if any(np.asarray(value).dtype == object for value in example.values()):
+        return pd.DataFrame({name: list(value) for name, value in example.items()})
+    if list(example) == ["inputs"]:
+        return example["inputs"]
+    return example

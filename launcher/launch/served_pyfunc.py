@@ -1,0 +1,96 @@
+"""The MLflow model's code: the run's SavedModel, served through one of its signatures, as an MLflow pyfunc.
+
+MLflow copies this file into the model ("models from code") and runs it wherever the model is loaded, so it
+imports TensorFlow, NumPy and MLflow, never the launcher. `predict` is the SavedModel's signature itself, so
+`mlflow models serve`, `mlflow.pyfunc.load_model` and the SavedModel give one answer; what it adds is checking
+the request (names, shapes, dtypes, images that decode) so a bad one is an HTTP 400 that says what is wrong,
+never a silent wrong answer.
+
+`launcher.launch.mlflow_model` writes the MLflow model around this file.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from mlflow.exceptions import MlflowException
+from mlflow.models import set_model
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+from mlflow.pyfunc import PythonModel
+
+ARTIFACT = "saved_model"  # the SavedModel's key among the MLflow model's artifacts
+SIGNATURE_KEY = "signature"  # the model config's key naming the SavedModel signature served
+
+# The request is checked against the signature below; MLflow's advice to type-hint `predict` is not for this model.
+warnings.filterwarnings("ignore", message="Add type hints to the `predict` method", category=UserWarning)
+
+
+class ServedSavedModel(PythonModel):
+    """A SavedModel signature as a pyfunc: named inputs in, the task's served outputs (a dict of arrays) out."""
+
+    def load_context(self, context):
+        import tensorflow as tf
+
+        self._loaded = tf.saved_model.load(context.artifacts[ARTIFACT])
+        name = (context.model_config or {}).get(SIGNATURE_KEY, "serving_default")
+        self._function = self._loaded.signatures[name]
+        self._specs = dict(self._function.structured_input_signature[1])
+
+    def predict(self, context, model_input, params=None):
+        import tensorflow as tf
+
+        given = {name: self._checked(name, value) for name, value in self._named(model_input).items()}
+        try:
+            answer = self._function(**{name: tf.constant(value) for name, value in given.items()})
+        except tf.errors.InvalidArgumentError as err:  # an image that does not decode, a record that does not parse
+            raise _bad_request(f"the model could not read the request: {err.message.splitlines()[0][:300]}") from None
+        return {key: plain(value.numpy()) for key, value in answer.items()}
+
+    def _named(self, model_input) -> dict:
+        """The request by input name: a dict as is, one array for a model of one input, a DataFrame's columns."""
+        if isinstance(model_input, dict):
+            named = dict(model_input)
+        elif hasattr(model_input, "columns"):  # a pandas DataFrame (column-based signatures, e.g. image bytes)
+            named = {str(column): model_input[column].tolist() for column in model_input.columns}
+        elif len(self._specs) == 1:
+            named = {next(iter(self._specs)): model_input}
+        else:
+            raise _bad_request(f"the model takes named inputs {sorted(self._specs)}; send them as a JSON object")
+        if set(named) != set(self._specs):
+            missing, extra = sorted(set(self._specs) - set(named)), sorted(set(named) - set(self._specs))
+            raise _bad_request(
+                f"the model takes the inputs {sorted(self._specs)}; the request is missing {missing} and has {extra}"
+            )
+        return named
+
+    def _checked(self, name: str, value) -> np.ndarray:
+        """`value` as the input's dtype and shape, or a 400 naming the input, what came and what it takes."""
+        spec = self._specs[name]
+        wanted = spec.dtype.as_numpy_dtype
+        if spec.dtype.name == "string":
+            return np.asarray([v if isinstance(v, bytes) else str(v).encode() for v in value], dtype=object)
+        array = np.asarray(value)
+        if array.dtype.kind not in "biuf":
+            raise _bad_request(f"input {name!r} holds {array.dtype} values; the model takes {spec.dtype.name} numbers")
+        if np.dtype(wanted).kind in "iu" and array.dtype.kind == "f" and not np.all(np.mod(array, 1) == 0):
+            raise _bad_request(f"input {name!r} holds fractions; the model takes {spec.dtype.name} ids")
+        shape = list(spec.shape)
+        if array.ndim != len(shape) or any(d not in (None, got) for d, got in zip(shape, array.shape, strict=True)):
+            takes = ["n" if d is None else d for d in shape]
+            raise _bad_request(f"input {name!r} has shape {list(array.shape)}; the model takes {takes} (n examples)")
+        return array.astype(wanted)
+
+
+def plain(value: np.ndarray) -> np.ndarray:
+    """Strings (class names) as str, the rest as is: JSON has no bytes."""
+    if value.dtype == object:
+        return np.vectorize(lambda v: v.decode() if isinstance(v, bytes) else v, otypes=[object])(value)
+    return value
+
+
+def _bad_request(message: str) -> MlflowException:
+    return MlflowException(message, error_code=INVALID_PARAMETER_VALUE)
+
+
+set_model(ServedSavedModel())

@@ -1,0 +1,113 @@
+"""The MLflow model is the SavedModel's served function (`launcher.launch.mlflow_model`, the code MLflow runs:
+`launcher.launch.served_pyfunc`): it answers what the signature answers, names every input and output, and
+refuses a request it cannot answer with a message naming the input (an HTTP 400 under `mlflow models serve`)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A SavedModel whose serving_default takes `age` (float32, 2 values) and `code` (int32 id) by name and
+    answers `score` and `label`."""
+    import tensorflow as tf
+
+    class Served(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable([[0.5], [-1.0]])
+
+        @tf.function(
+            input_signature=[
+                {
+                    "age": tf.TensorSpec([None, 2], tf.float32, name="age"),
+                    "code": tf.TensorSpec([None], tf.int32, name="code"),
+                }
+            ]
+        )
+        def serve(self, given):
+            score = tf.matmul(given["age"], self.w)[:, 0] + tf.cast(given["code"], tf.float32)
+            return {"score": score, "label": tf.cast(score > 0, tf.int32)}
+
+    module = Served()
+    path = tmp_path_factory.mktemp("saved") / "saved_model"
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve.get_concrete_function()})
+    return path
+
+
+EXAMPLE = {"age": np.array([[1.0, 2.0], [3.0, 0.5]], "float32"), "code": np.array([0, 2], "int32")}
+
+
+def test_the_mlflow_model_answers_what_the_signature_answers_and_names_inputs_and_outputs(saved, tmp_path):
+    import mlflow.pyfunc
+    import tensorflow as tf
+    from mlflow.models import Model
+
+    from launcher.launch.mlflow_model import save_mlflow_model
+
+    directory = save_mlflow_model(saved, EXAMPLE, tmp_path / "mlflow_model", "serving_default")
+    signature = Model.load(str(directory)).signature
+    assert sorted(signature.inputs.input_names()) == ["age", "code"]
+    assert sorted(signature.outputs.input_names()) == ["label", "score"]
+    answered = mlflow.pyfunc.load_model(str(directory)).predict(EXAMPLE)
+    function = tf.saved_model.load(str(saved)).signatures["serving_default"]
+    want = function(**{name: tf.constant(value) for name, value in EXAMPLE.items()})
+    np.testing.assert_array_equal(answered["score"], want["score"].numpy())
+    np.testing.assert_array_equal(answered["label"], want["label"].numpy())
+
+
+def served(saved):
+    from launcher.launch.served_pyfunc import ServedSavedModel
+
+    model = ServedSavedModel()
+    model.load_context(SimpleNamespace(artifacts={"saved_model": str(saved)}, model_config={}))
+    return model
+
+
+@pytest.mark.parametrize(
+    ("request_", "said"),
+    [
+        (
+            {"age": EXAMPLE["age"]},
+            r"takes the inputs \['age', 'code'\]; the request is missing \['code'\] and has \[\]",
+        ),
+        ({**EXAMPLE, "extra": EXAMPLE["code"]}, r"is missing \[\] and has \['extra'\]"),
+        ({**EXAMPLE, "age": EXAMPLE["age"][:, :1]}, r"input 'age' has shape \[2, 1\]; the model takes \['n', 2\]"),
+        ({**EXAMPLE, "code": np.array([0.5, 1.0])}, r"input 'code' holds fractions; the model takes int32 ids"),
+        (
+            {**EXAMPLE, "age": np.array([["a", "b"], ["c", "d"]])},
+            r"input 'age' holds <U1 values; the model takes float32",
+        ),
+        (EXAMPLE["age"], r"takes named inputs \['age', 'code'\]; send them as a JSON object"),
+    ],
+    ids=["missing", "extra", "shape", "fractions-for-ids", "strings", "unnamed"],
+)
+def test_a_request_the_model_cannot_answer_is_refused_naming_the_input(saved, request_, said):
+    from mlflow.exceptions import MlflowException
+
+    with pytest.raises(MlflowException, match=said) as refused:
+        served(saved).predict(None, request_)
+    assert refused.value.get_http_status_code() == 400
+
+
+def test_whole_numbers_for_ids_are_taken_as_ids(saved):
+    answered = served(saved).predict(None, {**EXAMPLE, "code": np.array([0.0, 2.0])})
+    assert answered["label"].tolist() == [0, 1]
+
+
+def test_the_served_code_never_imports_the_launcher():
+    """MLflow runs this file wherever the model is served: TensorFlow, NumPy and MLflow are all it may need."""
+    from launcher.launch import served_pyfunc
+
+    tree = ast.parse(Path(served_pyfunc.__file__).read_text())
+    imported = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names] + [
+        node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+    ]
+    assert imported and not [name for name in imported if name.split(".")[0] == "launcher"]
