@@ -1,4 +1,5 @@
-"""A folder with one sub-folder of images per class (keras.utils.image_dataset_from_directory)."""
+"""A folder with one sub-folder of images per class (keras.utils.image_dataset_from_directory): the sub-folders
+name the classes, and every export takes encoded images or uint8 pixels (`launcher.train.preprocessing`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from launcher.config.errors import ConfigError, raise_if_any
 from launcher.train.data import DataSource
 from launcher.train.data_checks import image_folder_problems, split_problems, streamed_test_split
+from launcher.train.preprocessing import image_files, image_preprocessing
 
 COLOR_MODES = {"rgb": 3, "grayscale": 1, "rgba": 4}
 
@@ -39,22 +41,26 @@ def load(cfg) -> DataSource:
         batch_size=None,
         shuffle=True,
     )
-    rescale = lambda x, y: (x / 255.0, y)  # noqa: E731
     num_train, num_val = int(train.cardinality()), int(val.cardinality())
     raise_if_any(split_problems(num_train, num_val, cfg.validation_split, str(root)))
     if cfg.limit:
         train, num_train = train.take(cfg.limit), min(num_train, cfg.limit)
     test = _test_folder(cfg, classes) if str(cfg.test_path) else None
+    height, width = cfg.image_size
+    channels = COLOR_MODES[cfg.color_mode]
     return DataSource(
-        train=train.map(rescale),
-        val=val.map(rescale),
+        train=train,
+        val=val,
         num_train=num_train,
         num_val=num_val,
-        input_shape=(*cfg.image_size, COLOR_MODES[cfg.color_mode]),
+        input_shape=(height, width, channels),
         num_classes=len(classes),
         kind="image",
-        test=test.map(rescale) if test is not None else None,
+        test=test,
         num_test=int(test.cardinality()) if test is not None else 0,
+        # Decoded and resized here (0-255 pixels), scaled to [0, 1] on every batch and inside every export.
+        preprocessing=image_preprocessing(height, width, channels, lambda: image_files(root, classes)),
+        class_names=tuple(classes),
     )
 
 

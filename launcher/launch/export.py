@@ -97,8 +97,9 @@ def _log_mlflow_model(reloaded: Reloaded, tracking, task, source, tracker, run_d
         inputs = served_inputs(source, reloaded.model)
         if staging:
             export_saved_model(reloaded.model, task, inputs, staging)
-        example = inputs.named(source.first_inputs(5))
-        written = save_mlflow_model(saved or staging, example, run_dir / MODEL_ARTIFACT, SIGNATURE)
+        signature = inputs.preprocessing.served if inputs.preprocessing else SIGNATURE
+        example = inputs.example(source, 5, signature)
+        written = save_mlflow_model(saved or staging, example, run_dir / MODEL_ARTIFACT, signature)
     except Exception as err:  # the training is done: say why the MLflow model is missing, keep the rest
         why = f"{type(err).__name__}: {' '.join(str(err).strip().splitlines()[:2])[:300]}"
         print(f"WARNING: tracking.log_model: no MLflow model ({why}); the run and its other exports stand.")

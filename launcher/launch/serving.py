@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from launcher.train.preprocessing import Preprocessing
+
 SIGNATURE = "serving_default"
 INPUT_NAME = "inputs"
 
@@ -44,11 +46,13 @@ def input_spec(source):
 
 @dataclass(frozen=True)
 class ServedInputs:
-    """The served function's inputs by name, and how they become the model's input: one array (`inputs`), a dict
-    of named features, or a tuple in the model's input order."""
+    """The served function's raw inputs by name, and how they become the model's input: the data's preprocessing
+    (`launcher.train.preprocessing`), then one array (`inputs`), a dict of named features, or a tuple in the
+    model's input order."""
 
-    specs: dict  # name -> tf.TensorSpec, in the model's order
+    specs: dict  # name -> tf.TensorSpec of the raw input, in the model's order
     form: str  # one, dict or tuple
+    preprocessing: Preprocessing | None = None
 
     @property
     def signature(self) -> list:
@@ -56,13 +60,16 @@ class ServedInputs:
         return [self.specs[INPUT_NAME]] if self.form == "one" else [self.specs]
 
     def model_input(self, given):
-        """What the model takes, from the endpoint's argument."""
-        if self.form == "tuple":
-            return [given[name] for name in self.specs]
-        return given
+        """What the model takes, from the endpoint's argument (one tensor, or a dict by input name)."""
+        named = {INPUT_NAME: given} if self.form == "one" else dict(given)
+        if self.preprocessing is not None:
+            named = self.preprocessing.apply(named)
+        if self.form == "one":
+            return named[INPUT_NAME]
+        return [named[name] for name in self.specs] if self.form == "tuple" else named
 
     def named(self, first) -> dict[str, np.ndarray]:
-        """`first` (an array, a dict or a tuple of features, as `DataSource.first_inputs` gives) by input name, in
+        """`first` (an array, a dict or a tuple of raw features, as `DataSource.first_raw` gives) by input name, in
         each input's dtype."""
         if self.form == "one":
             arrays = {INPUT_NAME: first}
@@ -72,23 +79,42 @@ class ServedInputs:
             arrays = dict(zip(self.specs, first, strict=True))
         return {name: np.asarray(arrays[name]).astype(spec.dtype.as_numpy_dtype) for name, spec in self.specs.items()}
 
+    def example(self, source, count: int, signature: str = SIGNATURE) -> dict[str, np.ndarray]:
+        """`count` raw examples for `signature`, by input name: what a client sends."""
+        encoded = self.preprocessing.encoded_by_signature(signature) if self.preprocessing else None
+        if encoded is not None:
+            return {encoded.input: np.asarray(encoded.examples(count), dtype=object)}
+        if self.preprocessing is not None and self.preprocessing.raw_examples is not None:
+            return self.named(_unnamed(self.preprocessing.raw_examples(count), self.form))
+        return self.named(source.first_raw(count))
+
+
+def _unnamed(arrays: dict, form: str):
+    return arrays[INPUT_NAME] if form == "one" else arrays
+
 
 def served_inputs(source, model) -> ServedInputs:
     """One array: `inputs` as today. Named features: one input each, named like the feature; a tuple of features:
-    named like the model's inputs. Integer features (ids) as int32, the others float32."""
+    named like the model's inputs. Integer features (ids) as int32, the others float32, unless the data's
+    preprocessing takes another raw dtype (uint8 pixels)."""
     import tensorflow as tf
 
-    first = source.first_inputs(1)
+    preprocessing = getattr(source, "preprocessing", None)
+    raw = preprocessing.raw if preprocessing is not None else {}
+    first = source.first_raw(1)
     if not isinstance(first, dict | tuple | list):
-        return ServedInputs({INPUT_NAME: input_spec(source)}, "one")
+        spec = input_spec(source)
+        if INPUT_NAME in raw:
+            spec = tf.TensorSpec(spec.shape, tf.as_dtype(raw[INPUT_NAME]), name=INPUT_NAME)
+        return ServedInputs({INPUT_NAME: spec}, "one", preprocessing)
     names = list(first) if isinstance(first, dict) else _input_names(model, len(first))
     arrays = first if isinstance(first, dict) else dict(zip(names, first, strict=True))
     specs = {}
     for name in names:
         array = np.asarray(arrays[name])
-        dtype = tf.int32 if array.dtype.kind in "iu" else tf.float32
+        dtype = tf.as_dtype(raw[name]) if name in raw else tf.int32 if array.dtype.kind in "iu" else tf.float32
         specs[name] = tf.TensorSpec([None, *array.shape[1:]], dtype, name=name)
-    return ServedInputs(specs, "dict" if isinstance(first, dict) else "tuple")
+    return ServedInputs(specs, "dict" if isinstance(first, dict) else "tuple", preprocessing)
 
 
 def _input_names(model, count: int) -> list[str]:
@@ -98,18 +124,35 @@ def _input_names(model, count: int) -> list[str]:
 
 
 def export_saved_model(model, task, inputs: ServedInputs, path: Path) -> None:
-    """`path` as a SavedModel: `serve` (= serving_default) maps the named inputs to the task's served outputs."""
+    """`path` as a SavedModel: `serve` (= serving_default) maps the named raw inputs to the task's served outputs;
+    each encoded way in the data has (serving_images: image files' bytes, serving_examples: tf.Examples) decodes
+    into those raw inputs first, then takes the same path."""
     import keras
+    import tensorflow as tf
 
     if path.exists():  # a resumed run exports again
         shutil.rmtree(path)
     archive = keras.export.ExportArchive()
     archive.track(model)
-    archive.add_endpoint(
-        name="serve",
-        fn=lambda given: task.served(model(inputs.model_input(given), training=False)),
-        input_signature=inputs.signature,
-    )
+
+    def served(given):
+        return task.served(model(inputs.model_input(given), training=False))
+
+    archive.add_endpoint(name="serve", fn=served, input_signature=inputs.signature)
+
+    def decoding(encoded):
+        def decoded(strings):
+            named = encoded.decode(strings)
+            return served(named[INPUT_NAME] if inputs.form == "one" else named)
+
+        return decoded
+
+    for encoded in inputs.preprocessing.encoded if inputs.preprocessing else ():
+        archive.add_endpoint(
+            name=encoded.signature,
+            fn=decoding(encoded),
+            input_signature=[tf.TensorSpec([None], tf.string, name=encoded.input)],
+        )
     archive.write_out(str(path), verbose=False)
 
 
@@ -203,7 +246,7 @@ def export_serving(model, task, source, run_dir: Path, formats: list[str]) -> Se
     if "saved_model" in formats:
         done.written["saved_model"] = saved
     if "tflite" in formats:
-        example = inputs.named(source.first_inputs(8))
+        example = inputs.example(source, 8)
         try:
             path = run_dir / "model.tflite"
             done.notes["tflite"] = export_tflite(model, task, inputs, path, example, saved)

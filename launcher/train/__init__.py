@@ -22,6 +22,7 @@ Modules:
     model_io: pieces every model builder shares: the input layer, the float32 output head
     numerics: what the compiled step counts about numerics, and when a run must stop
     optimizers: the configured optimizer and schedule as objects, their arguments checked
+    preprocessing: raw example -> model input, run by the data pipeline and exported inside every model
     registry: name -> builder module for models and datasets; errors list the choices
     runtime: process-wide TensorFlow setup, done once, before the TF runtime starts
     schedules: learning-rate schedule: linear warmup, then the configured schedule

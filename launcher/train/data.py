@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from launcher.config.errors import raise_if_any
 from launcher.train.data_checks import named_arrays, split_problems
+
+if TYPE_CHECKING:
+    from launcher.train.preprocessing import Preprocessing
 
 
 @dataclass
@@ -45,6 +48,11 @@ class DataSource:
     # Dict targets, set by launcher.train.labels: each head's task, and its output width (classes, labels, targets).
     head_tasks: dict[str, str] = field(default_factory=dict)
     head_outputs: dict[str, int] = field(default_factory=dict)
+    # Raw features -> the model's input, run on every batch here and exported inside every served model (None:
+    # the features are the model's input as they are).
+    preprocessing: Preprocessing | None = None
+    # The classes' names by class id (image-folder sub-folders, a loader's "class_names"); per head: a dict.
+    class_names: tuple[str, ...] | dict[str, tuple[str, ...]] = ()
     _base: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -76,13 +84,28 @@ class DataSource:
         return self._base[split]
 
     def first_inputs(self, count: int = 2, split: str = "val"):
-        """The first `count` inputs of a split (an example of what the model takes): an array, or the features'
+        """The first `count` inputs of a split as the model takes them (preprocessed): an array, or the features'
         structure (a dict name -> array, a tuple of arrays) when they have one."""
+        raw = self.first_raw(count, split)
+        if self.preprocessing is None:
+            return raw
+        return map_arrays(lambda t: np.asarray(t), self.prepared(raw))
+
+    def first_raw(self, count: int = 2, split: str = "val"):
+        """The first `count` features of a split as the data holds them, before preprocessing."""
         source = self.split(split)
         if isinstance(source, tuple):
             return map_arrays(lambda a: np.asarray(a[:count]), source[0])
         features = next(iter(self._dataset(split).batch(count)))[0]
         return map_arrays(lambda t: t.numpy(), features)
+
+    def prepared(self, features):
+        """A batch of raw features as the model takes them: the preprocessing applied (the identity without)."""
+        if self.preprocessing is None:
+            return features
+        if isinstance(features, dict):
+            return self.preprocessing.apply(dict(features))
+        return self.preprocessing.apply({"inputs": features})["inputs"]
 
     def pipeline(
         self,
@@ -107,6 +130,8 @@ class DataSource:
         ds = ds.batch(batch, drop_remainder=drop_remainder)
         if skip:
             ds = ds.skip(skip)
+        if self.preprocessing is not None:
+            ds = ds.map(lambda x, *rest: (self.prepared(x), *rest), num_parallel_calls=tf.data.AUTOTUNE)
         return ds.prefetch(tf.data.AUTOTUNE if self.prefetch < 0 else self.prefetch)
 
 

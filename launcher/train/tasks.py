@@ -155,6 +155,7 @@ class Task:
     val_metrics: list = field(default_factory=list)
     pad_id: int = 0
     class_weights: np.ndarray | None = None  # float32, one weight per class id (classification)
+    class_names: tuple[str, ...] = ()  # by class id, when the data names its classes (served as the label)
 
     def per_example_loss(self, y, outputs, sample_weight=None, training: bool = True):
         """float32 loss per example, times its class weight (training) and sample weight."""
@@ -201,8 +202,13 @@ class Task:
         return outputs
 
     def served(self, outputs) -> dict:
-        """What a deployed model answers: the task's predictions, and the labels where the task has them."""
+        """What a deployed model answers: the task's predictions, and the labels where the task has them (a
+        classification's label is its class name when the data names classes, beside `label_id`)."""
         predictions = self.predictions(outputs)
+        if self.name == "classification" and self.class_names:
+            ids = tf.argmax(predictions, axis=-1, output_type=tf.int32)
+            names = tf.gather(tf.constant(list(self.class_names)), ids)
+            return {"probabilities": predictions, "label": names, "label_id": ids}
         if self.name in ("classification", "sequence"):
             return {"probabilities": predictions, "label": tf.argmax(predictions, axis=-1, output_type=tf.int32)}
         if self.name == "multilabel":
@@ -372,12 +378,13 @@ def make_task(cfg, source=None, widths: dict[str, int] | None = None, training: 
     if not getattr(cfg, "heads", None):
         task = _name(cfg.name)
         weights = weights_of(cfg.class_weight, "task.class_weight", None)
-        return _task(task, cfg.loss, cfg.metrics, "task", "", cfg.pad_id, weights)
+        return _task(task, cfg.loss, cfg.metrics, "task", "", cfg.pad_id, weights, class_names_of(source, None))
     heads, loss_weights, trackers = {}, {}, {}
     for head, hc in cfg.heads.items():
         key = f"task.heads.{head}"
         weights = weights_of(hc.class_weight, f"{key}.class_weight", head)
-        heads[head] = _task(_name(hc.name), hc.loss, hc.metrics, key, head, cfg.pad_id, weights)
+        names = class_names_of(source, head)
+        heads[head] = _task(_name(hc.name), hc.loss, hc.metrics, key, head, cfg.pad_id, weights, names)
         loss_weights[head] = float(hc.loss_weight)
         trackers[head] = (HeadLoss(name=f"{head}_loss"), HeadLoss(name=f"{head}_loss"))
     order = [h for h in widths if h in heads] if set(heads) <= set(widths) else list(heads)
@@ -388,7 +395,15 @@ def _name(name) -> str:
     return name.value if hasattr(name, "value") else str(name)
 
 
-def _task(task: str, loss: str, requested, key: str, head: str, pad_id: int, weights) -> Task:
+def class_names_of(source, head: str | None) -> tuple[str, ...]:
+    """The data's class names for one head (`head` None: the one task), () when it names none."""
+    names = getattr(source, "class_names", ()) or ()
+    if isinstance(names, dict):
+        return tuple(str(n) for n in names.get(head, ())) if head else ()
+    return tuple(str(n) for n in names) if head is None else ()
+
+
+def _task(task: str, loss: str, requested, key: str, head: str, pad_id: int, weights, classes=()) -> Task:
     names = metric_names(task, requested)
     train = [_named(make_metric(task, n), head) for n in names]
     val = [_named(make_metric(task, n), head) for n in names]
@@ -401,7 +416,7 @@ def _task(task: str, loss: str, requested, key: str, head: str, pad_id: int, wei
             f"metrics with distinct names other than loss ({clash} appear twice or shadow the loss)",
             "give each metric its own name",
         )
-    return Task(task, _loss(task, loss), train, val, pad_id, weights)
+    return Task(task, _loss(task, loss), train, val, pad_id, weights, classes if task == "classification" else ())
 
 
 def _named(metric, head: str):

@@ -1,0 +1,132 @@
+"""An image-folder run's exports take what a client holds: JPEG or PNG bytes of any size (`serving_images`) or
+uint8 pixels at the training size (`serving_default`), decode, resize and scale them inside the model as training
+did (`launcher.train.preprocessing`), and answer the class by its folder's name; the MLflow model takes the bytes
+(`launcher.launch.serving`, `launcher.launch.mlflow_model`)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from support.config import TINY, compose
+from support.tracking import store
+
+CLASSES = ("cats", "dogs", "owls")
+
+
+def image_folder(root, count: int = 8):
+    """Three classes of 12x10 images, each class a colour, half PNG half JPEG."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for index, name in enumerate(CLASSES):
+        (root / name).mkdir(parents=True)
+        for i in range(count):
+            pixels = rng.integers(0, 60, size=(10, 12, 3)).astype("uint8")
+            pixels[..., index] += 180
+            Image.fromarray(pixels).save(root / name / f"{i}.{'png' if i % 2 else 'jpg'}")
+    return root
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from launcher.launch.training import execute
+
+    folder = tmp_path_factory.mktemp("images")
+    given = [
+        *[o for o in TINY if not o.startswith("dataset.")],
+        "dataset=image_folder",
+        f"dataset.path={image_folder(folder / 'images')}",
+        "dataset.image_size=[8,8]",
+        "dataset.validation_split=0.25",
+        "model=mlp",
+        "train.epochs=3",
+        "scaling.batch_size=8",
+        "precision=fp32",  # the same numbers in every process: what differs is only the preprocessing
+        "checkpoint.enabled=false",
+        f"tracking.uri={store(folder / 'mlflow.db')}",
+        "export.formats=[keras,saved_model,tflite]",
+    ]
+    outcome = execute(compose(*given), folder / "run", folder)
+    assert outcome.error is None, outcome.error
+    return outcome, folder
+
+
+def jpeg(pixels: np.ndarray) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="JPEG", quality=95)
+    return out.getvalue()
+
+
+@pytest.mark.slow  # a short training in this process
+def test_encoded_images_and_pixels_get_the_answer_training_gives_and_the_class_by_name(trained):
+    import tensorflow as tf
+
+    outcome, folder = trained
+    files = sorted((folder / "images" / "owls").iterdir())[:4]
+    encoded = [path.read_bytes() for path in files]
+    loaded = tf.saved_model.load(str(folder / "run" / "saved_model"))
+    from_bytes = loaded.signatures["serving_images"](images=tf.constant(encoded))
+    # The same files as training read them: decoded, resized to 8x8 (bilinear) and scaled by the data pipeline.
+    pixels = tf.stack([tf.image.resize(tf.io.decode_image(b, channels=3), (8, 8)) for b in encoded])
+    trained_probabilities = tf.nn.softmax(outcome.model(pixels / 255.0, training=False)).numpy()
+    np.testing.assert_allclose(from_bytes["probabilities"].numpy(), trained_probabilities, atol=1e-6)
+    names = [name.decode() for name in from_bytes["label"].numpy()]
+    assert set(names) <= set(CLASSES)
+    assert names == [CLASSES[i] for i in from_bytes["label_id"].numpy()]
+    # uint8 pixels at the training size: the served function scales them as training did.
+    uint8 = tf.cast(tf.round(pixels), tf.uint8)
+    from_pixels = loaded.signatures["serving_default"](inputs=uint8)
+    want = tf.nn.softmax(outcome.model(tf.cast(uint8, tf.float32) / 255.0, training=False)).numpy()
+    np.testing.assert_allclose(from_pixels["probabilities"].numpy(), want, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_an_image_of_another_size_is_resized_inside_the_model(trained):
+    import tensorflow as tf
+
+    _, folder = trained
+    big = np.zeros((40, 48, 3), "uint8")
+    big[..., 2] = 230  # an owl's colour
+    served = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_images"]
+    answer = served(images=tf.constant([jpeg(big)]))
+    assert answer["probabilities"].shape == (1, 3)
+
+
+@pytest.mark.slow
+def test_the_mlflow_model_takes_image_bytes_and_answers_as_the_savedmodel(trained):
+    import mlflow.pyfunc
+    import pandas as pd
+    import tensorflow as tf
+    from mlflow.exceptions import MlflowException
+    from mlflow.models import Model
+
+    _, folder = trained
+    directory = folder / "run" / "mlflow_model"
+    assert Model.load(str(directory)).signature.inputs.input_names() == ["images"]
+    encoded = [path.read_bytes() for path in sorted((folder / "images" / "dogs").iterdir())[:3]]
+    answered = mlflow.pyfunc.load_model(str(directory)).predict(pd.DataFrame({"images": encoded}))
+    want = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_images"](
+        images=tf.constant(encoded)
+    )
+    np.testing.assert_array_equal(answered["probabilities"], want["probabilities"].numpy())
+    assert list(answered["label"]) == [name.decode() for name in want["label"].numpy()]
+    with pytest.raises(MlflowException, match="could not read the request"):
+        mlflow.pyfunc.load_model(str(directory)).predict(pd.DataFrame({"images": [b"not an image"]}))
+
+
+@pytest.mark.slow
+def test_tflite_takes_uint8_pixels(trained):
+    import tensorflow as tf
+
+    _, folder = trained
+    runner = tf.lite.Interpreter(model_path=str(folder / "run" / "model.tflite")).get_signature_runner()
+    pixels = np.full((2, 8, 8, 3), 200, "uint8")
+    lite = runner(inputs=pixels)
+    saved = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_default"](
+        inputs=tf.constant(pixels)
+    )
+    np.testing.assert_allclose(lite["probabilities"], saved["probabilities"].numpy(), atol=1e-5)
