@@ -8,7 +8,8 @@ multi-worker job can shard by file (see `launcher.plan.sharding`).
 
 Feature spec: `{name: {shape: [...], dtype: float32|int64, encoding: raw|image}}`; `raw` features are
 stored flat (float_list / int64_list) and reshaped, `image` features are encoded PNG/JPEG bytes decoded
-and resized to `shape` ([H, W, C]) and scaled to [0, 1].
+and resized to `shape` ([H, W, C]) and scaled to [0, 1]. Every export also takes serialized tf.Examples
+(`serving_examples`) and parses them inside the model the same way.
 
 Several named inputs and heads: give features a `role` (input, target or weight). The inputs then stream as
 a dict by name (the model's input names), the targets as a dict by head when there are several, and a `weight`
@@ -25,6 +26,7 @@ from pathlib import Path
 from launcher.config.errors import ConfigError, Violation, raise_if_any
 from launcher.train.data import DataSource
 from launcher.train.data_checks import streamed_test_split
+from launcher.train.preprocessing import Encoded, Preprocessing
 
 METADATA = "dataset.json"
 ENCODINGS = ("raw", "image")
@@ -73,6 +75,7 @@ def load(cfg) -> DataSource:
         feature_names=tuple(inputs) if named else (),
         head_names=tuple(targets) if len(targets) > 1 else (),
         weighted=weight is not None,
+        preprocessing=_examples(features, inputs, named, val_files),
     )
 
 
@@ -195,31 +198,64 @@ def _parser(features: dict, inputs: list[str], targets: list[str], weight: str |
     import tensorflow as tf
 
     wanted = {name: features[name] for name in [*inputs, *targets, *([weight] if weight else [])]}
-    spec = {
-        name: tf.io.FixedLenFeature([], tf.string)
-        if f.get("encoding") == "image"
-        else tf.io.FixedLenFeature([math.prod(f["shape"])], tf.float32 if f["dtype"] == "float32" else tf.int64)
-        for name, f in wanted.items()
-    }
-
-    def decode(name, value):
-        f = wanted[name]
-        if f.get("encoding") == "image":
-            height, width, channels = f["shape"]
-            image = tf.io.decode_image(value, channels=channels, expand_animations=False)
-            return tf.image.resize(image, (height, width)) / 255.0
-        value = tf.reshape(value, f["shape"])
-        return value if f["dtype"] == "float32" else tf.cast(value, tf.int32)
+    spec = {name: _feature_spec(f) for name, f in wanted.items()}
 
     def parse(record):
         parsed = tf.io.parse_single_example(record, spec)
-        x = {n: decode(n, parsed[n]) for n in inputs} if named else decode(inputs[0], parsed[inputs[0]])
-        y = {n: decode(n, parsed[n]) for n in targets} if len(targets) > 1 else decode(targets[0], parsed[targets[0]])
+        decode = {n: _decode(wanted[n], parsed[n]) for n in parsed}
+        x = {n: decode[n] for n in inputs} if named else decode[inputs[0]]
+        y = {n: decode[n] for n in targets} if len(targets) > 1 else decode[targets[0]]
         if weight is None:
             return x, y
-        return x, y, tf.reshape(tf.cast(decode(weight, parsed[weight]), tf.float32), [])
+        return x, y, tf.reshape(tf.cast(decode[weight], tf.float32), [])
 
     return parse
+
+
+def _feature_spec(f: dict):
+    import tensorflow as tf
+
+    if f.get("encoding") == "image":
+        return tf.io.FixedLenFeature([], tf.string)
+    return tf.io.FixedLenFeature([math.prod(f["shape"])], tf.float32 if f["dtype"] == "float32" else tf.int64)
+
+
+def _decode(f: dict, value):
+    """A parsed feature as the model takes it: an image decoded, resized and scaled to [0, 1]; raw values reshaped
+    (int64 as int32)."""
+    import tensorflow as tf
+
+    if f.get("encoding") == "image":
+        height, width, channels = f["shape"]
+        image = tf.io.decode_image(value, channels=channels, expand_animations=False)
+        return tf.image.resize(image, (height, width)) / 255.0
+    value = tf.reshape(value, f["shape"])
+    return value if f["dtype"] == "float32" else tf.cast(value, tf.int32)
+
+
+def _examples(features: dict, inputs: list[str], named: bool, files: list[Path]) -> Preprocessing:
+    """The exports' second way in, `serving_examples(examples)`: serialized tf.Examples parsed and decoded inside
+    the model as training read them (only the inputs are read: a client's records need no target)."""
+    import tensorflow as tf
+
+    spec = {name: _feature_spec(features[name]) for name in inputs}
+    shapes = {
+        name: tf.TensorSpec(features[name]["shape"], tf.int32 if features[name]["dtype"] == "int64" else tf.float32)
+        for name in inputs
+    }
+
+    def decode(records) -> dict:
+        def one(record):
+            parsed = tf.io.parse_single_example(record, spec)
+            return {name: _decode(features[name], parsed[name]) for name in inputs}
+
+        decoded = tf.map_fn(one, records, fn_output_signature=shapes)
+        return decoded if named else {"inputs": decoded[inputs[0]]}
+
+    def records(count: int) -> list[bytes]:
+        return [r.numpy() for r in tf.data.TFRecordDataset([str(f) for f in files]).take(count)]
+
+    return Preprocessing(encoded=(Encoded("serving_examples", "examples", decode, records),))
 
 
 def _reader(files: list[str], parse, cfg):

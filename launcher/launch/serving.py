@@ -63,7 +63,7 @@ class ServedInputs:
         """What the model takes, from the endpoint's argument (one tensor, or a dict by input name)."""
         named = {INPUT_NAME: given} if self.form == "one" else dict(given)
         if self.preprocessing is not None:
-            named = self.preprocessing.apply(named)
+            named = self.preprocessing.prepare(named)
         if self.form == "one":
             return named[INPUT_NAME]
         return [named[name] for name in self.specs] if self.form == "tuple" else named

@@ -87,7 +87,7 @@ class DataSource:
         """The first `count` inputs of a split as the model takes them (preprocessed): an array, or the features'
         structure (a dict name -> array, a tuple of arrays) when they have one."""
         raw = self.first_raw(count, split)
-        if self.preprocessing is None:
+        if self.preprocessing is None or not self.preprocessing.changes_features:
             return raw
         return map_arrays(lambda t: np.asarray(t), self.prepared(raw))
 
@@ -104,8 +104,8 @@ class DataSource:
         if self.preprocessing is None:
             return features
         if isinstance(features, dict):
-            return self.preprocessing.apply(dict(features))
-        return self.preprocessing.apply({"inputs": features})["inputs"]
+            return self.preprocessing.prepare(dict(features))
+        return self.preprocessing.prepare({"inputs": features})["inputs"]
 
     def pipeline(
         self,
@@ -130,7 +130,7 @@ class DataSource:
         ds = ds.batch(batch, drop_remainder=drop_remainder)
         if skip:
             ds = ds.skip(skip)
-        if self.preprocessing is not None:
+        if self.preprocessing is not None and self.preprocessing.changes_features:
             ds = ds.map(lambda x, *rest: (self.prepared(x), *rest), num_parallel_calls=tf.data.AUTOTUNE)
         return ds.prefetch(tf.data.AUTOTUNE if self.prefetch < 0 else self.prefetch)
 

@@ -33,11 +33,20 @@ class Preprocessing:
     """Raw inputs by name -> the features the model trained on, by the same names. `raw` gives each raw input's
     dtype where it is not the feature's (uint8 pixels); `served` names the signature the MLflow model serves."""
 
-    apply: Callable[[dict], dict]  # raw inputs by name (batched tensors) -> features by name
+    apply: Callable[[dict], dict] | None = None  # raw inputs by name (batched) -> features by name; None: as they are
     raw: dict[str, str] = field(default_factory=dict)  # input name -> raw dtype (uint8); others as the feature
     encoded: tuple[Encoded, ...] = ()
     served: str = "serving_default"
     raw_examples: Callable[[int], dict[str, np.ndarray]] | None = None  # n examples in the raw form, by name
+
+    def prepare(self, raw: dict) -> dict:
+        """The features the model takes, from a batch of raw inputs by name."""
+        return raw if self.apply is None else self.apply(raw)
+
+    @property
+    def changes_features(self) -> bool:
+        """Whether a training batch needs it (an encoded way in alone changes nothing the pipeline feeds)."""
+        return self.apply is not None
 
     def encoded_by_signature(self, signature: str) -> Encoded | None:
         return next((e for e in self.encoded if e.signature == signature), None)

@@ -46,3 +46,35 @@ def test_an_image_folder_becomes_shards_decoded_and_resized_in_tf_data(tmp_path,
 def test_the_converter_refuses_a_missing_source_with_exit_2(tmp_path, capsys):
     assert main([str(tmp_path / "nothing.npz"), str(tmp_path / "out")]) == 2
     assert "an existing .npz file or a folder of class sub-folders" in capsys.readouterr().err
+
+
+def test_every_export_parses_serialized_examples_inside_the_model_as_training_read_them(tmp_path):
+    """`serving_examples(examples)` of an image-encoded shard: the same answer as `serving_default` on the
+    features the training pipeline decoded from the same records (`launcher.launch.serving`)."""
+    import keras
+    import tensorflow as tf
+    from PIL import Image
+
+    from launcher.launch.serving import export_saved_model, served_inputs
+    from launcher.train.tasks import Task
+
+    rng = np.random.default_rng(1)
+    for label in ("cats", "dogs"):
+        (tmp_path / "images" / label).mkdir(parents=True)
+        for i in range(6):
+            Image.fromarray(rng.integers(0, 255, size=(10, 12, 3), dtype=np.uint8)).save(
+                tmp_path / "images" / label / f"{i}.png"
+            )
+    main([str(tmp_path / "images"), str(tmp_path / "out"), "--shards", "2", "--image-size", "8", "8"])
+    source = DATASETS.get("tfrecord").load(config("dataset=tfrecord", f"dataset.train={tmp_path}/out/train-*").dataset)
+    inputs = keras.Input((8, 8, 3))
+    model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Flatten()(inputs)))
+    served = served_inputs(source, model)
+    export_saved_model(model, Task("classification", None), served, tmp_path / "saved_model")
+    loaded = tf.saved_model.load(str(tmp_path / "saved_model"))
+    records = served.example(source, 4, "serving_examples")["examples"]
+    from_records = loaded.signatures["serving_examples"](examples=tf.constant(records))
+    features = next(iter(source.pipeline("val", 4, False, None)))[0]
+    from_features = loaded.signatures["serving_default"](inputs=features)
+    np.testing.assert_allclose(from_records["probabilities"].numpy(), from_features["probabilities"].numpy(), atol=1e-6)
+    assert from_records["label"].shape == (len(records),) and len(records) >= 2
