@@ -37,3 +37,23 @@ def build_list(spec, units: int = 16):
     """The same model with its heads as a list (output names from the layers)."""
     model = build(spec, units)
     return keras.Model(model.input, [model.output["kind"], model.output["size"]])
+
+
+KINDS = ["low", "mid", "high"]
+
+
+def load_raw(n: int = 384, seed: int = 0):
+    """`load`'s data as a project holds it before its own preprocessing: `num` in raw units (x100 + 500), scaled
+    back by the loader's "preprocess" (run on every batch and exported inside the model); `kind`'s classes named."""
+    import tensorflow as tf
+
+    data = load(n, seed)
+    for split in ("train", "val"):
+        x = data[split][0]
+        data[split] = ({**x, "num": x["num"] * 100.0 + 500.0}, *data[split][1:])
+
+    @tf.function
+    def preprocess(x):
+        return {"num": (x["num"] - 500.0) / 100.0, "cat": x["cat"]}
+
+    return {**data, "preprocess": preprocess, "class_names": {"kind": KINDS}}

@@ -96,7 +96,7 @@ def image_files(root, classes: list[str]) -> list:
     ]
 
 
-def users(given, key: str) -> Preprocessing:
+def users(given) -> Preprocessing:
     """A loader's own preprocessing (a Keras layer, a `tf.function` or any callable of TensorFlow ops): called on
     the raw features (an array, or the dict of named ones) and returning the model's input in the same form."""
 

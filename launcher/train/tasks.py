@@ -378,12 +378,13 @@ def make_task(cfg, source=None, widths: dict[str, int] | None = None, training: 
     if not getattr(cfg, "heads", None):
         task = _name(cfg.name)
         weights = weights_of(cfg.class_weight, "task.class_weight", None)
-        return _task(task, cfg.loss, cfg.metrics, "task", "", cfg.pad_id, weights, class_names_of(source, None))
+        names = class_names_of(source, None, widths.get("", 0))
+        return _task(task, cfg.loss, cfg.metrics, "task", "", cfg.pad_id, weights, names)
     heads, loss_weights, trackers = {}, {}, {}
     for head, hc in cfg.heads.items():
         key = f"task.heads.{head}"
         weights = weights_of(hc.class_weight, f"{key}.class_weight", head)
-        names = class_names_of(source, head)
+        names = class_names_of(source, head, widths.get(head, 0))
         heads[head] = _task(_name(hc.name), hc.loss, hc.metrics, key, head, cfg.pad_id, weights, names)
         loss_weights[head] = float(hc.loss_weight)
         trackers[head] = (HeadLoss(name=f"{head}_loss"), HeadLoss(name=f"{head}_loss"))
@@ -395,12 +396,22 @@ def _name(name) -> str:
     return name.value if hasattr(name, "value") else str(name)
 
 
-def class_names_of(source, head: str | None) -> tuple[str, ...]:
-    """The data's class names for one head (`head` None: the one task), () when it names none."""
+def class_names_of(source, head: str | None, width: int = 0) -> tuple[str, ...]:
+    """The data's class names for one head (`head` None: the one task), () when it names none; a name per class
+    of the output's `width` units, or a ConfigError."""
     names = getattr(source, "class_names", ()) or ()
     if isinstance(names, dict):
-        return tuple(str(n) for n in names.get(head, ())) if head else ()
-    return tuple(str(n) for n in names) if head is None else ()
+        names = tuple(str(n) for n in names.get(head, ())) if head else ()
+    else:
+        names = tuple(str(n) for n in names) if head is None else ()
+    if names and width and len(names) != width:
+        raise ConfigError.single(
+            "dataset" + (f" class_names[{head!r}]" if head else " class_names"),
+            list(names),
+            f"a name for each of the output's {width} classes ({len(names)} given)",
+            f"give {width} names, in class id order",
+        )
+    return names
 
 
 def _task(task: str, loss: str, requested, key: str, head: str, pad_id: int, weights, classes=()) -> Task:

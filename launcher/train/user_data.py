@@ -7,8 +7,10 @@ The loader is called as `loader(**dataset.params)` and returns one of
     {"train": ds, "val": ds}                  unbatched tf.data.Dataset of (x, y) per split; an optional "test"
 where every (x, y) may be (x, y, sample_weight): x is an array, a tuple of arrays (one per model input) or a dict
 name -> array (the model's input names); y an array or a dict output name -> array (one per head); sample_weight
-one float >= 0 per example. Its labels are checked against the task afterwards (`launcher.train.labels`), like
-every dataset's.
+one float >= 0 per example. The dict forms may add "preprocess" (a Keras layer or tf.function from the raw
+features to the model's input, run on every batch and exported inside the model) and "class_names" (by class id,
+or a dict of them per head; served as the label). Its labels are checked against the task afterwards
+(`launcher.train.labels`), like every dataset's.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from launcher.config.errors import ConfigError, Violation, raise_if_any
 from launcher.config.imports import check_call, configured_path, import_component
 from launcher.train.data import DataSource, first_array, map_arrays, num_examples, split_arrays, take
 from launcher.train.data_checks import contract_problems, named_arrays, streamed_test_split, structure_problems
+from launcher.train.preprocessing import users
 
 RETURNS = (
     '(x, y) arrays, {"train": (x, y), "val": (x, y)} or {"train": ds, "val": ds} of tf.data (x, y); '
@@ -53,6 +56,7 @@ def load(cfg) -> DataSource:
         source = _from_splits(data["train"], data["val"], cfg, key, path)
         if data.get("test") is not None:
             _add_test(source, data["test"], key, path)
+        _add_served(source, data, key, path)
         return source
     raise ConfigError.single(
         key,
@@ -123,6 +127,54 @@ def _add_test(source: DataSource, test, key: str, path: str) -> None:
     _check_pair(x, y, key, path, "its test split")
     source.test = (x.astype("float32") if source.kind != "tokens" else x, y)
     source.num_test = len(x)
+
+
+def _add_served(source: DataSource, data: dict, key: str, path: str) -> None:
+    """The loader's "preprocess" (raw features -> the model's input: run on every batch and exported inside the
+    model) and "class_names" (by class id; a dict of them per head), checked by a call on the first examples."""
+    given, names = data.get("preprocess"), data.get("class_names")
+    if given is not None:
+        if not callable(given):
+            raise ConfigError.single(
+                key,
+                path,
+                f'a "preprocess" entry that is a Keras layer or a tf.function (got {type(given).__name__})',
+                'return {"train": ..., "val": ..., "preprocess": keras.layers.Normalization(...)} (adapted)',
+            )
+        source.preprocessing = users(given)
+        try:
+            prepared = source.first_inputs(2, "train")
+        except Exception as err:
+            raise ConfigError.single(
+                key,
+                path,
+                f'a "preprocess" that takes the raw features ({type(err).__name__}: {str(err)[:300]})',
+                "call it on your loader's x in Python to see the traceback; it gets a batch (an array or the dict)",
+            ) from None
+        if not isinstance(prepared, dict | tuple):
+            source.input_shape = tuple(np.asarray(prepared).shape[1:])
+    if names is not None:
+        source.class_names = _class_names(names, key, path)
+
+
+def _class_names(names, key: str, path: str):
+    """A list of names by class id, or a dict head -> list; each a non-empty list of distinct strings."""
+    lists = names if isinstance(names, dict) else {"": names}
+    bad = [
+        head or "class_names"
+        for head, listed in lists.items()
+        if not (isinstance(listed, list | tuple) and listed and len(set(map(str, listed))) == len(listed))
+    ]
+    if bad:
+        raise ConfigError.single(
+            key,
+            path,
+            f'"class_names": distinct names by class id (a list; per head a dict of lists); {bad} are not',
+            '"class_names": ["cat", "dog"] (class 0, class 1)',
+        )
+    if isinstance(names, dict):
+        return {str(head): tuple(str(n) for n in listed) for head, listed in names.items()}
+    return tuple(str(n) for n in names)
 
 
 def _split_whole(data: tuple, cfg, key: str, path: str) -> DataSource:

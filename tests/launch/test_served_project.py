@@ -1,0 +1,62 @@
+"""A user's project that hands its own preprocessing and class names to the launcher (`launcher.train.user_data`):
+training reads the raw features through it, and the exports take the raw features and answer `kind` by name."""
+
+from __future__ import annotations
+
+import heads_parts
+import numpy as np
+import pytest
+from support.config import TINY, compose
+from support.tracking import store
+
+HEADS = "+task.heads={kind: {name: classification, metrics: [accuracy]}, size: {name: regression, loss_weight: 0.5}}"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from launcher.launch.training import execute
+
+    folder = tmp_path_factory.mktemp("project")
+    given = [
+        *[o for o in TINY if not o.startswith("model.")],
+        "model=custom",
+        "model.builder=heads_parts:build",
+        "dataset=custom",
+        "dataset.loader=heads_parts:load_raw",
+        HEADS,
+        "precision=fp32",
+        "checkpoint.enabled=false",
+        f"tracking.uri={store(folder / 'mlflow.db')}",
+        "export.formats=[keras,saved_model]",
+    ]
+    outcome = execute(compose(*given), folder / "run", folder)
+    assert outcome.error is None, outcome.error
+    return outcome, folder
+
+
+@pytest.mark.slow  # a short training in this process
+def test_the_exports_take_raw_features_and_answer_as_the_model_on_the_preprocessed_ones(trained):
+    import mlflow.pyfunc
+    import tensorflow as tf
+
+    outcome, folder = trained
+    raw = heads_parts.load_raw()["val"][0]
+    scaled = heads_parts.load()["val"][0]  # what the model trained on
+    served = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_default"]
+    answer = served(**{name: tf.constant(value) for name, value in raw.items()})
+    want = tf.nn.softmax(outcome.model(scaled, training=False)["kind"]).numpy()
+    np.testing.assert_allclose(answer["kind_probabilities"].numpy(), want, atol=1e-5)
+    labels = [name.decode() for name in answer["kind_label"].numpy()]
+    assert labels == [heads_parts.KINDS[i] for i in want.argmax(-1)]
+    assert answer["kind_label_id"].numpy().tolist() == want.argmax(-1).tolist()
+    mlflow_answer = mlflow.pyfunc.load_model(str(folder / "run" / "mlflow_model")).predict(raw)
+    assert list(mlflow_answer["kind_label"]) == labels
+
+
+def test_class_names_that_do_not_match_the_output_are_refused_naming_the_head(tmp_path):
+    from launcher.config.errors import ConfigError
+    from launcher.train.tasks import class_names_of
+
+    source = type("Source", (), {"class_names": {"kind": ("low", "high")}})()
+    with pytest.raises(ConfigError, match=r"dataset class_names\['kind'\].*a name for each of the output's 3 classes"):
+        class_names_of(source, "kind", 3)
