@@ -2,6 +2,7 @@
 
 Modules:
     callback: the sweep's parent MLflow run: opened before the first job, summarised after the last
+    champion: the registry after a sweep: the `champion` alias goes to the best trial's version if it beats the holder
     job: one sweep job: a fresh `python -m launcher` process, recorded as a child run
     search: the launcher's hyper-parameter search: a Hydra sweeper on Optuna
     space: a search space over any config key: parsed, checked, sampled by an Optuna trial

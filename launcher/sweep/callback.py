@@ -18,6 +18,7 @@ from launcher import forkserver
 from launcher.config.tasks import objective
 from launcher.console import quiet_tracking_logs
 from launcher.files import STOP_FILE, SWEEP_FILE, read_json, write_json_atomic
+from launcher.sweep.champion import crown, goal_of
 from launcher.sweep.job import stopped_by, swept_keys
 from launcher.sweep.space import flatten
 from launcher.sweep.summary import summarise
@@ -99,6 +100,8 @@ class SweepCallback(Callback):
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
         stop = stopped_by(sweep_dir)
         if state.get("parent_run_id"):
+            # The registry first, while the parent still runs: its decision is tagged before the summary ends it.
+            champion = crown(state["uri"], state["parent_run_id"], goal_of(config))
             direction = config.hydra.sweeper.get("direction")
             summarise(
                 state["uri"],
@@ -109,6 +112,8 @@ class SweepCallback(Callback):
                 direction if isinstance(direction, str) else None,
                 stopped_by=stop,
             )
+            if champion:
+                print(champion, flush=True)
         if stop:
             print(
                 f"sweep.fail_fast=true: the sweep stopped at {stop['job']} (exit {stop['exit_code']}, see "

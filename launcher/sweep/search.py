@@ -53,7 +53,7 @@ from launcher.sweep.space import (
     space_problems,
     suggest,
 )
-from launcher.sweep.summary import minimises
+from launcher.sweep.summary import sweep_goal
 
 SEARCH_DIR = "search"  # in the sweep's summary dir: the study's own artifacts
 
@@ -103,18 +103,11 @@ class Search(Sweeper):
 
     @property
     def objectives(self) -> list[str]:
-        given = self.objectives_given
-        if given is None or given == []:
-            return [objective(self.config)]
-        return [str(given)] if isinstance(given, str) else [str(o) for o in given]
+        return sweep_goal(self.objectives_given, self.direction, objective(self.config))[0]
 
     @property
     def directions(self) -> list[str]:
-        given = self.direction
-        if given is None:
-            return ["minimize" if minimises(o) else "maximize" for o in self.objectives]
-        listed = [str(given)] if isinstance(given, str) else [str(d) for d in given]
-        return listed * len(self.objectives) if len(listed) == 1 else listed
+        return sweep_goal(self.objectives_given, self.direction, objective(self.config))[1]
 
     def plan(self, arguments: list[str]) -> tuple[list[str], list[Dimension], list[Violation]]:
         """The fixed overrides, the space (YAML params, then sweep syntax from the command line, a fixed value on

@@ -114,6 +114,21 @@ def minimises(objective: str, direction: str | None = None) -> bool:
     return any(word in objective for word in ("loss", "error", "perplexity"))
 
 
+def sweep_goal(objectives, direction, default: str) -> tuple[list[str], list[str]]:
+    """What a sweep's best is chosen by: an Optuna search's `hydra.sweeper.objectives` (one name or a list; null:
+    `default`, the config's objective) and their directions (`hydra.sweeper.direction`: one for all, one per
+    objective, or null: by each metric's name). A plain multirun has neither: the config's objective, by its name."""
+    listed = (
+        [default]
+        if objectives in (None, [])
+        else [str(o) for o in ([objectives] if isinstance(objectives, str) else objectives)]
+    )
+    if direction is None:
+        return listed, ["minimize" if minimises(o) else "maximize" for o in listed]
+    given = [str(direction)] if isinstance(direction, str) else [str(d) for d in direction]
+    return listed, given * len(listed) if len(given) == 1 else given
+
+
 def is_pruned(run) -> bool:
     """A search's trial its pruner stopped: FINISHED, but its final metrics are from an early epoch."""
     return run.data.tags.get("pruned") == "true"

@@ -116,6 +116,9 @@ NAMES = [
 ]
 
 
+REGISTERED = "sweep-e2e-digits"  # the server's registry is shared by the suite: a name of this module's own
+
+
 @pytest.fixture(scope="module")
 def server_sweep(tmp_path_factory, shared_mlflow_server):
     """A 2x2 sweep logged to a real `mlflow server` on 127.0.0.1 (the suite's shared one: the sweep's experiment,
@@ -128,6 +131,7 @@ def server_sweep(tmp_path_factory, shared_mlflow_server):
         "strategy=default,mirrored",
         "tracking.system_metrics_interval=0.2",
         "+tracking.tags.team=vision",
+        f"tracking.register_model={REGISTERED}",
         uri=url,
     )
     return folder, url, done
@@ -158,6 +162,13 @@ def test_sweep_against_a_real_tracking_server(server_sweep):
     assert prediction.shape == (3, 10) and np.isfinite(prediction).all()
     log = (tmp_path / "sweep" / "0" / "job.log").read_text()
     assert f"{url}/#/experiments/{kids[0].info.experiment_id}/runs/" in log  # the console shows the run's URL
+    # tracking.register_model: each job registered a version; the best job's holds the `champion` alias
+    # (launcher.sweep.champion), and the parent run and the console say so.
+    assert {v.run_id for v in client.search_model_versions(f"name='{REGISTERED}'")} == {k.info.run_id for k in kids}
+    champion = client.get_model_version_by_alias(REGISTERED, "champion")
+    assert champion.run_id == parent.data.tags["sweep.best_run_id"]
+    assert parent.data.tags["registry.champion"] == f"{REGISTERED} v{champion.version}"
+    assert f"Registry: {REGISTERED}@champion -> v{champion.version}: " in done.stdout
 
 
 def printed_links(console: str) -> dict[str, str]:

@@ -28,6 +28,7 @@ ALLOWED = {
 }
 TF_FREE_MODULES = [
     "launcher.sweep.callback",
+    "launcher.sweep.champion",
     "launcher.sweep.job",
     "launcher.sweep.summary",
     "launcher.sweep.search",
