@@ -158,8 +158,9 @@ def test_sweep_against_a_real_tracking_server(server_sweep):
     mlflow.set_tracking_uri(url)
     model = mlflow.pyfunc.load_model(f"runs:/{kids[0].info.run_id}/mlflow_model")
     assert [str(s.shape) for s in model.metadata.signature.inputs.inputs] == ["(-1, 8, 8, 1)"]
-    prediction = np.asarray(model.predict(np.zeros((3, 8, 8, 1), "float32")))
-    assert prediction.shape == (3, 10) and np.isfinite(prediction).all()
+    prediction = model.predict(np.zeros((3, 8, 8, 1), "float32"))  # the task's served form
+    assert prediction["probabilities"].shape == (3, 10) and np.isfinite(prediction["probabilities"]).all()
+    assert prediction["label"].shape == (3,)
     log = (tmp_path / "sweep" / "0" / "job.log").read_text()
     assert f"{url}/#/experiments/{kids[0].info.experiment_id}/runs/" in log  # the console shows the run's URL
     # tracking.register_model: each job registered a version; the best job's holds the `champion` alias
