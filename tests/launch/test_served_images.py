@@ -130,3 +130,28 @@ def test_tflite_takes_uint8_pixels(trained):
         inputs=tf.constant(pixels)
     )
     np.testing.assert_allclose(lite["probabilities"], saved["probabilities"].numpy(), atol=1e-5)
+
+
+@pytest.mark.slow  # a real server: ~10 s to start
+def test_mlflow_models_serve_takes_jpeg_bytes_and_refuses_one_that_is_not_an_image_with_400(trained, tmp_path):
+    import base64
+    import json
+
+    import tensorflow as tf
+    from support.serving import invoke, mlflow_server
+
+    _, folder = trained
+    encoded = [path.read_bytes() for path in sorted((folder / "images" / "cats").iterdir())[:4]]
+    sent = [[base64.b64encode(data).decode()] for data in encoded]
+    with mlflow_server(str(folder / "run" / "mlflow_model"), store(folder / "mlflow.db"), tmp_path / "log") as port:
+        answered = json.loads(invoke(port, {"dataframe_split": {"columns": ["images"], "data": sent}}).read())
+        bad = [[base64.b64encode(b"not an image").decode()]]
+        refused = invoke(port, {"dataframe_split": {"columns": ["images"], "data": bad}})
+        refusal = (refused.status, json.loads(refused.read())["message"])
+    want = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_images"](
+        images=tf.constant(encoded)
+    )
+    predictions = answered["predictions"]
+    np.testing.assert_array_equal(np.array(predictions["probabilities"], "float32"), want["probabilities"].numpy())
+    assert predictions["label"] == [name.decode() for name in want["label"].numpy()]
+    assert refusal[0] == 400 and "the model could not read the request" in refusal[1]

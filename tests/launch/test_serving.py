@@ -4,19 +4,16 @@ launcher, and the MLflow model answers the same predictions from a real `mlflow 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
 import warm
 from support.config import TINY
-from support.tracking import free_port, runs_in
+from support.serving import invoke, mlflow_server
+from support.tracking import runs_in
 
 # Loaded the way a serving stack loads them: TensorFlow alone, the launcher never imported.
 CONSUMER = textwrap.dedent(
@@ -96,42 +93,9 @@ def test_mlflow_models_serve_answers_as_the_savedmodel_and_refuses_bad_requests_
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
     logged = {a.path for a in client.list_artifacts(run.info.run_id, "model")}
     assert {"model/model.keras", "model/model.tflite", "model/saved_model"} <= logged
-    port = free_port()
-    log = open(tmp_path / "serve.log", "w")  # noqa: SIM115  (closed below)
-    server = subprocess.Popen(
-        [
-            str(Path(sys.executable).with_name("mlflow")),
-            "models",
-            "serve",
-            "-m",
-            f"runs:/{run.info.run_id}/mlflow_model",
-            "--env-manager",
-            "local",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        # As from an activated environment: the scoring server is started as `uvicorn` from PATH.
-        env={
-            **os.environ,
-            "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        },
-    )
-    try:
-        deadline = time.time() + 180
-        while True:
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2).status == 200:
-                    break
-            except OSError:
-                pass
-            assert server.poll() is None and time.time() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
-            time.sleep(1)
+    with mlflow_server(
+        f"runs:/{run.info.run_id}/mlflow_model", f"sqlite:///{folder / 'mlflow.db'}", tmp_path / "serve.log"
+    ) as port:
         x = np.load(folder / "run" / "inputs.npy")
         answered = json.loads(invoke(port, {"inputs": x.tolist()}).read())["predictions"]
         refusals = {
@@ -142,10 +106,6 @@ def test_mlflow_models_serve_answers_as_the_savedmodel_and_refuses_bad_requests_
                 "dtype": {"inputs": [[["a"] * 8] * 8]},
             }.items()
         }
-    finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
-        log.close()
     import tensorflow as tf
 
     served = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_default"]
@@ -159,21 +119,6 @@ def test_mlflow_models_serve_answers_as_the_savedmodel_and_refuses_bad_requests_
     assert "expects a single n-dimensional array" in said["names"]
     assert "could not convert string to float: 'a'" in said["dtype"]
     assert "━━" not in (tmp_path / "serve.log").read_text()  # no Keras progress bar per request
-
-
-def invoke(port: int, body: dict):
-    """POST `body` to the server's /invocations; the response, a refusal (HTTP 4xx) included."""
-    import urllib.error
-
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/invocations",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        return urllib.request.urlopen(request, timeout=60)
-    except urllib.error.HTTPError as refused:
-        return refused
 
 
 def test_export_formats_are_checked_and_keras_is_always_among_them():
