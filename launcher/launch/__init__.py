@@ -6,6 +6,10 @@ and its MLflow run), which a later launch may resume. `shell` is the one shell e
 
 Modules:
     agree: multi-worker agreement: the same Plan before tracking, the same weights after training
+    batch_files: `mode=predict eval.input=`: a folder of images or TFRecord files, a chunk at a time
+    batch_inputs: `mode=predict eval.input=`: a CSV or Parquet table, checked against the served inputs, in chunks
+    batch_outputs: `mode=predict eval.input=`: predictions written a chunk at a time (Parquet, CSV) or npz
+    batch_predict: `mode=predict eval.input=`: a file or folder through the run's SavedModel, in bounded memory
     building: the build step: model, optimizer, metrics in the strategy scope; init_from, freeze
     checkpoint_policy: when to save: the checkpoint save rule as pure arithmetic on the position
     checkpointer: checkpoints a run can bet on: exact resume, keep-N, best model, verified restores

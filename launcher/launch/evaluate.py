@@ -97,15 +97,23 @@ class Evaluation:
         )
         self.model_path = self._model_path(problems)
         split = config.eval.split.value
-        if split == "test":
+        if config.eval.input:  # a file or folder instead of a split (batch_predict)
+            from launcher.launch.batch_predict import problems as batch_problems
+
+            problems.extend(batch_problems(config.eval, self.launch_dir, self.mode))
+            split = "input"
+        elif split == "test":
             problems.extend(self._test_split_problems())
         raise_if_any(problems)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        print(
-            f"{self.mode}: {self.model_path} on the {split} split of {config.dataset.name} "
-            f"({self.source.size(split)} examples)",
-            flush=True,
-        )
+        if split == "input":
+            print(f"{self.mode}: {self.model_path} on {config.eval.input}", flush=True)
+        else:
+            print(
+                f"{self.mode}: {self.model_path} on the {split} split of {config.dataset.name} "
+                f"({self.source.size(split)} examples)",
+                flush=True,
+            )
         if self.mode == "eval":
             metrics, files = self._evaluate(split), []
         else:
@@ -210,6 +218,16 @@ class Evaluation:
         return make_task(self.config.task, self.source, widths, training=False)
 
     def _predict(self, split: str) -> tuple[dict[str, float], list[Path]]:
+        if split == "input":  # eval.input: streamed through the run's SavedModel, chunk by chunk
+            from launcher.launch.batch_predict import predict_input
+
+            def model_and_task():  # only when the SavedModel must be exported first
+                model = self._load(in_scope=False)
+                return model, self._task(model)
+
+            return predict_input(
+                self.config.eval, self.train_dir, self.run_dir, self.launch_dir, model_and_task, self.source
+            )
         model = self._load(in_scope=False)  # on this process: no collective for every worker to join
         task = self._task(model)
         ds = self.source.pipeline(split, self.plan.batch.global_batch, False, None)
