@@ -50,7 +50,7 @@ def trained(tmp_path_factory):
     ]
     outcome = execute(compose(*given), folder / "run", folder)
     assert outcome.error is None, outcome.error
-    return outcome, folder
+    return outcome, folder, given
 
 
 def jpeg(pixels: np.ndarray) -> bytes:
@@ -65,7 +65,7 @@ def jpeg(pixels: np.ndarray) -> bytes:
 def test_encoded_images_and_pixels_get_the_answer_training_gives_and_the_class_by_name(trained):
     import tensorflow as tf
 
-    outcome, folder = trained
+    outcome, folder, _ = trained
     files = sorted((folder / "images" / "owls").iterdir())[:4]
     encoded = [path.read_bytes() for path in files]
     loaded = tf.saved_model.load(str(folder / "run" / "saved_model"))
@@ -88,7 +88,7 @@ def test_encoded_images_and_pixels_get_the_answer_training_gives_and_the_class_b
 def test_an_image_of_another_size_is_resized_inside_the_model(trained):
     import tensorflow as tf
 
-    _, folder = trained
+    _, folder, _ = trained
     big = np.zeros((40, 48, 3), "uint8")
     big[..., 2] = 230  # an owl's colour
     served = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_images"]
@@ -104,7 +104,7 @@ def test_the_mlflow_model_takes_image_bytes_and_answers_as_the_savedmodel(traine
     from mlflow.exceptions import MlflowException
     from mlflow.models import Model
 
-    _, folder = trained
+    _, folder, _ = trained
     directory = folder / "run" / "mlflow_model"
     assert Model.load(str(directory)).signature.inputs.input_names() == ["images"]
     encoded = [path.read_bytes() for path in sorted((folder / "images" / "dogs").iterdir())[:3]]
@@ -122,7 +122,7 @@ def test_the_mlflow_model_takes_image_bytes_and_answers_as_the_savedmodel(traine
 def test_tflite_takes_uint8_pixels(trained):
     import tensorflow as tf
 
-    _, folder = trained
+    _, folder, _ = trained
     runner = tf.lite.Interpreter(model_path=str(folder / "run" / "model.tflite")).get_signature_runner()
     pixels = np.full((2, 8, 8, 3), 200, "uint8")
     lite = runner(inputs=pixels)
@@ -133,14 +133,21 @@ def test_tflite_takes_uint8_pixels(trained):
 
 
 @pytest.mark.slow  # a real server: ~10 s to start
-def test_mlflow_models_serve_takes_jpeg_bytes_and_refuses_one_that_is_not_an_image_with_400(trained, tmp_path):
+def test_mlflow_models_serve_and_predict_take_jpeg_bytes_alike_and_a_file_that_is_not_an_image_gets_400(
+    trained, tmp_path
+):
+    """A real `mlflow models serve` fed base64 JPEG/PNG bytes, `serving_images` and `mode=predict` on the folder
+    of the same files give one answer to the bit (TFLite takes pixels: `test_tflite_takes_uint8_pixels`)."""
     import base64
     import json
 
+    import pyarrow.parquet as pq
     import tensorflow as tf
     from support.serving import invoke, mlflow_server
 
-    _, folder = trained
+    from launcher.launch.evaluate import Evaluation
+
+    _, folder, given = trained
     encoded = [path.read_bytes() for path in sorted((folder / "images" / "cats").iterdir())[:4]]
     sent = [[base64.b64encode(data).decode()] for data in encoded]
     with mlflow_server(str(folder / "run" / "mlflow_model"), store(folder / "mlflow.db"), tmp_path / "log") as port:
@@ -155,3 +162,10 @@ def test_mlflow_models_serve_takes_jpeg_bytes_and_refuses_one_that_is_not_an_ima
     np.testing.assert_array_equal(np.array(predictions["probabilities"], "float32"), want["probabilities"].numpy())
     assert predictions["label"] == [name.decode() for name in want["label"].numpy()]
     assert refusal[0] == 400 and "the model could not read the request" in refusal[1]
+    node = compose(*given, "mode=predict", f"eval.run={folder / 'run'}", f"eval.input={folder / 'images' / 'cats'}")
+    Evaluation(node, folder / "run", tmp_path / "predict", folder, "predict").execute()
+    table = pq.read_table(tmp_path / "predict" / "predictions.parquet").slice(0, len(encoded))
+    assert table.column("file").to_pylist() == [p.name for p in sorted((folder / "images" / "cats").iterdir())[:4]]
+    by_predict = np.stack(table.column("probabilities").to_numpy(zero_copy_only=False))
+    np.testing.assert_array_equal(by_predict, want["probabilities"].numpy())
+    assert table.column("label").to_pylist() == predictions["label"]

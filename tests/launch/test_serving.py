@@ -80,14 +80,43 @@ def test_savedmodel_and_tflite_answer_like_the_keras_model_without_the_launcher(
     assert got["saved_label"] == keras_probabilities.argmax(axis=-1).tolist()
     # TFLite runs its float32 twin: within float16's rounding of the trained model's activations.
     np.testing.assert_allclose(got["tflite_probabilities"], keras_probabilities, atol=2e-3)
-    [run] = runs_in(folder / "mlflow.db")
+    [run] = [r for r in runs_in(folder / "mlflow.db") if r.data.tags.get("launcher.mode") != "predict"]
     assert run.data.tags["export.tflite"].startswith("TFLite vs SavedModel on 8 examples: label 100% equal")
 
 
 @pytest.mark.xdist_group("shipped")
-def test_mlflow_models_serve_answers_as_the_savedmodel_and_refuses_bad_requests_with_400(shipped, tmp_path):
+def test_four_artifacts_give_one_answer_on_the_same_raw_inputs_and_a_bad_request_gets_400(shipped, tmp_path):
+    """`mlflow models serve` (a real server), the SavedModel in a bare process, TFLite and `mode=predict` on a CSV
+    of the same 16 digits: the first three and predict to the bit, TFLite within its float32 twin's rounding."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
     folder, _ = shipped
-    [run] = runs_in(folder / "mlflow.db")
+    x = np.load(folder / "run" / "inputs.npy")
+    flat = x.reshape(len(x), -1)
+    pcsv.write_csv(pa.table({f"inputs_{j}": flat[:, j] for j in range(flat.shape[1])}), tmp_path / "digits.csv")
+    predicted = warm.run(
+        [
+            sys.executable,
+            "-m",
+            "launcher",
+            f"hydra.run.dir={tmp_path}/predict",
+            f"tracking.uri=sqlite:///{folder / 'mlflow.db'}",
+            "mode=predict",
+            f"eval.run={folder / 'run'}",
+            f"eval.input={tmp_path / 'digits.csv'}",
+        ],
+        timeout=300,
+    )
+    assert predicted.returncode == 0, predicted.stderr[-3000:]
+    table = pq.read_table(tmp_path / "predict" / "predictions.parquet")
+    bare = subprocess.run(
+        [sys.executable, "-c", CONSUMER, str(folder / "run")], capture_output=True, text=True, timeout=300
+    )
+    assert bare.returncode == 0, bare.stderr[-3000:]
+    consumer = json.loads(bare.stdout.strip().splitlines()[-1])
+    [run] = [r for r in runs_in(folder / "mlflow.db") if r.data.tags.get("launcher.mode") != "predict"]
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
@@ -96,7 +125,6 @@ def test_mlflow_models_serve_answers_as_the_savedmodel_and_refuses_bad_requests_
     with mlflow_server(
         f"runs:/{run.info.run_id}/mlflow_model", f"sqlite:///{folder / 'mlflow.db'}", tmp_path / "serve.log"
     ) as port:
-        x = np.load(folder / "run" / "inputs.npy")
         answered = json.loads(invoke(port, {"inputs": x.tolist()}).read())["predictions"]
         refusals = {
             why: invoke(port, body)
@@ -113,6 +141,13 @@ def test_mlflow_models_serve_answers_as_the_savedmodel_and_refuses_bad_requests_
     assert set(answered) == {"probabilities", "label"}  # the task's served form, not logits
     np.testing.assert_array_equal(np.array(answered["probabilities"], "float32"), want["probabilities"])
     assert answered["label"] == want["label"].tolist()
+    bare_savedmodel = np.array(consumer["saved_probabilities"], "float32")
+    np.testing.assert_array_equal(bare_savedmodel, want["probabilities"])
+    assert consumer["saved_label"] == answered["label"]
+    by_predict = np.stack(table.column("probabilities").to_numpy(zero_copy_only=False))
+    np.testing.assert_array_equal(by_predict, want["probabilities"])
+    assert table.column("label").to_pylist() == answered["label"]
+    np.testing.assert_allclose(consumer["tflite_probabilities"], want["probabilities"], atol=2e-3)
     assert all(refused.status == 400 for refused in refusals.values()), {k: v.status for k, v in refusals.items()}
     said = {why: json.loads(refused.read())["message"] for why, refused in refusals.items()}
     assert "(16, 4, 8, 1) does not match expected shape (-1, 8, 8, 1)" in said["shape"]
