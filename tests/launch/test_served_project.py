@@ -31,7 +31,7 @@ def trained(tmp_path_factory):
     ]
     outcome = execute(compose(*given), folder / "run", folder)
     assert outcome.error is None, outcome.error
-    return outcome, folder
+    return outcome, folder, given
 
 
 @pytest.mark.slow  # a short training in this process
@@ -39,7 +39,7 @@ def test_the_exports_take_raw_features_and_answer_as_the_model_on_the_preprocess
     import mlflow.pyfunc
     import tensorflow as tf
 
-    outcome, folder = trained
+    outcome, folder, _ = trained
     raw = heads_parts.load_raw()["val"][0]
     scaled = heads_parts.load()["val"][0]  # what the model trained on
     served = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_default"]
@@ -60,3 +60,35 @@ def test_class_names_that_do_not_match_the_output_are_refused_naming_the_head(tm
     source = type("Source", (), {"class_names": {"kind": ("low", "high")}})()
     with pytest.raises(ConfigError, match=r"dataset class_names\['kind'\].*a name for each of the output's 3 classes"):
         class_names_of(source, "kind", 3)
+
+
+@pytest.mark.slow  # a real server: ~10 s to start
+def test_serve_savedmodel_and_predict_give_one_answer_on_the_project_s_raw_features(trained, tmp_path):
+    """`mlflow models serve`, the SavedModel and `mode=predict` on a CSV of the same raw rows, to the bit."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+    import tensorflow as tf
+    from support.serving import invoke, mlflow_server
+
+    from launcher.launch.evaluate import Evaluation
+
+    _, folder, given = trained
+    raw = {name: value[:12] for name, value in heads_parts.load_raw()["val"][0].items()}
+    columns = {f"{name}_{j}": value[:, j] for name, value in raw.items() for j in range(value.shape[1])}
+    pcsv.write_csv(pa.table(columns), tmp_path / "rows.csv")
+    with mlflow_server(str(folder / "run" / "mlflow_model"), store(folder / "mlflow.db"), tmp_path / "log") as port:
+        body = {"inputs": {name: value.tolist() for name, value in raw.items()}}
+        served = json.loads(invoke(port, body).read())["predictions"]
+    node = compose(*given, "mode=predict", f"eval.run={folder / 'run'}", f"eval.input={tmp_path / 'rows.csv'}")
+    Evaluation(node, folder / "run", tmp_path / "predict", folder, "predict").execute()
+    table = pq.read_table(tmp_path / "predict" / "predictions.parquet")
+    signature = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_default"]
+    want = {key: value.numpy() for key, value in signature(**{n: tf.constant(v) for n, v in raw.items()}).items()}
+    names = [name.decode() for name in want["kind_label"]]
+    assert served["kind_label"] == names and table.column("kind_label").to_pylist() == names
+    for key in ("kind_probabilities", "size_values"):
+        np.testing.assert_array_equal(np.array(served[key], "float32"), want[key])
+        np.testing.assert_array_equal(np.stack(table.column(key).to_numpy(zero_copy_only=False)), want[key])
