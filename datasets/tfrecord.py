@@ -53,7 +53,7 @@ def load(cfg) -> DataSource:
             "dataset.num_classes=10",
         )
     kind = metadata.get("kind") or (
-        "image" if len(x_spec["shape"]) == 3 else "tokens" if x_spec["dtype"] == "int64" else "tabular"
+        "image" if len(x_spec["shape"]) == 3 else "tokens" if x_spec.get("dtype") == "int64" else "tabular"
     )
     named = _has_roles(features)
     parse = _parser(features, inputs, targets, weight, named)
@@ -217,7 +217,12 @@ def _feature_spec(f: dict):
 
     if f.get("encoding") == "image":
         return tf.io.FixedLenFeature([], tf.string)
-    return tf.io.FixedLenFeature([math.prod(f["shape"])], tf.float32 if f["dtype"] == "float32" else tf.int64)
+    return tf.io.FixedLenFeature([math.prod(f["shape"])], tf.int64 if _is_ids(f) else tf.float32)
+
+
+def _is_ids(f: dict) -> bool:
+    """A raw int64 feature, read as int32 ids (an image is decoded to floats whatever its dtype says)."""
+    return f.get("encoding") != "image" and f.get("dtype", "float32") == "int64"
 
 
 def _decode(f: dict, value):
@@ -230,7 +235,7 @@ def _decode(f: dict, value):
         image = tf.io.decode_image(value, channels=channels, expand_animations=False)
         return tf.image.resize(image, (height, width)) / 255.0
     value = tf.reshape(value, f["shape"])
-    return value if f["dtype"] == "float32" else tf.cast(value, tf.int32)
+    return tf.cast(value, tf.int32) if _is_ids(f) else value
 
 
 def _examples(features: dict, inputs: list[str], named: bool, files: list[Path]) -> Preprocessing:
@@ -240,7 +245,7 @@ def _examples(features: dict, inputs: list[str], named: bool, files: list[Path])
 
     spec = {name: _feature_spec(features[name]) for name in inputs}
     shapes = {
-        name: tf.TensorSpec(features[name]["shape"], tf.int32 if features[name]["dtype"] == "int64" else tf.float32)
+        name: tf.TensorSpec(features[name]["shape"], tf.int32 if _is_ids(features[name]) else tf.float32)
         for name in inputs
     }
 

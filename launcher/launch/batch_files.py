@@ -81,6 +81,14 @@ def _image_spec(folder: Path, specs: dict[str, Spec]) -> Spec:
             f"[height, width, 1|3|4], and it has no {IMAGES} signature (image files' bytes)",
             "give the features as a .csv or .parquet table, or train on an image folder (dataset=image_folder)",
         )
+    if spec.dtype != np.uint8:  # float pixels: scaled to [0, 1]? to [-1, 1]? A guess would be a silent wrong answer
+        raise bad_input(
+            folder,
+            f"a SavedModel that takes image files ({IMAGES}) or uint8 pixels; its serving_default takes "
+            f"{spec.name}: {spec.describe()}, pixels on a scale only its data pipeline knew",
+            "predict a table of the pixels as the model takes them (.parquet), or train with dataset=image_folder "
+            "(its exports take image files)",
+        )
     return spec
 
 

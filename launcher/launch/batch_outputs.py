@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from launcher.config.errors import Violation
+from launcher.config.errors import ConfigError, Violation
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".npz": "npz"}
 BATCH_DEFAULT = "predictions.parquet"  # eval.output for a batch input when eval.output is left at its default
@@ -81,6 +81,13 @@ class Writer:
         self._gathered: list[tuple[pa.Array, dict]] = []
 
     def write(self, ids: pa.Array, outputs: dict[str, np.ndarray]) -> None:
+        if self.id_name in outputs:
+            raise ConfigError.single(
+                "eval.ids",
+                self.id_name,
+                f"an id column named unlike the model's answers {sorted(outputs)} (it would be overwritten)",
+                "name the id column otherwise in the input (eval.ids=<that column>)",
+            )
         if self.format == "npz":
             self._gathered.append((ids, {key: np.asarray(v) for key, v in outputs.items()}))
         else:

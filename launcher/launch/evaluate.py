@@ -215,7 +215,10 @@ class Evaluation:
         widths = model_heads(model, self.source)
         if not self.config.task.heads:
             return make_task(self.config.task, self.source, {"": next(iter(widths.values()), 0)}, training=False)
-        return make_task(self.config.task, self.source, widths, training=False)
+        heads = set(self.config.task.heads)
+        # A model.keras saved before heads were keyed by name holds a list named after its float32 layers.
+        named = {n if n in heads else n.removesuffix("_float32"): width for n, width in widths.items()}
+        return make_task(self.config.task, self.source, named, training=False)
 
     def _predict(self, split: str) -> tuple[dict[str, float], list[Path]]:
         if split == "input":  # eval.input: streamed through the run's SavedModel, chunk by chunk

@@ -73,8 +73,15 @@ class ServedSavedModel(PythonModel):
         array = np.asarray(value)
         if array.dtype.kind not in "biuf":
             raise _bad_request(f"input {name!r} holds {array.dtype} values; the model takes {spec.dtype.name} numbers")
-        if np.dtype(wanted).kind in "iu" and array.dtype.kind == "f" and not np.all(np.mod(array, 1) == 0):
-            raise _bad_request(f"input {name!r} holds fractions; the model takes {spec.dtype.name} ids")
+        if np.dtype(wanted).kind in "iu":
+            if array.dtype.kind == "f" and not np.all(np.mod(array, 1) == 0):
+                raise _bad_request(f"input {name!r} holds fractions; the model takes {spec.dtype.name} ids")
+            info = np.iinfo(wanted)
+            if array.size and (array.min() < info.min or array.max() > info.max):
+                raise _bad_request(
+                    f"input {name!r} holds {array.min()}..{array.max()}; the model takes {spec.dtype.name} "
+                    f"({info.min}..{info.max})"
+                )
         shape = list(spec.shape)
         if array.ndim != len(shape) or any(d not in (None, got) for d, got in zip(shape, array.shape, strict=True)):
             takes = ["n" if d is None else d for d in shape]

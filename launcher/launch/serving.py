@@ -61,12 +61,15 @@ class ServedInputs:
 
     def model_input(self, given):
         """What the model takes, from the endpoint's argument (one tensor, or a dict by input name)."""
+        if self.form == "tuple":  # as training passes a tuple of features: whole, under `inputs`
+            features = tuple(given[name] for name in self.specs)
+            if self.preprocessing is not None:
+                features = self.preprocessing.prepare({INPUT_NAME: features})[INPUT_NAME]
+            return list(features)
         named = {INPUT_NAME: given} if self.form == "one" else dict(given)
         if self.preprocessing is not None:
             named = self.preprocessing.prepare(named)
-        if self.form == "one":
-            return named[INPUT_NAME]
-        return [named[name] for name in self.specs] if self.form == "tuple" else named
+        return named[INPUT_NAME] if self.form == "one" else named
 
     def named(self, first) -> dict[str, np.ndarray]:
         """`first` (an array, a dict or a tuple of raw features, as `DataSource.first_raw` gives) by input name, in
@@ -104,8 +107,9 @@ def served_inputs(source, model) -> ServedInputs:
     first = source.first_raw(1)
     if not isinstance(first, dict | tuple | list):
         spec = input_spec(source)
-        if INPUT_NAME in raw:
-            spec = tf.TensorSpec(spec.shape, tf.as_dtype(raw[INPUT_NAME]), name=INPUT_NAME)
+        if preprocessing is not None:  # the raw features' shape, which a loader's preprocessing may change
+            dtype = tf.as_dtype(raw[INPUT_NAME]) if INPUT_NAME in raw else spec.dtype
+            spec = tf.TensorSpec([None, *np.asarray(first).shape[1:]], dtype, name=INPUT_NAME)
         return ServedInputs({INPUT_NAME: spec}, "one", preprocessing)
     names = list(first) if isinstance(first, dict) else _input_names(model, len(first))
     arrays = first if isinstance(first, dict) else dict(zip(names, first, strict=True))
@@ -246,8 +250,8 @@ def export_serving(model, task, source, run_dir: Path, formats: list[str]) -> Se
     if "saved_model" in formats:
         done.written["saved_model"] = saved
     if "tflite" in formats:
-        example = inputs.example(source, 8)
         try:
+            example = inputs.example(source, 8)
             path = run_dir / "model.tflite"
             done.notes["tflite"] = export_tflite(model, task, inputs, path, example, saved)
             done.written["tflite"] = path

@@ -91,7 +91,7 @@ def image_files(root, classes: list[str]) -> list:
     return [
         path
         for name in classes
-        for path in sorted((root / name).iterdir())
+        for path in sorted((root / name).rglob("*"))
         if path.suffix.lower() in IMAGE_EXTENSIONS and path.is_file()
     ]
 

@@ -409,7 +409,8 @@ def class_names_of(source, head: str | None, width: int = 0) -> tuple[str, ...]:
             "dataset" + (f" class_names[{head!r}]" if head else " class_names"),
             list(names),
             f"a name for each of the output's {width} classes ({len(names)} given)",
-            f"give {width} names, in class id order",
+            f"give {width} names, in class id order (or dataset.num_classes={len(names)} when the labels seen so far "
+            "do not show every class)",
         )
     return names
 

@@ -412,3 +412,17 @@ def test_predict_input_writes_the_output_and_a_summary_to_log(saved, tmp_path, m
     assert summary["saved_model"] == str(train / "saved_model") and summary["signature"] == "serving_default"
     assert pq.read_table(files[0]).column("id").to_pylist() == ["a", "b", "c"]
     assert batch_predict._progress(SimpleNamespace(unit="B", total=1)) is None  # no terminal: no bar
+
+
+def test_a_folder_of_images_for_float_pixels_without_serving_images_is_refused_not_guessed(tmp_path):
+    """Scaled to [0, 1]? to [-1, 1]? Only the data pipeline knew: decoding here would be a silent wrong answer."""
+    specs = {"serving_default": {"inputs": Spec("inputs", (4, 4, 3), F32)}}
+    (tmp_path / "a.png").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"takes image files \(serving_images\) or uint8 pixels"):
+        batch_files.open_images(tmp_path, specs)
+
+
+def test_an_id_column_named_like_an_answer_is_refused_not_overwritten(tmp_path):
+    writer = batch_outputs.Writer(tmp_path / "p.parquet", "label")
+    with pytest.raises(ConfigError, match=r"eval.ids='label'.*named unlike the model's answers \['label'"):
+        writer.write(pa.array([1, 2]), {"label": np.array([0, 1]), "probabilities": np.zeros((2, 2), "float32")})

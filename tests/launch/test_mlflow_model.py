@@ -111,3 +111,10 @@ def test_the_served_code_never_imports_the_launcher():
         node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
     ]
     assert imported and not [name for name in imported if name.split(".")[0] == "launcher"]
+
+
+def test_ids_out_of_the_input_s_range_are_refused_not_wrapped(saved):
+    from mlflow.exceptions import MlflowException
+
+    with pytest.raises(MlflowException, match=r"input 'code' holds 0..3000000000; the model takes int32"):
+        served(saved).predict(None, {**EXAMPLE, "code": np.array([0, 3_000_000_000])})

@@ -92,3 +92,41 @@ def test_serve_savedmodel_and_predict_give_one_answer_on_the_project_s_raw_featu
     for key in ("kind_probabilities", "size_values"):
         np.testing.assert_array_equal(np.array(served[key], "float32"), want[key])
         np.testing.assert_array_equal(np.stack(table.column(key).to_numpy(zero_copy_only=False)), want[key])
+
+
+@pytest.mark.parametrize("form", ["one-array-reshaped", "tuple"])
+def test_a_loader_s_preprocessing_is_exported_as_training_runs_it_whatever_the_features_form(form, tmp_path):
+    """The export takes the raw features (their own shape, not the preprocessed one) and passes a tuple of them to
+    the preprocessing whole, as the data pipeline does (`launcher.launch.serving`)."""
+    import keras
+    import tensorflow as tf
+
+    from launcher.launch.serving import export_saved_model, served_inputs
+    from launcher.train.data import split_arrays
+    from launcher.train.preprocessing import users
+    from launcher.train.tasks import Task
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 40)
+    if form == "tuple":
+        x = (rng.normal(size=(40, 3)).astype("float32") * 100, rng.normal(size=(40, 2)).astype("float32"))
+        given = tf.function(lambda f: (f[0] / 100.0, f[1]))
+        a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
+        model = keras.Model([a, b], keras.layers.Dense(2)(keras.layers.Concatenate()([a, b])))
+    else:
+        x = rng.normal(size=(40, 3)).astype("float32")
+        given = tf.function(lambda f: tf.concat([f, f * f], axis=-1))  # 3 raw values -> 6 features
+        inputs = keras.Input((6,))
+        model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    source = split_arrays(x, y, 0.25, 0, kind="tabular")
+    source.preprocessing = users(given)
+    if form != "tuple":
+        source.input_shape = (6,)  # what the model takes, as the loader path records it (`user_data`)
+    trained_on = next(iter(source.pipeline("val", 4, False, None)))[0]
+    served = served_inputs(source, model)
+    export_saved_model(model, Task("classification", None), served, tmp_path / "saved_model")
+    signature = tf.saved_model.load(str(tmp_path / "saved_model")).signatures["serving_default"]
+    raw = served.named(source.first_raw(4))
+    answer = signature(**{name: tf.constant(value) for name, value in raw.items()})
+    want = tf.nn.softmax(model(trained_on if form != "tuple" else list(trained_on), training=False)).numpy()
+    np.testing.assert_allclose(answer["probabilities"].numpy(), want, atol=1e-6)
