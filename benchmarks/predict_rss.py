@@ -1,7 +1,7 @@
 """Peak memory of batch predictions: `mode=predict eval.input=<a ~1 GB CSV>` must stay under 1.5 GB of RSS.
 
 Under a temporary folder (never ~/.cache; removed at the end unless --keep): a tiny digits MLP trained by the CLI,
-a CSV of digits features (the 64 pixels / 16 as `inputs_0..inputs_63`, an `id` column) grown to --size-gb, and a
+a CSV of digits features (64 raw intensities 0..16, `inputs_0..inputs_63`, an `id` column) grown to --size-gb, and a
 1 MB one. Each is predicted by `python -m launcher mode=predict` in a new interpreter (LAUNCHER_FORKSERVER=off:
 nothing inherited) whose peak RSS is what `wait4` reports for it (ru_maxrss). The 1 MB run is the fixed cost
 (TensorFlow, the SavedModel, MLflow); the difference is what streaming the input costs.
@@ -49,7 +49,7 @@ def write_csv(path: Path, size_bytes: int) -> int:
     """Digits features, repeated in order until the file holds `size_bytes`; returns the rows written."""
     from sklearn.datasets import load_digits
 
-    flat = (load_digits().images / 16.0).astype("float32").reshape(-1, 64)
+    flat = load_digits().images.astype("float32").reshape(-1, 64)
     rows = 0
     with pcsv.CSVWriter(str(path), _table(flat, 0).schema) as writer:
         while path.stat().st_size < size_bytes:

@@ -18,11 +18,11 @@ ROWS = 300
 
 
 def digits_csv(path, drop: tuple[str, ...] = ()) -> np.ndarray:
-    """The first ROWS digits as a CSV of `inputs_0..inputs_63` (float32 pixels / 16), an `id` and a `label`."""
+    """The first ROWS digits as a CSV of `inputs_0..inputs_63` (raw intensities 0..16), an `id` and a `label`."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
-    x = (digits.images[:ROWS] / 16.0).astype("float32")
+    x = digits.images[:ROWS].astype("float32")
     flat = x.reshape(ROWS, -1)
     columns = {"id": [f"digit-{i}" for i in range(ROWS)], "label": digits.target[:ROWS]}
     columns.update({f"inputs_{j}": flat[:, j] for j in range(64) if f"inputs_{j}" not in drop})

@@ -22,7 +22,8 @@ CONSUMER = textwrap.dedent(
     import numpy as np, tensorflow as tf, keras
     run = sys.argv[1]
     x = np.load(run + "/inputs.npy")
-    logits = keras.saving.load_model(run + "/model.keras", compile=False).predict(x, verbose=0)
+    # model.keras is the trained network: it takes the scaled features (raw / 16); the exports take raw 0..16.
+    logits = keras.saving.load_model(run + "/model.keras", compile=False).predict(x / 16.0, verbose=0)
     served = tf.saved_model.load(run + "/saved_model").signatures["serving_default"](inputs=tf.constant(x))
     lite = tf.lite.Interpreter(model_path=run + "/model.tflite").get_signature_runner("serving_default")(inputs=x)
     print(json.dumps({
@@ -59,7 +60,7 @@ def shipped(tmp_path_factory):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    x = (load_digits().images[-16:] / 16.0).astype("float32")[..., None]
+    x = load_digits().images[-16:].astype("float32")[..., None]  # raw intensities 0..16, as a client has them
     np.save(folder / "run" / "inputs.npy", x)
     return folder, done.stdout
 
