@@ -11,7 +11,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from launcher.launch.mlflow_model import MODEL_ARTIFACT, save_mlflow_model
 from launcher.launch.serving import SIGNATURE, ServingExports, export_saved_model, export_serving, served_inputs
 from launcher.train.ema import ema_weights
 
@@ -91,6 +90,8 @@ def _log_mlflow_model(reloaded: Reloaded, tracking, task, source, tracker, run_d
     cannot be made is said and tagged, never a failed run: the training is done and its other exports stand."""
     if not tracking.enabled or not tracking.log_model:
         return
+    from launcher.launch.mlflow_model import MODEL_ARTIFACT, save_mlflow_model  # MLflow's pyfunc: only when used
+
     saved = exported.written.get("saved_model")
     staging = None if saved else run_dir / "saved_model.mlflow"
     try:
@@ -99,7 +100,7 @@ def _log_mlflow_model(reloaded: Reloaded, tracking, task, source, tracker, run_d
             export_saved_model(reloaded.model, task, inputs, staging)
         signature = inputs.preprocessing.served if inputs.preprocessing else SIGNATURE
         example = inputs.example(source, 5, signature)
-        written = save_mlflow_model(saved or staging, example, run_dir / MODEL_ARTIFACT, signature)
+        written = save_mlflow_model(saved or staging, example, run_dir / MODEL_ARTIFACT, signature, reloaded.path)
     except Exception as err:  # the training is done: say why the MLflow model is missing, keep the rest
         why = f"{type(err).__name__}: {' '.join(str(err).strip().splitlines()[:2])[:300]}"
         print(f"WARNING: tracking.log_model: no MLflow model ({why}); the run and its other exports stand.")

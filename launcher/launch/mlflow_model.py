@@ -22,11 +22,14 @@ from launcher.launch import served_pyfunc
 MODEL_ARTIFACT = "mlflow_model"
 
 
-def save_mlflow_model(saved_model: Path, example: dict[str, np.ndarray], directory: Path, signature: str) -> Path:
+def save_mlflow_model(
+    saved_model: Path, example: dict[str, np.ndarray], directory: Path, signature: str, keras_model: Path | None = None
+) -> Path:
     """`directory` as an MLflow model serving `saved_model`'s `signature` (a SavedModel signature name), with the
     MLflow signature of `example` (input name -> raw arrays; one input called `inputs` is sent as one array) and of
     the served answer. The pip requirements are given (TensorFlow as running), so MLflow does not infer them by
-    importing the world in a subprocess."""
+    importing the world in a subprocess. `keras_model` (model.keras) rides along as an artifact: a registered
+    version is also what `model.init_from=models:/<name>/<version>` starts from."""
     import mlflow.pyfunc
     import tensorflow as tf
     from mlflow.models import infer_signature
@@ -39,7 +42,10 @@ def save_mlflow_model(saved_model: Path, example: dict[str, np.ndarray], directo
         mlflow.pyfunc.save_model(
             str(directory),
             python_model=str(Path(served_pyfunc.__file__)),
-            artifacts={served_pyfunc.ARTIFACT: str(saved_model)},
+            artifacts={
+                served_pyfunc.ARTIFACT: str(saved_model),
+                **({"keras_model": str(keras_model)} if keras_model else {}),
+            },
             model_config={served_pyfunc.SIGNATURE_KEY: signature},
             signature=infer_signature(sent, answer),
             input_example=sent,

@@ -23,7 +23,8 @@ ARTIFACT = "saved_model"  # the SavedModel's key among the MLflow model's artifa
 SIGNATURE_KEY = "signature"  # the model config's key naming the SavedModel signature served
 
 # The request is checked against the signature below; MLflow's advice to type-hint `predict` is not for this model.
-warnings.filterwarnings("ignore", message="Add type hints to the `predict` method", category=UserWarning)
+# (MLflow colours the message: it begins with an escape sequence.)
+warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method", category=UserWarning)
 
 
 class ServedSavedModel(PythonModel):
