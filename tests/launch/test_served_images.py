@@ -9,8 +9,9 @@ import io
 
 import numpy as np
 import pytest
-from support.config import TINY, compose
+from support.config import TINY
 from support.tracking import store
+from support.train import predicted_in_process, shipped_in_process
 
 CLASSES = ("cats", "dogs", "owls")
 
@@ -31,7 +32,6 @@ def image_folder(root, count: int = 8):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from launcher.launch.training import execute
 
     folder = tmp_path_factory.mktemp("images")
     given = [
@@ -44,12 +44,9 @@ def trained(tmp_path_factory):
         "train.epochs=3",
         "scaling.batch_size=8",
         "precision=fp32",  # the same numbers in every process: what differs is only the preprocessing
-        "checkpoint.enabled=false",
-        f"tracking.uri={store(folder / 'mlflow.db')}",
         "export.formats=[keras,saved_model,tflite]",
     ]
-    outcome = execute(compose(*given), folder / "run", folder)
-    assert outcome.error is None, outcome.error
+    outcome, given = shipped_in_process(folder, *given)
     return outcome, folder, given
 
 
@@ -145,8 +142,6 @@ def test_mlflow_models_serve_and_predict_take_jpeg_bytes_alike_and_a_file_that_i
     import tensorflow as tf
     from support.serving import invoke, mlflow_server
 
-    from launcher.launch.evaluate import Evaluation
-
     _, folder, given = trained
     encoded = [path.read_bytes() for path in sorted((folder / "images" / "cats").iterdir())[:4]]
     sent = [[base64.b64encode(data).decode()] for data in encoded]
@@ -162,8 +157,7 @@ def test_mlflow_models_serve_and_predict_take_jpeg_bytes_alike_and_a_file_that_i
     np.testing.assert_array_equal(np.array(predictions["probabilities"], "float32"), want["probabilities"].numpy())
     assert predictions["label"] == [name.decode() for name in want["label"].numpy()]
     assert refusal[0] == 400 and "the model could not read the request" in refusal[1]
-    node = compose(*given, "mode=predict", f"eval.run={folder / 'run'}", f"eval.input={folder / 'images' / 'cats'}")
-    Evaluation(node, folder / "run", tmp_path / "predict", folder, "predict").execute()
+    predicted_in_process(folder, given, tmp_path / "predict", f"eval.input={folder / 'images' / 'cats'}")
     table = pq.read_table(tmp_path / "predict" / "predictions.parquet").slice(0, len(encoded))
     assert table.column("file").to_pylist() == [p.name for p in sorted((folder / "images" / "cats").iterdir())[:4]]
     by_predict = np.stack(table.column("probabilities").to_numpy(zero_copy_only=False))

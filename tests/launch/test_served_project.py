@@ -6,15 +6,15 @@ from __future__ import annotations
 import heads_parts
 import numpy as np
 import pytest
-from support.config import TINY, compose
+from support.config import TINY
 from support.tracking import store
+from support.train import predicted_in_process, shipped_in_process
 
 HEADS = "+task.heads={kind: {name: classification, metrics: [accuracy]}, size: {name: regression, loss_weight: 0.5}}"
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from launcher.launch.training import execute
 
     folder = tmp_path_factory.mktemp("project")
     given = [
@@ -25,12 +25,9 @@ def trained(tmp_path_factory):
         "dataset.loader=heads_parts:load_raw",
         HEADS,
         "precision=fp32",
-        "checkpoint.enabled=false",
-        f"tracking.uri={store(folder / 'mlflow.db')}",
         "export.formats=[keras,saved_model]",
     ]
-    outcome = execute(compose(*given), folder / "run", folder)
-    assert outcome.error is None, outcome.error
+    outcome, given = shipped_in_process(folder, *given)
     return outcome, folder, given
 
 
@@ -73,8 +70,6 @@ def test_serve_savedmodel_and_predict_give_one_answer_on_the_project_s_raw_featu
     import tensorflow as tf
     from support.serving import invoke, mlflow_server
 
-    from launcher.launch.evaluate import Evaluation
-
     _, folder, given = trained
     raw = {name: value[:12] for name, value in heads_parts.load_raw()["val"][0].items()}
     columns = {f"{name}_{j}": value[:, j] for name, value in raw.items() for j in range(value.shape[1])}
@@ -82,8 +77,7 @@ def test_serve_savedmodel_and_predict_give_one_answer_on_the_project_s_raw_featu
     with mlflow_server(str(folder / "run" / "mlflow_model"), store(folder / "mlflow.db"), tmp_path / "log") as port:
         body = {"inputs": {name: value.tolist() for name, value in raw.items()}}
         served = json.loads(invoke(port, body).read())["predictions"]
-    node = compose(*given, "mode=predict", f"eval.run={folder / 'run'}", f"eval.input={tmp_path / 'rows.csv'}")
-    Evaluation(node, folder / "run", tmp_path / "predict", folder, "predict").execute()
+    predicted_in_process(folder, given, tmp_path / "predict", f"eval.input={tmp_path / 'rows.csv'}")
     table = pq.read_table(tmp_path / "predict" / "predictions.parquet")
     signature = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_default"]
     want = {key: value.numpy() for key, value in signature(**{n: tf.constant(v) for n, v in raw.items()}).items()}

@@ -89,3 +89,25 @@ class Harness:
     @property
     def scale(self):
         return float(self.optimizer.dynamic_scale.numpy())
+
+
+def shipped_in_process(folder, *overrides: str):
+    """One run trained and exported in this process into `folder`/run (no checkpoints, tracked in `folder`'s own
+    store): the outcome and the overrides given, which a later mode=eval or predict of it composes again."""
+    from launcher.launch.training import execute
+    from support.config import compose
+    from support.tracking import store
+
+    given = [*overrides, "checkpoint.enabled=false", f"tracking.uri={store(folder / 'mlflow.db')}"]
+    outcome = execute(compose(*given), folder / "run", folder)
+    assert outcome.error is None, outcome.error
+    return outcome, given
+
+
+def predicted_in_process(folder, given: list[str], out, *more: str) -> dict:
+    """`mode=predict` of `folder`/run with `given` and `more` on top, into `out`: its metrics."""
+    from launcher.launch.evaluate import Evaluation
+    from support.config import compose
+
+    node = compose(*given, "mode=predict", f"eval.run={folder / 'run'}", *more)
+    return Evaluation(node, folder / "run", out, folder, "predict").execute()[1]
