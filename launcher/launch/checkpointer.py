@@ -17,6 +17,7 @@ directory must be readable by all of them (`checkpoint.directory` on a shared fi
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from contextlib import contextmanager, suppress
@@ -43,8 +44,10 @@ def set_aside(directory: Path) -> None:
 
 
 def check_writable(directory: Path) -> None:
-    """Refuse before training when checkpoints cannot be written at all (read-only, no permission, full)."""
-    probe = directory / ".write-test"
+    """Refuse before training when checkpoints cannot be written at all (read-only, no permission, full). The probe
+    file is this process's own: local workers share the directory and probe it at the same moment (with one name,
+    one worker's unlink removed the other's file and that worker was refused)."""
+    probe = directory / f".write-test-{os.getpid()}"
     try:
         directory.mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"0" * 4096)

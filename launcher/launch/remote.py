@@ -14,6 +14,7 @@ before they reach the Plan, params or tags.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -54,7 +55,7 @@ class RemoteCheckpoints:
 
     def check_writable(self) -> None:
         """Refuse before training when the store cannot be written (no bucket, no credentials, no network)."""
-        probe = self._path(".write-test")
+        probe = self._path(f".write-test-{os.getpid()}")  # this process's own: local workers probe at once
         try:
             self.fs.pipe(probe, b"0")
             self.fs.rm(probe)

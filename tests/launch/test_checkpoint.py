@@ -417,3 +417,15 @@ def test_named_run_resumes_under_another_strategy_and_the_plan_says_so(tmp_path,
     assert [r.info.run_name for r in runs] == ["my-run"]
     assert [m.step for m in client.get_metric_history(runs[0].info.run_id, "loss")] == [0, 1]
     assert runs[0].data.tags["plan.resume"].startswith("epoch 2, step 0")
+
+
+@pytest.mark.unit
+def test_local_workers_probing_one_checkpoint_directory_at_once_do_not_remove_each_other_s_probe(tmp_path):
+    """Each process writes and removes a probe of its own: a peer's probe mid-check is left alone, so neither is
+    refused (`launcher.launch.checkpointer.check_writable`; with one shared name, a worker was refused at random)."""
+    from launcher.launch.checkpointer import check_writable
+
+    peer = tmp_path / f".write-test-{os.getpid() + 1}"
+    peer.write_bytes(b"0")  # another worker's probe, between its write and its unlink
+    check_writable(tmp_path)
+    assert peer.exists() and sorted(p.name for p in tmp_path.iterdir()) == [peer.name]
