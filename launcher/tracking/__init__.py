@@ -6,6 +6,7 @@ they never import each other. Writes leave the step loop through a queue and sur
 Modules:
     client: MLflow's client as the launcher calls it: retried on a locked SQLite store
     delivery: writes leave the step loop through a queue one thread delivers, through any outage
+    held: the points a continued run already holds, so each (metric, step) is logged once
     links: where a person opens what was logged: MLflow UI addresses for a run, experiment, sweep
     spool: what an outage left undelivered, kept in the run dir until it can be delivered
     succession: which MLflow run a launch writes to when its run dir already had one

@@ -33,6 +33,7 @@ class TensorBoardMirror:
     def log_metrics(self, metrics: dict, step: int) -> None:
         import tensorflow as tf
 
+        metrics = self._tracker.held.new(metrics, step)  # a point the continued run holds: in neither log again
         self._tracker.log_metrics(metrics, step=step)
         with self._writer.as_default():
             for name, value in metrics.items():

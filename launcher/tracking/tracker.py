@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from launcher.tracking.client import BATCH_LIMIT, PARAM_LIMIT, TAG_LIMIT, experiment_id, quiet_client, with_retry
 from launcher.tracking.delivery import Delivery
+from launcher.tracking.held import HeldPoints
 from launcher.tracking.links import MlflowUi
 from launcher.tracking.spool import Spool
 from launcher.tracking.succession import (
@@ -46,6 +47,7 @@ class RunTracker(Protocol):
     resumed: bool  # continues a checkpoint's run
     adopted: bool  # trains from step 0 again in the run dir's earlier run (it ended before its first checkpoint)
     decision: Decision | None  # what became of the run dir's earlier run
+    held: HeldPoints  # the points the run held when this launch continued it (not logged again)
 
     def log_params(self, params: dict[str, Any]) -> None: ...
     def set_tags(self, tags: dict[str, Any]) -> None: ...
@@ -107,6 +109,8 @@ class Tracker:
             self.run_id = self._start(run_name, parent_run_id, earlier, params or {}, tags or {})
         if self._record_in is not None:
             remember_run(self._record_in, self.run_id, self.experiment_id)
+        self.held = HeldPoints()
+        self._read_held()
         self.delivery = Delivery(lambda write: write.apply(self.client, self.run_id), redact(uri))
 
     @property
@@ -169,6 +173,11 @@ class Tracker:
             run.data.tags.get(PREDECESSOR_TAG),
         )
 
+    def _read_held(self) -> None:
+        """A continued run (resumed or started over in): the points its earlier launches logged."""
+        if self.resumed or self.adopted:
+            self.held = HeldPoints.of_run(self.client, self.run_id)
+
     def _exists(self, run_id: str) -> bool:
         from mlflow.exceptions import MlflowException
 
@@ -190,6 +199,10 @@ class Tracker:
             self.delivery.put(Tags(tuple(items[start : start + BATCH_LIMIT])))
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """Queued; a point the continued run already holds at `step` is left out (`held`)."""
+        metrics = self.held.new(metrics, step)
+        if not metrics:
+            return
         now = int(time.time() * 1000)
         self.delivery.put(Metrics(tuple((k, float(v), now, step) for k, v in metrics.items())))
 
@@ -234,6 +247,7 @@ class Tracker:
             return 0
         if self.resumed:  # the earlier launch's final status was among them; this launch goes on
             with_retry(self.client.update_run, self.run_id, status="RUNNING")
+        self._read_held()  # the delivered points are the run's too
         print(f"Delivered {count} MLflow write(s) kept by an earlier launch during a tracking outage.", flush=True)
         return count
 
@@ -355,6 +369,7 @@ class NullTracker:
     resumed = False
     adopted = False
     decision = None
+    held = HeldPoints()
     ui_hint = "tracking disabled (tracking.enabled=false)"
 
     def log_params(self, params):
