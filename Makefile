@@ -28,8 +28,11 @@ PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
 # under --dist loadgroup, can then wait forever (pytest-xdist#1323, #1327, #1378; the fixes are unreleased).
 XDIST := -n $(TEST_WORKERS) --dist loadgroup --max-worker-restart=0
 
+# Then the cold slice: the tests that exercise forking, with every launch a new interpreter (as a person's is) and
+# the launcher's own forkserver for the children it starts, not the suite's (tests/warm.py).
 test: lint
 	$(PYTEST) tests $(XDIST) $(PYTEST_ARGS)
+	LAUNCHER_TEST_COLD=1 $(PYTEST) tests $(XDIST) -m forking $(PYTEST_ARGS)
 
 # The inner loop: unit tests only (no subprocess, no multi-process run).
 test-fast: lint

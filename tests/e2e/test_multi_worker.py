@@ -51,6 +51,7 @@ def mlflow_runs(db):
     return client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
 
 
+@pytest.mark.forking  # the launcher's own children: its workers
 @pytest.mark.slow
 def test_two_local_workers_train_like_one_process_with_the_same_global_batch(tmp_path):
     """float16 + XLA on two workers: one MLflow run (the chief's), identical final weights on both workers,

@@ -40,6 +40,19 @@ class Recorded:
         Recorded.started.append(list(args))
 
 
+@pytest.fixture(scope="module")
+def server():
+    """A live forkserver for the tests that ask one directly: this test process's own, or (under
+    LAUNCHER_TEST_COLD=1, where the suite's launches get none) one started for this module."""
+    shared = warm._warm_server()
+    if shared is not None:
+        yield shared
+        return
+    own = forkserver.Server(warm.baseline())
+    yield own
+    own.close()
+
+
 @pytest.fixture
 def cold_starts(monkeypatch):
     Recorded.started = []
@@ -106,18 +119,15 @@ def test_a_forked_child_applies_the_thread_limits_it_was_given_to_the_loaded_lib
 
 
 @pytest.mark.e2e  # starts this test process's server
-def test_the_server_refuses_a_start_that_differs_at_import_and_names_the_variable(tmp_path):
-    server = warm._warm_server()
-    assert server is not None
+def test_the_server_refuses_a_start_that_differs_at_import_and_names_the_variable(tmp_path, server):
     env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "0" if os.environ.get("TF_ENABLE_ONEDNN_OPTS") != "0" else "1"}
     with pytest.raises(forkserver.Refused, match="TF_ENABLE_ONEDNN_OPTS differs"):
         forkserver.ForkedProcess(server.path, launcher(tmp_path, "explain=true"), cwd=ROOT, env=env)
 
 
-def test_a_forked_child_joins_its_requesters_group_and_dies_with_a_requester_that_is_killed(tmp_path):
+def test_a_forked_child_joins_its_requesters_group_and_dies_with_a_requester_that_is_killed(tmp_path, server):
     """The requester leads a process group of its own in the server's session: its child is in that group (a
     Ctrl-C reaches both, as with a new interpreter), and SIGKILL to the requester alone kills the child."""
-    server = warm._warm_server()
     resume = tmp_path / "never"
     env = {**os.environ, "LAUNCHER_FAULT": "PAUSE@steps:2", "LAUNCHER_FAULT_RESUME": str(resume)}
     args = launcher(tmp_path, *TINY, f"tracking.uri={store(tmp_path / 'mlflow.db')}")
@@ -175,12 +185,10 @@ def probe():
 
 
 @pytest.mark.e2e  # a launch forked by this test process's server
-def test_a_forked_launchs_garbage_collector_leaves_the_servers_imports_alone(tmp_path):
+def test_a_forked_launchs_garbage_collector_leaves_the_servers_imports_alone(tmp_path, server):
     """The server freezes its heap (TensorFlow, Keras, MLflow, Hydra: ~600k objects) before it forks, so a
     launch's full collections walk only what the launch made (`benchmarks/fork_prepare.py --without freeze`).
     Without it the launch's collector tracks them all."""
-    server = warm._warm_server()
-    assert server is not None
     (tmp_path / "gc_probe.py").write_text(GC_PROBE)
     args = launcher(
         tmp_path, *TINY, "train.epochs=1", "train.callbacks=[gc_probe:probe]", f"tracking.uri={store(tmp_path / 'db')}"

@@ -102,6 +102,7 @@ def test_a_refused_config_is_not_restarted(cli):
     assert "Restart" not in done.stderr and done.stderr.count("Invalid configuration") == 1
 
 
+@pytest.mark.forking  # the launcher's own children: the supervisor's attempts
 def test_a_training_exception_is_restarted_and_the_same_run_finishes(cli, tmp_path):
     """The outcome record's failure kind and pid reach the supervisor: an exception (not a signal) restarts."""
     from support.config import TINY
