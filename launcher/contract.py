@@ -64,6 +64,12 @@ class Position:
     def __str__(self) -> str:
         return f"epoch {self.epoch + 1}, step {self.step_in_epoch} (global step {self.global_step})"
 
+    @property
+    def ended_epoch(self) -> int:
+        """At an epoch end: the 0-based epoch that ended. The position is at the start of the next one, or, when
+        training stopped inside the epoch (an early stop or pruning at a validation), still where it stopped."""
+        return self.epoch if self.step_in_epoch else self.epoch - 1
+
 
 class Hook:
     """One job around the training steps. Every method is a no-op by default.
@@ -105,7 +111,9 @@ class Hook:
         `logs` holds the val_* metrics and the learning rate. Epoch-end validations come with `on_epoch_end`."""
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
-        """The epoch ended (evaluated); `position` is at the start of the next one."""
+        """The epoch ended (evaluated); `position` is at the start of the next one, or where training stopped inside
+        it (`position.ended_epoch` is the epoch either way). A stop at a validation inside the epoch is not validated
+        again: `logs` carry that validation's val_*, which `on_validation` had at the same position."""
 
     def on_train_end(self, position: Position) -> None:
         """The last epoch ended, or training stopped early."""

@@ -63,6 +63,7 @@ class Engine:
         self.freezer = freezer  # model.freeze: which layers train in which epoch (launcher.train.fine_tune)
         self.validate_every = plan.schedule.val_every_steps or 0  # train.val_every_steps (0: epoch ends only)
         self._validations = 0  # validations inside epochs so far (the index the plateau callbacks are given)
+        self._validated: tuple[int, dict] | None = None  # (global step, logs) of the last validation inside an epoch
         # Carried across chunks (and epochs): consecutive skipped steps, steps at the scale's floor.
         self._streaks = (0, 0)
         self.task = built.task
@@ -144,10 +145,14 @@ class Engine:
                 self._build_functions()  # another set of trainable variables: the step is traced again
             self.callbacks.on_epoch_begin(epoch)
             logs = self._train_epoch(position, epochs, hooks)
-            position.epoch, position.step_in_epoch = epoch + 1, 0
-            logs.update(self.evaluate())
-            logs.update(optimizer_logs(self.optimizer))
-            self.callbacks.on_epoch_end(epoch, logs)
+            finished = position.step_in_epoch >= self.plan.schedule.steps_in_epoch(position)
+            if finished:
+                position.epoch, position.step_in_epoch = epoch + 1, 0
+            # else training stopped inside the epoch (a validation's early stop or pruning, a callback): the position
+            # stays where it stopped, so the epoch's checkpoint resumes there, not at an epoch it did not finish.
+            validated = self._validation_at(position)
+            logs.update(validated if validated is not None else self._validation())
+            self._epoch_end_callbacks(epoch, logs, validated is not None)
             result.epochs.append(EpochResult(epoch, logs))  # hooks below may add to logs
             try:
                 hooks.on_epoch_end(position, logs)  # may add metrics (utilisation), may stop (preemption)
@@ -155,7 +160,7 @@ class Engine:
                 if self.verbose:
                     print(_epoch_line(epoch, epochs, logs, self.task.train_metrics), flush=True)
             if self.model.stop_training:
-                result.stopped_early = epoch + 1 < epochs
+                result.stopped_early = not finished or epoch + 1 < epochs
                 break
         self.callbacks.on_train_end(result.final)
         hooks.on_train_end(position)
@@ -224,10 +229,32 @@ class Engine:
         logs["epoch_time_sec"] = elapsed
         return logs
 
+    def _validation(self) -> dict[str, float]:
+        """The val_* metrics and, before any callback changes it, the learning rate (and loss scale)."""
+        return {**self.evaluate(), **optimizer_logs(self.optimizer)}
+
+    def _validation_at(self, position: Position) -> dict[str, float] | None:
+        """The validation inside the epoch at this very step, if one ran (it stopped training there): the epoch's
+        end takes it rather than validating the same weights again."""
+        if self._validated is None or self._validated[0] != position.global_step:
+            return None
+        return dict(self._validated[1])
+
+    def _epoch_end_callbacks(self, epoch: int, logs: dict[str, float], validated: bool) -> None:
+        """Every callback's epoch end; the validation-driven ones (early stopping, the LR plateau rule) only when this
+        validation is new to them, so their counters tick once per validation."""
+        if not validated:
+            self.callbacks.on_epoch_end(epoch, logs)
+            return
+        for callback in self.callbacks.callbacks:
+            if not isinstance(callback, VALIDATION_CALLBACKS):
+                callback.on_epoch_end(epoch, logs)
+
     def _validate_inside_epoch(self, position: Position, hooks: Hook) -> None:
         """train.val_every_steps: evaluate, then let the validation-driven callbacks (early stopping, the LR plateau
         rule) and the hooks (best model, metrics) see it, before the chunk's checkpoint holds their state."""
-        logs = {**self.evaluate(), **optimizer_logs(self.optimizer)}
+        logs = self._validation()
+        self._validated = (position.global_step, logs)
         self._validations += 1
         for callback in self.callbacks.callbacks:
             if isinstance(callback, VALIDATION_CALLBACKS):

@@ -29,7 +29,7 @@ class BestModelHook(Hook):
         self.exported: Path | None = None
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
-        self._consider(position, logs, position.epoch - 1)
+        self._consider(position, logs, position.ended_epoch)
 
     def on_validation(self, position: Position, logs: dict) -> None:
         self._consider(position, logs, position.epoch)  # inside the epoch in progress

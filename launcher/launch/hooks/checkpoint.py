@@ -20,6 +20,7 @@ class CheckpointHook(Hook):
         self.guard = guard
         self.steps_in = steps_in
         self.stateful = stateful or HookList()
+        self._saved_at: int | None = None  # the global step of the last save
 
     def steps_until_boundary(self, position: Position) -> int | None:
         return self.policy.steps_until_save(position)
@@ -33,8 +34,13 @@ class CheckpointHook(Hook):
             self.save(position)  # once, even when a step save and a signal coincide
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
-        if self.policy.epoch_save_due(position.epoch) or self.policy.step_save_due(position) or self.guard.requested:
+        # An epoch training stopped inside (early stopping, pruning) counts as done for the save rule; the save holds
+        # the position where it stopped, once (a step save may have been made there already).
+        epochs_done = position.ended_epoch + 1
+        due = self.policy.epoch_save_due(epochs_done) or self.policy.step_save_due(position) or self.guard.requested
+        if due and position.global_step != self._saved_at:
             self.save(position)
 
     def save(self, position: Position) -> None:
         self.checkpointer.save(position, self.stateful.state())
+        self._saved_at = position.global_step

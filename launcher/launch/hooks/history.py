@@ -10,7 +10,7 @@ class HistoryHook(Hook):
         self.history: list[dict] = []
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
-        self.history.append({"epoch": position.epoch - 1, "global_step": position.global_step, **logs})
+        self.history.append({"epoch": position.ended_epoch, "global_step": position.global_step, **logs})
 
     def state(self) -> dict:
         return {"history": list(self.history)}

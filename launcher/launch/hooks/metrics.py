@@ -16,14 +16,19 @@ class MetricsHook(Hook):
         self.tracker = tracker
         self.val_by_step = val_by_step
         self.healed = 0
+        self._validated_at: int | None = None  # the global step of the last validation inside an epoch
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
         # By epoch (the x axis of epoch charts); `global_step` lets a chart put them on the step axis.
-        self._log({**logs, "global_step": position.global_step}, position.epoch - 1, position.global_step)
+        logs = {**logs, "global_step": position.global_step}
+        if position.global_step == self._validated_at:  # training stopped at that validation: its val_* are logged
+            logs = {k: v for k, v in logs.items() if not k.startswith("val_")}
+        self._log(logs, position.ended_epoch, position.global_step)
         self.tracker.flush()  # the epoch's record is in MLflow before the next epoch starts
 
     def on_validation(self, position: Position, logs: dict) -> None:
         self.tracker.log_metrics({k: v for k, v in logs.items() if k.startswith("val_")}, step=position.global_step)
+        self._validated_at = position.global_step
         self.tracker.flush()
 
     def _log(self, logs: dict, epoch: int, global_step: int | None) -> None:

@@ -17,6 +17,7 @@ class PruningHook(Hook):
         self.by_global_step = by_global_step
         self.model = None
         self.pruned_at: tuple[Position, float] | None = None
+        self._reported: int | None = None  # the step of the last report: a stop at a validation is not reported twice
 
     def on_train_begin(self, position: Position, callbacks) -> None:
         self.model = callbacks.model
@@ -26,13 +27,14 @@ class PruningHook(Hook):
             self._report(position, logs, position.global_step)
 
     def on_epoch_end(self, position: Position, logs: dict) -> None:
-        self._report(position, logs, position.global_step if self.by_global_step else position.epoch)
+        self._report(position, logs, position.global_step if self.by_global_step else position.ended_epoch + 1)
 
     def _report(self, position: Position, logs: dict, step: int) -> None:
         value = logs.get(self.trial.objective) if self.trial.objective else None
-        if value is None or self.pruned_at is not None:
+        if value is None or self.pruned_at is not None or step == self._reported:
             return
         self.trial.report(float(value), step)
+        self._reported = step
         if self.trial.should_prune():
             self.pruned_at = (Position(position.epoch, position.step_in_epoch, position.global_step), float(value))
             print(

@@ -1,0 +1,144 @@
+"""Every point once: a validation inside an epoch (train.val_every_steps) that stops training (early stopping, a
+pruned trial) is the epoch's only validation at that step: the callbacks' counters tick once, the study hears it
+once, MLflow gets one point, and the checkpoint saved there says where training stopped (not a finished epoch).
+The engine with the launch's real hook list (`hooks_for`) over fakes of the checkpointer, tracker and trial; then
+the user's path through the real CLI: runs killed and continued into the same MLflow run.
+
+The tracker's side (a continued run's points not logged again): tests/tracking/test_held_points.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from support.config import TINY, config
+from support.train import QUIET
+
+from launcher.launch.hooks.assembly import hooks_for
+from launcher.launch.hooks.preemption import PreemptionGuard
+
+# 10 steps per epoch; validations every 3 global steps: at 3, 6 and 9 inside epoch 1, and at its end (10).
+VALIDATING = [*TINY, *QUIET, "xla=false", "deterministic=true", "train.max_steps_per_epoch=10"]
+VALIDATING += ["train.val_every_steps=3", "train.measure_utilization=false", "optimizer.learning_rate=0.002"]
+# mode=max on a falling val_loss: the validation at step 3 is the best, the one at step 6 is no better.
+EARLY_STOP = ["train.early_stopping.enabled=true", "train.early_stopping.patience=1", "train.early_stopping.mode=max"]
+PLATEAU = ["train.reduce_lr_on_plateau.enabled=true", "train.reduce_lr_on_plateau.patience=1"]
+PLATEAU += ["train.reduce_lr_on_plateau.mode=max", "train.reduce_lr_on_plateau.factor=0.5"]
+
+
+class SavedPositions:
+    """The checkpointer: records where each save says training is, and the sidecar it gets."""
+
+    def __init__(self):
+        self.saves: list[tuple[dict, dict]] = []
+
+    def save(self, position, extra):
+        self.saves.append((vars(position).copy(), extra))
+
+    def save_best(self, position):
+        pass
+
+
+class Points:
+    """The MLflow run: records every point logged."""
+
+    run_id, resumed = "run-1", False
+
+    def __init__(self):
+        self.points: list[tuple[str, int]] = []
+
+    def log_metrics(self, metrics, step):
+        self.points += [(key, step) for key in metrics]
+
+    def steps(self, key: str) -> list[int]:
+        return [s for k, s in self.points if k == key]
+
+    def logged_steps(self, metric):
+        return set()
+
+    def set_tags(self, tags):
+        pass
+
+    def flush(self):
+        pass
+
+
+class Trial:
+    """An hparams_search trial: records each report; pruned at `prune_at` (a global step), or never."""
+
+    number, objective = 0, "val_loss"
+
+    def __init__(self, prune_at: int | None = None):
+        self.prune_at = prune_at
+        self.reports: list[int] = []
+
+    def report(self, value, step):
+        self.reports.append(step)
+
+    def should_prune(self):
+        return self.reports[-1] == self.prune_at
+
+
+def fit(tmp_path, overrides, trial, epochs):
+    """The launch's engine and hook list, trained `epochs`: (result, fit hooks, tracker, checkpointer, the global
+    steps validated at, engine)."""
+    from launcher.launch.training import TrainingLaunch
+    from launcher.train.engine import Engine
+
+    launch = TrainingLaunch(config(*VALIDATING, *overrides), tmp_path / "run", tmp_path, {})
+    launch.prepare()
+    launch.build()
+    tracker, checkpointer = Points(), SavedPositions()
+    guard = PreemptionGuard(enabled=False)
+    hooks = hooks_for(
+        launch.config,
+        launch.plan,
+        launch.built,
+        tracker,
+        launch.prepared.env,
+        tmp_path,
+        guard,
+        checkpointer,
+        trial=trial,
+    )
+    engine = Engine(launch.built, launch.plan, launch.source, callbacks=launch.built.callbacks, verbose=0)
+    validations: list[int] = []
+    evaluate = engine.evaluate
+
+    def counted(split="val"):
+        validations.append(engine.optimizer.iterations.numpy().item())
+        return evaluate(split)
+
+    engine.evaluate = counted
+    result = engine.fit(epochs, hooks=hooks.hooks)
+    return result, hooks, tracker, checkpointer, validations, engine
+
+
+def test_an_early_stop_at_a_validation_inside_the_last_epoch_validates_once_and_saves_where_it_stopped(tmp_path):
+    import keras
+
+    result, hooks, tracker, checkpointer, validations, engine = fit(tmp_path, EARLY_STOP + PLATEAU, Trial(), 1)
+    assert validations == [3, 6]  # not a third at step 6 for the epoch's end
+    assert tracker.steps("val_loss") == [3, 6]
+    assert hooks.pruning.trial.reports == [3, 6]  # the study hears each validation once
+    [early] = [c for c in engine.callbacks.callbacks if isinstance(c, keras.callbacks.EarlyStopping)]
+    assert early.wait == 1  # one validation no better than step 3's
+    assert float(engine.optimizer.learning_rate.numpy()) == pytest.approx(0.002 * 0.5)  # halved once, not twice
+    # The epoch's checkpoint is where training stopped: 6 of its 10 steps, not a finished epoch.
+    [(position, sidecar)] = checkpointer.saves
+    assert position == {"epoch": 0, "step_in_epoch": 6, "global_step": 6}
+    assert [(e["epoch"], e["global_step"]) for e in sidecar["history"]] == [(0, 6)]
+    assert sidecar["early_stopping"]["wait"] == 1
+    assert tracker.steps("loss") == [0]  # the partial epoch's training metrics, logged once as epoch 0
+    assert result.stopped_early and hooks.stop_reason(result, engine.plan.schedule) == "early_stopping"
+
+
+def test_a_trial_pruned_at_a_validation_inside_an_epoch_validates_once_and_saves_where_it_stopped(tmp_path):
+    result, hooks, tracker, checkpointer, validations, engine = fit(tmp_path, EARLY_STOP, Trial(prune_at=6), 2)
+    assert validations == [3, 6]
+    assert tracker.steps("val_loss") == [3, 6]
+    assert hooks.pruning.trial.reports == [3, 6]
+    [(position, sidecar)] = checkpointer.saves
+    assert position == {"epoch": 0, "step_in_epoch": 6, "global_step": 6}
+    assert sidecar["early_stopping"]["wait"] == 1
+    assert [e.epoch for e in result.epochs] == [0]
+    assert hooks.stop_reason(result, engine.plan.schedule) == "pruned"
