@@ -14,6 +14,7 @@ import ctypes
 import io
 import os
 import runpy
+import select
 import signal
 import sys
 import threading
@@ -73,7 +74,7 @@ def become_launcher(request: dict, imported_under: dict, fds: list[int], inherit
         elif request["group"] != os.getpgid(0):
             os.setpgid(0, request["group"])  # the requester's group, as a cold child's: its Ctrl-C reaches it
         if request["dies_with_parent"]:
-            parent_death_signal(signal.SIGKILL)  # the server; it kills this child when the requester goes
+            die_with_requester(request.get("requester"))
         os.write(started, b"1")
         os.close(started)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
@@ -116,6 +117,26 @@ def parent_death_signal(sig: int) -> None:
     """Linux: this process gets `sig` when the one that forked it dies (best effort)."""
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
+
+
+def die_with_requester(requester: int | None) -> None:
+    """In a fork told to die with its parent: SIGKILL when the process that asked for it dies (the parent a new
+    interpreter would have had), not when the server does (the OOM killer's pick while the requester still waits
+    on this child). A daemon thread waits on the requester's pidfd; before Linux 5.3, the server's death signal
+    (while the server lives it kills this child when the requester's connection closes)."""
+    try:
+        watched = os.pidfd_open(requester)
+    except ProcessLookupError:  # it died while this child was being made
+        os.kill(os.getpid(), signal.SIGKILL)
+    except (AttributeError, TypeError, OSError):
+        parent_death_signal(signal.SIGKILL)
+        return
+    threading.Thread(target=_die_when_ready, args=(watched,), name="dies-with-requester", daemon=True).start()
+
+
+def _die_when_ready(pidfd: int) -> None:
+    select.select([pidfd], [], [])  # readable once that process has ended
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def die_with_parent() -> None:

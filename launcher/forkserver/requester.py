@@ -3,6 +3,11 @@
 `Server` is a server this process started (and closes when it ends); `ForkedProcess` is one forked child, with
 the part of Popen's interface the launcher uses (pid, poll, wait, signals, pipes, communicate); `Refused` says
 the server cannot fork that start alike, so it must be a new interpreter.
+
+The server reports each child's exit, but it can die first (the OOM killer picks the largest process: often the
+server, which holds every import). Its children run on, so a `ForkedProcess` then watches its child through a
+pidfd (its end, not its status: only a parent gets that) and `returncode_of` takes the status from the child's
+own outcome record.
 """
 
 from __future__ import annotations
@@ -21,6 +26,11 @@ import time
 
 from launcher.forkserver.alike import launcher_args
 from launcher.forkserver.wire import SOCKET_ENV, receive, send
+from launcher.outcome import OutcomeRecord
+
+# The return code of a child whose server died before reporting its exit and that left no outcome record of its
+# own: it most likely died as the server did (the OOM killer), so it is reported killed.
+LOST_STATUS = -signal.SIGKILL
 
 
 class Server:
@@ -74,6 +84,8 @@ class ForkedProcess:
         self.args = args
         self.returncode: int | None = None
         self.cpu: float | None = None  # the child's CPU seconds, once it ended
+        self.server_lost = False  # the server died before it reported the child's exit (`returncode_of`)
+        self._pidfd: int | None = None
         self.stdout = self.stderr = None
         self._text = text
         self._pipes: list[int] = []
@@ -95,6 +107,7 @@ class ForkedProcess:
                 "session": os.getsid(0),
                 "group": os.getpgid(0),
                 "dies_with_parent": bool(dies_with_parent),
+                "requester": os.getpid(),  # whom a child told to die with its parent dies with
             }
             send(self._sock, request, given)
             answer, _ = receive(self._sock)
@@ -108,6 +121,7 @@ class ForkedProcess:
             self._abandon()
             raise Refused((answer or {}).get("refused", "the forkserver closed the connection"))
         self.pid = answer["pid"]
+        self._pidfd = _open_pidfd(self.pid)  # while the server holds it: this child, not a later one with its pid
 
     def _child_end(self, spec, inherited: int) -> int:
         if spec is None:
@@ -127,28 +141,65 @@ class ForkedProcess:
                 stream.close()
 
     def _collect(self) -> None:
-        answer, _ = receive(self._sock)
+        try:
+            answer, _ = receive(self._sock)
+        except OSError:  # reset by a server that died
+            answer = None
         self._sock.close()
-        if answer is None:  # the server ended first (its owner is ending): the child's status is not known
-            raise ChildProcessError(f"the launcher's forkserver ended while process {self.pid} ran")
-        self.returncode = answer["returncode"]
-        self.cpu = answer["cpu"]
+        if answer is None:  # the server died first (the OOM killer): its child runs on, watched from here
+            self.server_lost = True
+            print(
+                f"launcher: the forkserver ended before process {self.pid} did; watching that process until it ends",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        self._ended(answer["returncode"], answer["cpu"])
+
+    def _ended(self, returncode: int, cpu: float | None) -> None:
+        self.returncode, self.cpu = returncode, cpu
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def _watch(self, timeout: float | None) -> bool:
+        """Wait up to `timeout` for news of the child: its exit from the server or, once the server is gone, its
+        end (without a status: `LOST_STATUS`). Whether it ended."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self.server_lost:
+                if not select.select([self._sock], [], [], left)[0]:
+                    return False
+                self._collect()
+            elif self._pidfd is not None:
+                if not select.select([self._pidfd], [], [], left)[0]:
+                    return False
+                self._ended(LOST_STATUS, None)
+            elif _running(self.pid):  # no pidfd (Linux < 5.3): look every 0.1 s
+                if left is not None and left <= 0:
+                    return False
+                time.sleep(0.1 if left is None else min(0.1, left))
+            else:
+                self._ended(LOST_STATUS, None)
+        return True
 
     def poll(self) -> int | None:
-        if self.returncode is None and select.select([self._sock], [], [], 0)[0]:
-            self._collect()
+        self._watch(0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            if not select.select([self._sock], [], [], timeout)[0]:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-            self._collect()
+        if not self._watch(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout)
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
-            os.kill(self.pid, sig)
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile, as Popen's
+                if self._pidfd is not None:
+                    signal.pidfd_send_signal(self._pidfd, sig)
+                else:
+                    os.kill(self.pid, sig)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -183,3 +234,30 @@ class ForkedProcess:
             return data.decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")  # as text mode reads
 
         return read(self.stdout), read(self.stderr)
+
+
+def returncode_of(process, outcome: OutcomeRecord | None) -> int:
+    """`process.returncode` once it ended, as `subprocess` reports it. For a forked child whose server died before
+    reporting its exit: the exit code in the outcome record it wrote itself (`outcome`, read from its run dir,
+    when its `pid` is the child's), else `LOST_STATUS` (it died unrecorded, most likely with the server)."""
+    if getattr(process, "server_lost", False) and outcome is not None and outcome.pid == process.pid:
+        return outcome.exit_code
+    return process.returncode
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when `pid` ends, for a process that is not this one's child; None
+    before Linux 5.3 or when it has already ended."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (an ended process nobody reaped yet, a zombie, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False

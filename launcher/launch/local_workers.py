@@ -12,6 +12,8 @@ job's run dir exactly as a single process would (MLflow run, checkpoints, model)
 - SIGINT / SIGTERM to this process reach every worker once; they agree on a step boundary, save and
   stop (exit 128 + signal), as a single process does. A second signal kills them.
 - Re-running the same command resumes every worker from the chief's last checkpoint.
+- A worker outlives the forkserver that forked it (the OOM killer's pick): it is watched to its end, its exit
+  taken from its outcome record, and a restart of the job starts its workers as new interpreters.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 
 from launcher import forkserver
 from launcher.config.strategies import WorkerStart, strategy_of
+from launcher.forkserver.requester import returncode_of
 from launcher.launch.restarts import Attempt, config_sources
 from launcher.outcome import OutcomeRecord
 
@@ -82,8 +85,10 @@ def worker_commands(overrides: list[str], count: int, run_dir: Path) -> list[lis
 class Worker:
     """One worker process, its output streamed with a prefix and kept in a log file."""
 
-    def __init__(self, index: int, command: list[str], log_path: Path, cwd: Path):
+    def __init__(self, index: int, command: list[str], log_path: Path, cwd: Path, outcome_dir: Path):
         self.index = index
+        self.outcome_dir = outcome_dir  # where it writes its outcome record (`launch.worker_run_dir`)
+        self.returncode: int | None = None
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log = open(log_path, "a")  # noqa: SIM115 - closed by the streaming thread
@@ -109,12 +114,18 @@ class Worker:
                 self.log.write(line)
                 print(f"[worker {self.index}] {line}", end="", flush=True)
 
+    def poll(self) -> int | None:
+        """Its return code once it ended; its outcome record's when its forkserver died before reporting it."""
+        if self.returncode is None and self.process.poll() is not None:
+            self.returncode = returncode_of(self.process, OutcomeRecord.read(self.outcome_dir))
+        return self.returncode
+
     def signal(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             self.process.send_signal(signum)
 
     def describe_exit(self) -> str:
-        code = self.process.returncode
+        code = self.poll()
         if code is not None and code < 0:
             return f"was killed by {signal.Signals(-code).name}"
         return f"exited with code {code}"
@@ -126,7 +137,10 @@ def local_workers_attempt(overrides: list[str], count: int, run_dir: Path, launc
     run_dir.mkdir(parents=True, exist_ok=True)
     commands = worker_commands(overrides, count, run_dir)
     print(f"Starting {count} local workers (multi-worker job in {run_dir}; logs in {run_dir / 'workers'})", flush=True)
-    workers = [Worker(i, cmd, run_dir / "workers" / f"worker{i}.log", launch_dir) for i, cmd in enumerate(commands)]
+    workers = [
+        Worker(i, cmd, run_dir / "workers" / f"worker{i}.log", launch_dir, _outcome_dir(run_dir, i))
+        for i, cmd in enumerate(commands)
+    ]
     for worker in workers:  # after every fork: preexec_fn and threads do not mix
         worker.thread.start()
     job = _Job(workers)
@@ -140,13 +154,14 @@ def local_workers_attempt(overrides: list[str], count: int, run_dir: Path, launc
             worker.thread.join(timeout=5)
     if code == 0:
         _report_weights(run_dir, count)
+    if any(getattr(w.process, "server_lost", False) for w in workers):  # a restart: where no server can die
+        os.environ[forkserver.SOCKET_ENV] = "off"
     failed = job.failed
-    where = run_dir if failed is None or failed.index == 0 else run_dir / "workers" / f"worker{failed.index}"
-    outcome = OutcomeRecord.read(where)
-    pid = failed.process.pid if failed is not None else workers[0].process.pid
-    if outcome is not None and outcome.pid != pid:  # an earlier launch's record: this worker died first
+    watched = failed or workers[0]
+    outcome = OutcomeRecord.read(watched.outcome_dir)
+    if outcome is not None and outcome.pid != watched.process.pid:  # an earlier launch's record: it died first
         outcome = None
-    raw = failed.process.returncode if failed is not None else None  # negative when a signal killed it
+    raw = failed.poll() if failed is not None else None  # negative when a signal killed it
     killed_by = -raw if raw is not None and raw < 0 else None
     return Attempt(code, outcome, job.signalled is not None, killed_by)
 
@@ -180,7 +195,7 @@ class _Job:
 
     def wait(self) -> int:
         while True:
-            codes = [w.process.poll() for w in self.workers]
+            codes = [w.poll() for w in self.workers]
             failed = blamed([(w, c) for w, c in zip(self.workers, codes, strict=True) if c not in (None, 0)])
             if failed is not None and self.signalled is None:
                 return self._fail(failed)
@@ -205,7 +220,7 @@ class _Job:
             time.sleep(0.1)
         self._kill_all()
         last = "\n".join(f"    {line}" for line in failed.tail if line.strip())
-        code = failed.process.returncode
+        code = failed.poll()
         after = (
             "Its configuration was refused (above): fix it and run the command again."
             if code == 2
@@ -230,8 +245,12 @@ class _Job:
                 worker.process.wait(timeout=10)
 
 
+def _outcome_dir(run_dir: Path, index: int) -> Path:
+    return run_dir if index == 0 else run_dir / "workers" / f"worker{index}"
+
+
 def _report_weights(run_dir: Path, count: int) -> None:
-    dirs = [run_dir] + [run_dir / "workers" / f"worker{i}" for i in range(1, count)]
+    dirs = [_outcome_dir(run_dir, i) for i in range(count)]
     records = [OutcomeRecord.read(d) for d in dirs]
     digests = [r.weights_sha256 if r else None for r in records]
     if None not in digests and len(set(digests)) == 1:

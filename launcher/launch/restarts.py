@@ -7,6 +7,10 @@ as a child `python -m launcher` in the same run dir, and when the child fails in
 checkpoint into the same MLflow run, which gets a `restart.<k>.error` tag per restart. Never restarted: a
 refusal (exit 2), a numerics stop, a checkpoint write that failed (the disk), and a signal from the person
 (it reaches the child once, which saves and stops as it always does).
+
+An attempt forked by a forkserver outlives that server (the OOM killer's pick): the supervisor waits for it to
+end, never starting a second training in the run dir, and takes its status from its outcome record; one that died
+with the server is a crash, restarted from the newest checkpoint in a new interpreter, as every later attempt is.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher import forkserver
+from launcher.forkserver.requester import returncode_of
 from launcher.outcome import EXIT_FAILED, FAILED, TRAINING_FAILURE, OutcomeRecord, exit_for_signal
 
 RESTART_ENV = "LAUNCHER_RESTART"  # which restart a child is (0: the first attempt), set by the supervisor
@@ -123,9 +128,10 @@ def child_attempts(overrides: list[str], run_dir: Path, launch_dir: Path) -> Cal
     kept = [o for o in overrides if not o.split("=", 1)[0].lstrip("+~").startswith("hydra.run.dir")]
     # The person's own conf (--config-dir, hydra.searchpath) too: Hydra keeps it out of the task's overrides.
     command = [sys.executable, "-m", "launcher", *config_sources(), *kept, f"hydra.run.dir={run_dir}"]
+    cold: dict[str, str] = {}  # once a server died under an attempt, the next start where it could not die too
 
     def run(restart: int, reason: str | None) -> Attempt:
-        env = {**os.environ, RESTART_ENV: str(restart)}
+        env = {**os.environ, RESTART_ENV: str(restart), **cold}
         if reason:
             env[REASON_ENV] = reason[:2000]
         # Its own session: a terminal's Ctrl-C reaches this supervisor, which passes it on exactly once.
@@ -154,6 +160,9 @@ def child_attempts(overrides: list[str], run_dir: Path, launch_dir: Path) -> Cal
         outcome = OutcomeRecord.read(run_dir)
         if outcome is not None and outcome.pid != child.pid:  # an earlier attempt's: this one died first
             outcome = None
+        if getattr(child, "server_lost", False):
+            cold[forkserver.SOCKET_ENV] = "off"
+            code = returncode_of(child, outcome)
         return Attempt.of_process(code, outcome, bool(signalled))
 
     return run

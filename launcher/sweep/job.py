@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 from launcher import forkserver
 from launcher.config.tasks import objective
 from launcher.files import JOB_FILE, STOP_FILE, SWEEP_FILE, read_json, write_json_atomic
+from launcher.forkserver.requester import returncode_of
 from launcher.outcome import FINISHED, KILLED, OutcomeRecord
 from launcher.tracking.client import with_retry
 from launcher.tracking.tracker import run_dir_run
@@ -112,7 +113,7 @@ def run_job(cfg: DictConfig, hydra_cfg) -> JobResult:
     print(f"[sweep job {hydra_cfg.job.num}] {name}" + (f" (again, in {job_dir})" if resuming else ""), flush=True)
     log_path = job_dir / "job.log"
     with open(log_path, "a" if resuming else "w") as log:
-        returncode, stopped = _run_until_stopped(args, hydra_cfg.runtime.cwd, log, sweep_dir)
+        returncode, stopped = _run_until_stopped(args, hydra_cfg.runtime.cwd, log, sweep_dir, job_dir)
     outcome = OutcomeRecord.read(job_dir)
     if returncode != 0 and state.get("parent_run_id") and not (outcome and outcome.run_id):
         if own_run := _own_run(state, job_dir):  # the job's own run exists, its process is gone (killed): settle it
@@ -134,14 +135,16 @@ def run_job(cfg: DictConfig, hydra_cfg) -> JobResult:
     return result
 
 
-def _run_until_stopped(args: list[str], cwd: str, log, sweep_dir: Path) -> tuple[int, bool]:
-    """The job's process to its end, and whether the sweep stopped it: when a fail-fast sweep stops meanwhile,
-    the job is asked to save and stop (SIGTERM: the preemption path), so the same sweep again resumes it."""
+def _run_until_stopped(args: list[str], cwd: str, log, sweep_dir: Path, job_dir: Path) -> tuple[int, bool]:
+    """The job's process to its end (even when the forkserver that forked it dies first: its status is then
+    its outcome record's), and whether the sweep stopped it: when a fail-fast sweep stops meanwhile, the job is
+    asked to save and stop (SIGTERM: the preemption path), so the same sweep again resumes it."""
     process = forkserver.start(args, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
     signalled = False
     while True:
         try:
-            return process.wait(timeout=0.5), signalled
+            process.wait(timeout=0.5)
+            return returncode_of(process, OutcomeRecord.read(job_dir)), signalled
         except subprocess.TimeoutExpired:
             if not signalled and stopped_by(sweep_dir):
                 process.send_signal(signal.SIGTERM)

@@ -1,0 +1,218 @@
+"""A forkserver killed while launches wait on what it forked (the OOM killer picks the largest process: often the
+server, which holds every import) loses nothing: a supervised run's attempt and a sweep's job run on, watched by
+the process that asked for them, to their end; an attempt that died with it is restarted cold; a child started to
+die with its parent dies with that process, not with the server; and the run dirs' locks are free after.
+
+Each test starts a server of its own (`forkserver.Server`, as a launch does) and kills it with SIGKILL while the
+launches it forked wait at a pause point (LAUNCHER_FAULT=PAUSE).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import warm
+from support.config import ROOT, TINY
+from support.tracking import store
+
+from launcher import forkserver
+from launcher.launch.lock import RunDirLock
+from launcher.outcome import FINISHED, OutcomeRecord
+
+PAUSED = "paused at steps 2"
+NOTICED = "the forkserver ended before process"  # the requester saw its server die and watches the child itself
+
+
+def children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as listed:
+        return [int(child) for child in listed.read().split()]
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` runs (an ended process nobody reaped yet does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def forked_for(server: int, run_dir: Path) -> int:
+    """The process the server forked to train in `run_dir` (its command line names the run dir)."""
+    for pid in children(server):
+        with open(f"/proc/{pid}/cmdline") as cmdline:
+            if f"hydra.run.dir={run_dir}" in cmdline.read():
+                return pid
+    raise AssertionError(f"the server forked nothing for {run_dir}")
+
+
+def wait_for(log: Path, text: str, process) -> None:
+    """Until `text` is in `log`; fails when `process` (which writes it) ends first."""
+    deadline = time.time() + 600
+    while text not in (log.read_text() if log.exists() else ""):
+        assert process.poll() is None, f"ended (exit {process.returncode}) before {text!r}:\n{log.read_text()[-3000:]}"
+        assert time.time() < deadline, f"no {text!r} in {log}"
+        time.sleep(0.1)
+
+
+def wait_gone(pid: int) -> None:
+    deadline = time.time() + 60
+    while running(pid) and time.time() < deadline:
+        time.sleep(0.1)
+
+
+def lock_is_free(run_dir: Path) -> bool:
+    """A new launch on `run_dir` would not be refused: its lock can be taken (and is given back)."""
+    with RunDirLock(run_dir):
+        return True
+
+
+def mlflow_runs(db: Path) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{db}")
+    return client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
+
+
+@pytest.fixture
+def doomed_server():
+    """A server of this test's own, killed by the test (the suite's stays up for the other tests)."""
+    server = forkserver.Server(warm.baseline())
+    yield server
+    server.process.kill()
+    server.process.wait()
+    server.close()
+
+
+@pytest.mark.slow
+def test_supervised_runs_whose_forkserver_is_killed_finish_restart_cold_or_die_with_their_supervisor(
+    tmp_path, doomed_server
+):
+    """Three `train.max_restarts=2` runs whose attempts the one server forked, all paused when it is killed:
+    - `lives`: its attempt runs on and finishes; its supervisor waited (no second training), one MLflow run;
+    - `dies`: its attempt is killed too (the OOM killer's second pick): restarted as a crash, in a new interpreter,
+      into the same MLflow run;
+    - `orphaned`: its supervisor is killed too: the attempt, started to die with its parent, dies with it.
+    Every run dir's lock is free after. Before: each attempt died with the server (its death signal was the
+    server's) and each supervisor died of ChildProcessError."""
+    resume = tmp_path / "resume"
+    env = {
+        **os.environ,
+        forkserver.SOCKET_ENV: doomed_server.path,
+        "LAUNCHER_FAULT": "PAUSE@steps:2#1",  # the first attempt only: a restart runs through
+        "LAUNCHER_FAULT_RESUME": str(resume),
+    }
+    runs = {name: tmp_path / name for name in ("lives", "dies", "orphaned")}
+    supervisors = {}
+    for name, run_dir in runs.items():
+        args = [
+            sys.executable,
+            "-m",
+            "launcher",
+            *TINY,
+            "train.epochs=1",
+            "train.max_restarts=2",
+            "train.restart_backoff=0",
+            "tracking.system_metrics=false",
+            f"hydra.run.dir={run_dir}",
+            f"tracking.uri={store(tmp_path / f'{name}.db')}",
+        ]
+        with open(tmp_path / f"{name}.log", "w") as log:
+            supervisors[name] = warm.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for name, supervisor in supervisors.items():
+            wait_for(tmp_path / f"{name}.log", PAUSED, supervisor)
+        attempts = {name: forked_for(doomed_server.process.pid, run_dir) for name, run_dir in runs.items()}
+        doomed_server.process.kill()
+        doomed_server.process.wait()
+        for name, supervisor in supervisors.items():
+            wait_for(tmp_path / f"{name}.log", NOTICED, supervisor)
+        assert all(running(pid) for pid in attempts.values())  # none died with the server
+        os.kill(attempts["dies"], signal.SIGKILL)
+        supervisors["orphaned"].kill()
+        supervisors["orphaned"].wait()
+        resume.touch()
+        codes = {name: supervisors[name].wait(600) for name in ("lives", "dies")}
+    finally:
+        for supervisor in supervisors.values():
+            supervisor.kill()
+    logs = {name: (tmp_path / f"{name}.log").read_text() for name in runs}
+    assert codes == {"lives": 0, "dies": 0}, logs
+    wait_gone(attempts["orphaned"])
+    assert not running(attempts["orphaned"]), "the attempt outlived the supervisor it was started to die with"
+
+    lived = OutcomeRecord.read(runs["lives"])
+    assert lived.status == FINISHED and lived.pid == attempts["lives"]  # the attempt that was waiting
+    assert lived.forked_by == doomed_server.process.pid
+    assert "Restart 1" not in logs["lives"]
+
+    restarted = OutcomeRecord.read(runs["dies"])
+    assert "Restart 1 of 2" in logs["dies"] and "killed by SIGKILL" in logs["dies"]
+    assert restarted.status == FINISHED and restarted.pid != attempts["dies"]
+    assert restarted.forked_by is None  # cold: a new interpreter, not another server
+
+    for name in ("lives", "dies"):
+        [run] = mlflow_runs(tmp_path / f"{name}.db")
+        assert run.info.status == FINISHED
+    assert "restart.1.error" in mlflow_runs(tmp_path / "dies.db")[0].data.tags
+    assert OutcomeRecord.read(runs["orphaned"]) is None  # killed while paused
+    assert all(lock_is_free(run_dir) for run_dir in runs.values())
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_forkserver_is_killed_waits_for_its_job_and_reports_it(tmp_path, doomed_server):
+    """The sweep's job runs on after its server is killed: the sweep watches it to its end and records it
+    finished, and no job process outlives the sweep. Before: the job's wait raised ChildProcessError, failing the
+    sweep while its job ran on, unobserved."""
+    resume = tmp_path / "resume"
+    env = {
+        **os.environ,
+        forkserver.SOCKET_ENV: doomed_server.path,
+        "LAUNCHER_FAULT": "PAUSE@steps:2",
+        "LAUNCHER_FAULT_RESUME": str(resume),
+    }
+    args = [
+        sys.executable,
+        "-m",
+        "launcher",
+        "-m",
+        *TINY,
+        "train.epochs=1",
+        "scaling.batch_size=32",
+        "tracking.system_metrics=false",
+        "checkpoint.export_model=false",
+        "tracking.log_model=false",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+        f"tracking.uri={store(tmp_path / 'mlflow.db')}",
+    ]
+    log = tmp_path / "sweep.log"
+    job_dir = tmp_path / "sweep" / "0"
+    with open(log, "w") as out:
+        sweep = warm.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    job = None
+    try:
+        wait_for(job_dir / "job.log", PAUSED, sweep)
+        [job] = children(doomed_server.process.pid)
+        doomed_server.process.kill()
+        doomed_server.process.wait()
+        wait_for(log, NOTICED, sweep)
+        assert running(job)
+        resume.touch()
+        code = sweep.wait(600)
+    finally:
+        sweep.kill()
+        if job is not None and running(job):  # a job the sweep left behind: not paused for the next 10 minutes
+            os.kill(job, signal.SIGKILL)
+    assert code == 0, log.read_text()[-3000:]
+    assert not running(job), "the job outlived the sweep"
+    outcome = OutcomeRecord.read(job_dir)
+    assert outcome.status == FINISHED and outcome.pid == job
+    kids = [r for r in mlflow_runs(tmp_path / "mlflow.db") if r.data.tags.get("sweep.role") == "child"]
+    assert [kid.info.status for kid in kids] == [FINISHED]
+    assert lock_is_free(job_dir)
