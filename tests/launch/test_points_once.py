@@ -9,6 +9,9 @@ The tracker's side (a continued run's points not logged again): tests/tracking/t
 
 from __future__ import annotations
 
+import json
+import signal
+
 import pytest
 from support.config import TINY, config
 from support.train import QUIET
@@ -142,3 +145,58 @@ def test_a_trial_pruned_at_a_validation_inside_an_epoch_validates_once_and_saves
     assert sidecar["early_stopping"]["wait"] == 1
     assert [e.epoch for e in result.epochs] == [0]
     assert hooks.stop_reason(result, engine.plan.schedule) == "pruned"
+
+
+# ------------------------------------------------------------------ the user's path: the real CLI
+
+# digits at batch 64: 23 steps per epoch; validations at 10, 20, 23 (epoch end), 30, 40, 46; step points every 5.
+SMALL = ["model.hidden_units=[16]", "scaling.batch_size=64", "xla=false", "precision=fp32", "deterministic=true"]
+CURVES = [*SMALL, "train.epochs=2", "train.val_every_steps=10", "tracking.step_metrics_every=5"]
+
+
+def _run(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
+    return client, runs
+
+
+def test_runs_killed_before_and_after_their_first_checkpoint_and_continued_log_every_point_once(cli, tmp_path):
+    """SIGKILL at step 12 (no checkpoint yet: the rerun starts over in the same MLflow run), then at step 30 (after
+    logging the validation at 30 and step points past ckpt-23: the rerun resumes from 23 and trains them again)."""
+    first = cli(*CURVES, env={"LAUNCHER_FAULT": "KILL@steps:12"})
+    assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
+    second = cli(*CURVES, env={"LAUNCHER_FAULT": "KILL@steps:30"})
+    assert second.returncode == -signal.SIGKILL, second.stderr[-2000:]
+    third = cli(*CURVES)
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert "Resuming at epoch 2, step 0 (global step 23)" in third.stdout
+
+    client, runs = _run(tmp_path)
+    assert [r.info.status for r in runs] == ["FINISHED"]  # one run for the three launches
+    run_id = runs[0].info.run_id
+    curves = [key for key in runs[0].data.metrics if key.startswith(("step/", "val_"))]
+    assert {"step/loss", "step/learning_rate", "val_loss", "val_accuracy"} <= set(curves)
+    steps = {key: [m.step for m in client.get_metric_history(run_id, key)] for key in curves}
+    assert {key: sorted(s) for key, s in steps.items() if len(s) != len(set(s))} == {}  # one point per step
+    assert sorted(steps["val_loss"]) == [10, 20, 23, 30, 40, 46]
+    assert sorted(steps["step/loss"]) == [5, 10, 15, 20, 25, 30, 35, 40, 45]
+    assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == [0, 1]
+
+
+def test_early_stopping_at_a_validation_inside_an_epoch_logs_it_once_and_checkpoints_where_it_stopped(
+    cli_here, tmp_path
+):
+    """mode=max on a falling val_loss: the validation at step 20 is no better than step 10's and stops the run."""
+    stop = ["train.early_stopping.enabled=true", "train.early_stopping.patience=1", "train.early_stopping.mode=max"]
+    done = cli_here(*CURVES, *stop, "tracking.step_metrics_every=0")
+    assert done.returncode == 0, done.stderr[-2000:]
+    client, [run] = _run(tmp_path)
+    assert run.data.tags["stop_reason"] == "early_stopping"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "val_loss")] == [10, 20]
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.glob("ckpt-*.json")) == ["ckpt-20.json"]
+    sidecar = json.loads((checkpoints / "ckpt-20.json").read_text())
+    assert sidecar["position"] == {"epoch": 0, "step_in_epoch": 20, "global_step": 20}  # 20 of epoch 1's 23 steps
+    assert sidecar["early_stopping"]["wait"] == 1
