@@ -1,6 +1,6 @@
 """A launch that continues an MLflow run logs each (metric, step) once: the points an earlier launch logged past
-the checkpoint it resumes from, or before a start-over in the same run, are not logged again. A real SQLite store
-(no TensorFlow)."""
+the checkpoint it resumes from, or before a start-over in the same run, are not logged again
+(`launcher.tracking.held`). A real SQLite store (no TensorFlow)."""
 
 from __future__ import annotations
 
