@@ -162,16 +162,20 @@ def _run(tmp_path):
     return client, runs
 
 
-def test_runs_killed_before_and_after_their_first_checkpoint_and_continued_log_every_point_once(cli, tmp_path):
-    """SIGKILL at step 12 (no checkpoint yet: the rerun starts over in the same MLflow run), then at step 30 (after
-    logging the validation at 30 and step points past ckpt-23: the rerun resumes from 23 and trains them again)."""
-    first = cli(*CURVES, env={"LAUNCHER_FAULT": "KILL@steps:12"})
-    assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
-    second = cli(*CURVES, env={"LAUNCHER_FAULT": "KILL@steps:30"})
-    assert second.returncode == -signal.SIGKILL, second.stderr[-2000:]
-    third = cli(*CURVES)
-    assert third.returncode == 0, third.stderr[-2000:]
-    assert "Resuming at epoch 2, step 0 (global step 23)" in third.stdout
+def test_runs_stopped_before_and_after_their_first_checkpoint_and_continued_log_every_point_once(
+    cli, cli_here, tmp_path
+):
+    """A training failure at step 12 (no checkpoint yet: the rerun starts over in the same MLflow run), then a
+    SIGKILL at step 30 in a process of its own (after the validation at 30 and step points past ckpt-23 reached
+    MLflow: the rerun resumes from 23 and trains those steps again)."""
+    failed = cli_here(*CURVES, env={"LAUNCHER_FAULT": "RAISE@steps:12"})
+    assert failed.returncode == 1, failed.stderr[-2000:]
+    killed = cli(*CURVES, env={"LAUNCHER_FAULT": "KILL@steps:30"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert "training starts over in it" in killed.stdout
+    done = cli_here(*CURVES)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Resuming at epoch 2, step 0 (global step 23)" in done.stdout
 
     client, runs = _run(tmp_path)
     assert [r.info.status for r in runs] == ["FINISHED"]  # one run for the three launches
