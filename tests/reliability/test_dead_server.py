@@ -43,19 +43,19 @@ def running(pid: int) -> bool:
         return False
 
 
-def forked_for(server: int, run_dir: Path) -> int:
-    """The process the server forked to train in `run_dir` (its command line names the run dir)."""
+def forked_for(server: int, argument: str) -> int:
+    """The process the server forked with `argument` on its command line."""
     for pid in children(server):
         with open(f"/proc/{pid}/cmdline") as cmdline:
-            if f"hydra.run.dir={run_dir}" in cmdline.read():
+            if argument in cmdline.read().replace("\0", " ").split():
                 return pid
-    raise AssertionError(f"the server forked nothing for {run_dir}")
+    raise AssertionError(f"the server forked nothing with {argument}")
 
 
-def wait_for(log: Path, text: str, process) -> None:
-    """Until `text` is in `log`; fails when `process` (which writes it) ends first."""
+def wait_for(log: Path, text: str, process, times: int = 1) -> None:
+    """Until `text` is in `log` (`times` times); fails when `process` (which writes it) ends first."""
     deadline = time.time() + 600
-    while text not in (log.read_text() if log.exists() else ""):
+    while (log.read_text() if log.exists() else "").count(text) < times:
         assert process.poll() is None, f"ended (exit {process.returncode}) before {text!r}:\n{log.read_text()[-3000:]}"
         assert time.time() < deadline, f"no {text!r} in {log}"
         time.sleep(0.1)
@@ -128,7 +128,7 @@ def test_supervised_runs_whose_forkserver_is_killed_finish_restart_cold_or_die_w
     try:
         for name, supervisor in supervisors.items():
             wait_for(tmp_path / f"{name}.log", PAUSED, supervisor)
-        attempts = {name: forked_for(doomed_server.process.pid, run_dir) for name, run_dir in runs.items()}
+        attempts = {name: forked_for(doomed_server.process.pid, f"hydra.run.dir={run}") for name, run in runs.items()}
         doomed_server.process.kill()
         doomed_server.process.wait()
         for name, supervisor in supervisors.items():
@@ -215,4 +215,54 @@ def test_a_sweep_whose_forkserver_is_killed_waits_for_its_job_and_reports_it(tmp
     assert outcome.status == FINISHED and outcome.pid == job
     kids = [r for r in mlflow_runs(tmp_path / "mlflow.db") if r.data.tags.get("sweep.role") == "child"]
     assert [kid.info.status for kid in kids] == [FINISHED]
+    assert lock_is_free(job_dir)
+
+
+@pytest.mark.slow
+def test_local_workers_whose_forkserver_is_killed_finish_the_job(tmp_path, doomed_server):
+    """`strategy.local_workers=2`: both workers, started to die with the launcher, run on after the server that
+    forked them is killed; the launcher watches them to their end and the job finishes as one (one MLflow run,
+    identical weights), its run dir free after. Before: both died with the server and the launcher of
+    ChildProcessError."""
+    resume = tmp_path / "resume"
+    env = {
+        **os.environ,
+        forkserver.SOCKET_ENV: doomed_server.path,
+        "LAUNCHER_FAULT": "PAUSE@steps:2",
+        "LAUNCHER_FAULT_RESUME": str(resume),
+    }
+    job_dir, log = tmp_path / "job", tmp_path / "job.log"
+    args = [
+        sys.executable,
+        "-m",
+        "launcher",
+        *TINY,
+        "train.epochs=1",
+        "xla=false",
+        "strategy=multi_worker",
+        "strategy.local_workers=2",
+        "tracking.system_metrics=false",
+        f"hydra.run.dir={job_dir}",
+        f"tracking.uri={store(tmp_path / 'mlflow.db')}",
+    ]
+    with open(log, "w") as out:
+        launcher = warm.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(log, PAUSED, launcher, times=2)
+        workers = [forked_for(doomed_server.process.pid, f"strategy.task_index={i}") for i in (0, 1)]
+        doomed_server.process.kill()
+        doomed_server.process.wait()
+        wait_for(log, NOTICED, launcher, times=2)
+        assert all(running(pid) for pid in workers)
+        resume.touch()
+        code = launcher.wait(600)
+    finally:
+        launcher.kill()
+    assert code == 0, log.read_text()[-3000:]
+    assert "All 2 workers finished with identical weights" in log.read_text()
+    chief = OutcomeRecord.read(job_dir)
+    assert chief.status == FINISHED and chief.pid == workers[0]
+    assert OutcomeRecord.read(job_dir / "workers" / "worker1").pid == workers[1]
+    [run] = mlflow_runs(tmp_path / "mlflow.db")
+    assert run.info.status == FINISHED
     assert lock_is_free(job_dir)
