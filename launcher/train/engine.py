@@ -246,9 +246,12 @@ class Engine:
         if not validated:
             self.callbacks.on_epoch_end(epoch, logs)
             return
-        for callback in self.callbacks.callbacks:
-            if not isinstance(callback, VALIDATION_CALLBACKS):
-                callback.on_epoch_end(epoch, logs)
+        every = self.callbacks.callbacks
+        self.callbacks.callbacks = [c for c in every if not isinstance(c, VALIDATION_CALLBACKS)]
+        try:
+            self.callbacks.on_epoch_end(epoch, logs)  # through the list: its pending batch-end calls finish first
+        finally:
+            self.callbacks.callbacks = every
 
     def _validate_inside_epoch(self, position: Position, hooks: Hook) -> None:
         """train.val_every_steps: evaluate, then let the validation-driven callbacks (early stopping, the LR plateau
