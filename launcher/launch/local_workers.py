@@ -85,10 +85,11 @@ def worker_commands(overrides: list[str], count: int, run_dir: Path) -> list[lis
 class Worker:
     """One worker process, its output streamed with a prefix and kept in a log file."""
 
+    returncode: int | None = None  # once it ended (`poll`)
+
     def __init__(self, index: int, command: list[str], log_path: Path, cwd: Path, outcome_dir: Path):
         self.index = index
         self.outcome_dir = outcome_dir  # where it writes its outcome record (`launch.worker_run_dir`)
-        self.returncode: int | None = None
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log = open(log_path, "a")  # noqa: SIM115 - closed by the streaming thread
@@ -116,8 +117,9 @@ class Worker:
 
     def poll(self) -> int | None:
         """Its return code once it ended; its outcome record's when its forkserver died before reporting it."""
-        if self.returncode is None and self.process.poll() is not None:
-            self.returncode = returncode_of(self.process, OutcomeRecord.read(self.outcome_dir))
+        if self.returncode is None and (code := self.process.poll()) is not None:
+            lost = getattr(self.process, "server_lost", False)
+            self.returncode = returncode_of(self.process, OutcomeRecord.read(self.outcome_dir)) if lost else code
         return self.returncode
 
     def signal(self, signum: int) -> None:
