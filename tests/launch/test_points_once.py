@@ -136,14 +136,17 @@ def test_an_early_stop_at_a_validation_inside_the_last_epoch_validates_once_and_
 
 
 def test_a_trial_pruned_at_a_validation_inside_an_epoch_validates_once_and_saves_where_it_stopped(tmp_path):
-    result, hooks, tracker, checkpointer, validations, engine = fit(tmp_path, EARLY_STOP, Trial(prune_at=6), 2)
-    assert validations == [3, 6]
-    assert tracker.steps("val_loss") == [3, 6]
-    assert hooks.pruning.trial.reports == [3, 6]
+    """Pruned at the first validation (step 3), which early stopping counts as its best: no epoch-end validation
+    follows to count as a second one."""
+    result, hooks, tracker, checkpointer, validations, engine = fit(tmp_path, EARLY_STOP, Trial(prune_at=3), 2)
+    assert validations == [3]
+    assert tracker.steps("val_loss") == [3]
+    assert hooks.pruning.trial.reports == [3]
     [(position, sidecar)] = checkpointer.saves
-    assert position == {"epoch": 0, "step_in_epoch": 6, "global_step": 6}
-    assert sidecar["early_stopping"]["wait"] == 1
+    assert position == {"epoch": 0, "step_in_epoch": 3, "global_step": 3}
+    assert sidecar["early_stopping"]["wait"] == 0
     assert [e.epoch for e in result.epochs] == [0]
+    assert hooks.pruning.tags(engine.plan.schedule.total_steps)["pruned.global_step"] == "3"
     assert hooks.stop_reason(result, engine.plan.schedule) == "pruned"
 
 
