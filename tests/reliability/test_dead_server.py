@@ -27,6 +27,7 @@ from launcher.outcome import FINISHED, OutcomeRecord
 
 PAUSED = "paused at steps 2"
 NOTICED = "the forkserver ended before process"  # the requester saw its server die and watches the child itself
+pytestmark = pytest.mark.forking  # `make test` runs them again with the launches cold, as a person's are
 
 
 def children(pid: int) -> list[int]:
