@@ -32,10 +32,13 @@ class ModelBase:
     freeze: list[str] = field(default_factory=list)
     """Layers not trained, by name or glob (e.g. [dense_0, conv_*]; a nested model by its name freezes all of it);
     BatchNormalization in them runs in inference mode. train.unfreeze_at_epoch trains them again."""
+    layer_swaps: str = "auto"
+    """auto: stock layers run fused kernels where those compute the same (BatchNormalization as FusedBatchNormV3;
+    the Plan lists each layer and why); off: every layer as stock Keras. Checkpoints are the same either way."""
 
 
 # Keys of a model config that are not its architecture: a resumed run may change them.
-TRAINING_KEYS = ("init_from", "init_skip_mismatch", "freeze")
+TRAINING_KEYS = ("init_from", "init_skip_mismatch", "freeze", "layer_swaps")
 
 
 def architecture(model_settings: dict) -> dict:

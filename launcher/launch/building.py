@@ -22,9 +22,11 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path) -> tuple:
 
     built = build(config, plan, prepared.source, prepared.strategy)
     records, freezer = [], None
-    if built.output is not None:  # what only the built model shows (its output dtype): printed and saved
-        plan = plan.with_record(built.output)
-        print(render_record(built.output), flush=True)
+    shown = [r for r in (built.output, built.swaps) if r is not None]
+    for record in shown:  # what only the built model shows (its output dtype, its swapped layers): printed and saved
+        plan = plan.with_record(record)
+        print(render_record(record), flush=True)
+    if shown:
         save_plan(plan, run_dir)
     if prepared.init_source is not None:
         with prepared.strategy.scope():

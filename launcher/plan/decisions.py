@@ -236,6 +236,18 @@ class ProfilePlan(Section):
     window: str | None = decision("profile", optional=True)
 
 
+@dataclass(frozen=True, kw_only=True)
+class LayerSwapsPlan(Section):
+    """Whether the build swaps stock Keras layers for fused kernels that compute the same (which ones: the build's
+    `SwappedLayersPlan`)."""
+
+    mode: str = decision("model.layer_swaps")
+
+    @property
+    def on(self) -> bool:
+        return self.mode == "auto"
+
+
 # ----------------------------------------------------------------- records added after resolution
 
 
@@ -289,6 +301,15 @@ class OutputPlan(Section):
     # The class weights the loss uses, per head ("task" for a one-head task): balanced ones computed from the
     # training labels, mappings as a weight per class id. None when no head has class weights.
     class_weights: dict[str, list[float]] | None = decision("task.class_weights", optional=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwappedLayersPlan(Section):
+    """Which layers the build swapped for fused kernels and which it kept, each by its path with why (added by the
+    build when the model has a layer it could swap and model.layer_swaps=auto)."""
+
+    swapped: dict[str, str] = decision("model.swapped_layers")
+    kept: dict[str, str] | None = decision("model.kept_layers", optional=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -357,6 +378,7 @@ class Plan:
     task: TaskPlan
     export: ExportPlan
     profile: ProfilePlan
+    layer_swaps: LayerSwapsPlan | None = None  # None: a Plan made without the rule (swaps off)
     warnings: tuple[str, ...] = ()
     records: tuple[Section, ...] = ()
 

@@ -18,6 +18,7 @@ from launcher.plan.rules.batch import decide_batch, decide_learning_rate
 from launcher.plan.rules.export import decide_export
 from launcher.plan.rules.findings import Findings
 from launcher.plan.rules.fine_tune import check_fine_tuning
+from launcher.plan.rules.layer_swaps import decide_layer_swaps
 from launcher.plan.rules.loss_scale import decide_loss_scale
 from launcher.plan.rules.numerics import decide_numerics
 from launcher.plan.rules.optimizer import decide_optimizer
@@ -53,6 +54,7 @@ def resolve_all(cfg: Config, env: Environment) -> tuple[Plan, list[Violation]]:
     task = decide_task(cfg, found, precision)
     export = decide_export(cfg, found)
     profile = decide_profile(cfg, cluster)
+    layer_swaps = decide_layer_swaps(cfg, env, found, strategy)
     check_fine_tuning(cfg, found)
     found.violations.extend(out_of_bounds(cfg))
     found.violations.extend(duration_problems(cfg))
@@ -69,6 +71,7 @@ def resolve_all(cfg: Config, env: Environment) -> tuple[Plan, list[Violation]]:
         task=task,
         export=export,
         profile=profile,
+        layer_swaps=layer_swaps,
         warnings=tuple(found.warnings),
     )
     return plan, found.violations

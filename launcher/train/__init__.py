@@ -16,8 +16,10 @@ Modules:
     ema: the weights' exponential moving average (`optimizer.use_ema`) for evaluation and export
     engine: one training loop for every strategy, precision and XLA mode
     fine_tune: fine-tuning on the built model: weights from a source, layers frozen, then unfrozen
+    fused_batch_norm: keras.layers.BatchNormalization computed by one fused kernel (FusedBatchNormV3)
     fused_update: Keras optimizers whose update is one fused TensorFlow kernel per variable
     labels: the dataset's labels against the task, before anything is built, with the fix
+    layer_swaps: the built model's stock layers swapped for fused kernels that compute the same, with why
     loss_scale: loss-scale optimizers: Keras's own where it works, else a replica-safe one
     model_io: pieces every model builder shares: the input layer, the float32 output head
     numerics: what the compiled step counts about numerics, and when a run must stop

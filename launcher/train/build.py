@@ -14,9 +14,10 @@ import tensorflow as tf
 
 from launcher.config.errors import ConfigError
 from launcher.config.models import model_kind
-from launcher.plan.decisions import OutputPlan
+from launcher.plan.decisions import OutputPlan, SwappedLayersPlan
 from launcher.train import loss_scale
 from launcher.train.callbacks import make_callbacks
+from launcher.train.layer_swaps import swap_layers
 from launcher.train.optimizers import make_optimizer
 from launcher.train.registry import MODELS
 from launcher.train.schedules import learning_rate
@@ -38,6 +39,7 @@ class Built:
     task: Task | None = None  # the loss and the metric objects
     callbacks: list = field(default_factory=list)  # Keras callbacks: the standard ones configured, then the user's
     output: OutputPlan | None = None  # what the build did to the model's output (a Plan record), if anything
+    swaps: SwappedLayersPlan | None = None  # the layers swapped for fused kernels (a Plan record), if any
 
 
 def float32_output(model, mixed: bool) -> tuple[Any, OutputPlan | None]:
@@ -267,7 +269,8 @@ def build(cfg, plan, source, strategy) -> Built:
         custom = not model_kind(cfg.model).builtin
         key, value = ("model.builder", cfg.model.builder) if custom else ("model", cfg.model.name)
         check_in_scope(model, strategy, key, value)
-        heads = model_heads(model, source)
+        heads = model_heads(model, source)  # (calls a subclassed model once: its layers are built after)
+        swaps = swap_layers(model, plan.strategy.replicas) if plan.layer_swaps and plan.layer_swaps.on else None
         check_heads(key, value, cfg.task, heads, source)
         if isinstance(getattr(model, "input", None), dict) or len(getattr(model, "inputs", None) or []) > 1:
             check_inputs(key, value, model, source)
@@ -288,4 +291,5 @@ def build(cfg, plan, source, strategy) -> Built:
         task=task,
         callbacks=callbacks,
         output=output,
+        swaps=swaps,
     )

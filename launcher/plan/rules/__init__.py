@@ -9,6 +9,7 @@ Modules:
     export: what the trained model is exported as: the formats checked, keras always among them
     findings: what rules report besides decisions: violations (refused) and warnings (said)
     fine_tune: fine-tuning's keys: what is frozen, when it trains again, where weights come from
+    layer_swaps: model.layer_swaps: whether stock layers are swapped for fused kernels that compute the same
     loss_scale: loss scaling where gradients underflow, and which loss-scale optimizer applies it
     numerics: non-finite steps, determinism, gradient clipping and the weights' average
     optimizer: which optimizer and learning-rate schedule a run uses, checked against the tables
