@@ -62,7 +62,9 @@ class Engine:
         self.telemetry = telemetry  # False: no gradient norm, no per-step trace (the guard still runs)
         self.freezer = freezer  # model.freeze: which layers train in which epoch (launcher.train.fine_tune)
         self.validate_every = plan.schedule.val_every_steps or 0  # train.val_every_steps (0: epoch ends only)
-        self._validations = 0  # validations inside epochs so far (the index the plateau callbacks are given)
+        # Validations so far under train.val_every_steps, inside epochs and at their ends: the index the validation-
+        # driven callbacks are given (from 1: Keras's early stopping never stops at its "epoch" 0).
+        self._validations = 0
         self._validated: tuple[int, dict] | None = None  # (global step, logs) of the last validation inside an epoch
         # Carried across chunks (and epochs): consecutive skipped steps, steps at the scale's floor.
         self._streaks = (0, 0)
@@ -241,13 +243,19 @@ class Engine:
         return dict(self._validated[1])
 
     def _epoch_end_callbacks(self, epoch: int, logs: dict[str, float], validated: bool) -> None:
-        """Every callback's epoch end; the validation-driven ones (early stopping, the LR plateau rule) only when this
-        validation is new to them, so their counters tick once per validation."""
-        if not validated:
+        """Every callback's epoch end. Under train.val_every_steps the validation-driven ones (early stopping, the LR
+        plateau rule) count validations: a new one is given its index, one they saw inside the epoch is not given
+        again, so their counters tick once per validation."""
+        every = self.callbacks.callbacks
+        driven = [c for c in every if isinstance(c, VALIDATION_CALLBACKS)]
+        if not self.validate_every or not driven:
             self.callbacks.on_epoch_end(epoch, logs)
             return
-        every = self.callbacks.callbacks
-        self.callbacks.callbacks = [c for c in every if not isinstance(c, VALIDATION_CALLBACKS)]
+        if not validated:
+            self._validations += 1
+            for callback in driven:
+                callback.on_epoch_end(self._validations, logs)
+        self.callbacks.callbacks = [c for c in every if c not in driven]
         try:
             self.callbacks.on_epoch_end(epoch, logs)  # through the list: its pending batch-end calls finish first
         finally:

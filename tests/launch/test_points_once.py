@@ -150,6 +150,20 @@ def test_a_trial_pruned_at_a_validation_inside_an_epoch_validates_once_and_saves
     assert hooks.stop_reason(result, engine.plan.schedule) == "pruned"
 
 
+def test_early_stopping_counts_an_epoch_end_validation_as_one_of_its_validations(tmp_path):
+    """Every 6 steps with 10-step epochs: validations at 6 (the best) and at epoch 1's end (no better). Patience 1
+    is spent at that epoch end, which stops the run there (Keras never stops at its epoch 0: an epoch end must not be
+    given the epoch index among validations counted from 1)."""
+    result, hooks, tracker, checkpointer, validations, engine = fit(
+        tmp_path, [*EARLY_STOP, "train.val_every_steps=6"], None, 3
+    )
+    assert validations == [6, 10]
+    assert tracker.steps("val_loss") == [6, 10]
+    assert [e.epoch for e in result.epochs] == [0]
+    assert [position for position, _ in checkpointer.saves] == [{"epoch": 1, "step_in_epoch": 0, "global_step": 10}]
+    assert hooks.stop_reason(result, engine.plan.schedule) == "early_stopping"
+
+
 # ------------------------------------------------------------------ the user's path: the real CLI
 
 # digits at batch 64: 23 steps per epoch; validations at 10, 20, 23 (epoch end), 30, 40, 46; step points every 5.
