@@ -136,12 +136,23 @@ def test_an_early_stop_at_a_validation_inside_the_last_epoch_validates_once_and_
 
 
 def test_a_trial_pruned_at_a_validation_inside_an_epoch_validates_once_and_saves_where_it_stopped(tmp_path):
-    """Pruned at the first validation (step 3), which early stopping counts as its best: no epoch-end validation
-    follows to count as a second one."""
-    result, hooks, tracker, checkpointer, validations, engine = fit(tmp_path, EARLY_STOP, Trial(prune_at=3), 2)
+    """A real Optuna study whose pruner stops every trial at its first report: the validation at step 3, which early
+    stopping counts as its best. No epoch-end validation follows to count as a second one."""
+    import optuna
+
+    from launcher.config.samplers import STUDY_OBJECTIVES, STUDY_PRUNER
+    from launcher.config.schema import SweepConfig
+    from launcher.launch.trial import open_trial
+
+    storage = f"sqlite:///{tmp_path}/study.db"
+    study = optuna.create_study(study_name="s", storage=storage, direction="minimize")
+    study.set_user_attr(STUDY_PRUNER, {"name": "threshold", "upper": 0.0})  # any val_loss is above it
+    study.set_user_attr(STUDY_OBJECTIVES, ["val_loss"])
+    trial, _ = open_trial(SweepConfig(trial=study.ask().number, study=storage, study_name="s"), 3, False)
+    result, hooks, tracker, checkpointer, validations, engine = fit(tmp_path, EARLY_STOP, trial, 2)
     assert validations == [3]
     assert tracker.steps("val_loss") == [3]
-    assert hooks.pruning.trial.reports == [3]
+    assert list(study.get_trials(deepcopy=False)[-1].intermediate_values) == [3]
     [(position, sidecar)] = checkpointer.saves
     assert position == {"epoch": 0, "step_in_epoch": 3, "global_step": 3}
     assert sidecar["early_stopping"]["wait"] == 0
