@@ -1,6 +1,7 @@
 """Every point once: a validation inside an epoch (train.val_every_steps) that stops training (early stopping, a
 pruned trial) is the epoch's only validation at that step: the callbacks' counters tick once, the study hears it
-once, MLflow gets one point, and the checkpoint saved there says where training stopped (not a finished epoch).
+once, MLflow gets one point, and the checkpoint saved there says where training stopped (not a finished epoch);
+an epoch end's validation counts as one more validation for early stopping.
 The engine with the launch's real hook list (`hooks_for`) over fakes of the checkpointer, tracker and trial; then
 the user's path through the real CLI: runs killed and continued into the same MLflow run.
 
