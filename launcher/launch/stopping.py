@@ -6,15 +6,17 @@ from __future__ import annotations
 from launcher.config.durations import show_duration
 from launcher.contract import StopContext
 from launcher.launch.hooks.preemption import PreemptionGuard
+from launcher.launch.restarts import supervised
 from launcher.launch.slurm import REQUEUE_SIGNAL, requeue
 from launcher.train.numerics import NumericsGuard
 
 
 def preemption_guard(config, plan) -> PreemptionGuard:
-    """SIGTERM / SIGINT (and, with strategy.slurm_requeue, SIGUSR1) turned into a save and a stop."""
+    """SIGTERM / SIGINT (and, with strategy.slurm_requeue, SIGUSR1) turned into a save and a stop. Started by a
+    supervisor or a local-workers launch, the process acts on the first only: that parent escalates."""
     requeues = plan.strategy.requeues
     extra = (REQUEUE_SIGNAL,) if requeues else ()
-    return PreemptionGuard(config.checkpoint.save_on_preemption or requeues, extra)
+    return PreemptionGuard(config.checkpoint.save_on_preemption or requeues, extra, escalates=not supervised())
 
 
 def stop_context(plan) -> StopContext:

@@ -4,6 +4,10 @@ boundary, after a save.
 `PreemptionGuard` turns the first signal into a request; `CheckpointHook` saves on it and
 `PreemptionHook`, last in the list, raises `Preempted` so the training launch marks the run KILLED
 and exits 128 + signal.
+
+A process the launcher started (a restart supervisor's attempt, a local worker) acts on the first signal only:
+its parent passes the person's signal on once and answers a second one with SIGKILL, so a repeat here is the same
+signal arriving twice (Slurm, like systemd, signals every process of the job step: the parent's copy follows).
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ from launcher.contract import Hook, Position, Preempted
 class PreemptionGuard:
     """While active, SIGTERM/SIGINT only set a flag; training saves and stops at the next step boundary.
 
-    A second signal falls through to the previous handler (Ctrl-C twice still kills).
+    A second signal falls through to the previous handler (Ctrl-C twice still kills), unless `escalates` is False:
+    in a process whose parent escalates (it SIGKILLs on the person's second signal), a repeat is ignored.
     """
 
-    def __init__(self, enabled: bool = True, extra_signals: tuple[int, ...] = ()):
+    def __init__(self, enabled: bool = True, extra_signals: tuple[int, ...] = (), escalates: bool = True):
         self.enabled = enabled
+        self.escalates = escalates
         self.signals = (signal.SIGTERM, signal.SIGINT, *extra_signals)  # SIGUSR1: Slurm's time-limit warning
         self.received: int | None = None  # set by the handler, at any moment
         self.agreed: int | None = None  # what every worker saw at the last boundary (multi-worker)
@@ -49,15 +55,18 @@ class PreemptionGuard:
             self.agreed = self.agree(self.received)
 
     def _handle(self, signum, frame):
-        if self.received is not None and signum not in (signal.SIGTERM, signal.SIGINT):
-            return  # a warning repeated (Slurm may signal a step's every process): the stop is already on
-        if self.received is not None:
+        name = signal.Signals(signum).name
+        if self.received is None:
+            self.received = signum
+            print(f"\nSignal {name}: saving at the next step boundary, then stopping.", flush=True)
+            return
+        if self.escalates and signum in (signal.SIGTERM, signal.SIGINT):
             previous = self._previous.get(signum)
             if callable(previous):
                 previous(signum, frame)
             raise KeyboardInterrupt
-        self.received = signum
-        print(f"\nSignal {signal.Signals(signum).name}: saving at the next step boundary, then stopping.", flush=True)
+        # The same stop again (Slurm signals a step's every process, a parent passes it on): it is already on.
+        print(f"\nSignal {name} again: already stopping.", flush=True)
 
     def __enter__(self):
         if self.enabled and threading.current_thread() is threading.main_thread():
@@ -66,8 +75,11 @@ class PreemptionGuard:
         return self
 
     def __exit__(self, *exc):
+        # Stopping on a signal, a process whose parent escalates goes on ignoring the stop's signals while it ends
+        # its run: a copy passed on late must not kill it before its run is marked and its job requeued.
+        stopping = not self.escalates and self.received in self.signals
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if stopping else handler)
         return False
 
 
