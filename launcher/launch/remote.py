@@ -1,15 +1,15 @@
 """`checkpoint.directory=s3://bucket/prefix` (or gs://, any fsspec URL): checkpoints that outlive the machine.
 
 TensorFlow 2.21 has no S3 file system of its own, so TensorFlow writes each checkpoint into a local staging
-directory (`<run dir>/checkpoints`), and every complete save is then uploaded through fsspec (s3fs for S3):
+directory (`<run dir>/checkpoints`), and every complete save is then uploaded through fsspec (s3fs, gcsfs):
 the TensorFlow files first, the sidecar `ckpt-<step>.json` last. Its presence marks a complete checkpoint
 remotely as it does on disk, so an upload cut short is never taken for a checkpoint. A launch whose local
 directory lacks the newest complete remote checkpoint (a new machine, an empty disk) downloads the complete
 ones first and resumes as from disk. Checkpoints rotated out locally (keep-N) are deleted remotely too.
 
 Credentials come from the environment the library reads (AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_ENDPOINT_URL
-for an S3-compatible server...); nothing here logs them, and URLs with embedded credentials are redacted
-before they reach the Plan, params or tags.
+for an S3-compatible server...; GOOGLE_APPLICATION_CREDENTIALS, STORAGE_EMULATOR_HOST for GCS); nothing here logs
+them, and URLs with embedded credentials are redacted before they reach the Plan, params or tags.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class RemoteCheckpoints:
                 "checkpoint.directory",
                 url,
                 f"an object store URL fsspec can open ({err})",
-                'pip install s3fs (for s3://) or gcsfs (for gs://), or checkpoint.directory="" for local',
+                "pip install 'launcher[s3]' (s3://) or 'launcher[gcs]' (gs://), or checkpoint.directory=\"\" for local",
             ) from None
 
     def _path(self, *parts: str) -> str:
