@@ -13,22 +13,31 @@ cold too; also a sweep (`-m`: its process records that it never loaded TensorFlo
 `python -m launcher`, and tests that say `cold=True` (those about what a fresh process prints).
 `LAUNCHER_TEST_COLD=1` starts every launch cold and gives the launches no server (as the suite did before warm
 starts; the launcher then starts its own for its children).
+
+A server whose imported source changed on disk (an edit while the suite runs) refuses as stale: it is replaced by a
+new one, as the launcher replaces its own. Why a launch the suite meant warm starts cold is logged at debug level.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import subprocess
 
 from launcher import forkserver
 from launcher.forkserver import ForkedProcess, launcher_args
+from launcher.forkserver.alike import cold_overrides
 
 COLD_ENV = "LAUNCHER_TEST_COLD"
 COLD_ARGS = {"-m", "--multirun"}  # a sweep's own process records that it never loaded TensorFlow
 _baseline: dict[str, str] = {}
 _server: list[forkserver.Server] = []
+# Servers replaced while children they forked still ran, with the CPU they had reported: it counts until each ends
+# and is reaped by this process (its own CPU and its children's then reach RUSAGE_CHILDREN).
+_replaced: dict[forkserver.Server, float] = {}
+log = logging.getLogger(__name__)
 
 
 def settle_environment() -> None:
@@ -46,7 +55,7 @@ def baseline() -> dict[str, str]:
 def forks_alike(args: list[str], env: dict, imported_under: dict) -> bool:
     """Whether the suite starts `python -m launcher <args>` with `env` warm from a server that imported under
     `imported_under`: the product's rule (no variable read at import differs, no `tf_logs=true`) and no sweep."""
-    if (COLD_ARGS | forkserver.COLD_ARGS) & set(args):
+    if COLD_ARGS & set(args) or cold_overrides(args):
         return False
     return forkserver.differs_at_import(env, imported_under) is None
 
@@ -57,19 +66,44 @@ def _warm_server() -> forkserver.Server | None:
         return None
     if not _server:
         _server.append(forkserver.Server(baseline()))
+    elif _server[0].process.poll() is None and _ask(_server[0], "hello").get("stale"):
+        _replace_server(_server[0])
     return _server[0] if _server[0].process.poll() is None else None
 
 
 def children_cpu() -> float:
-    """CPU seconds of the processes this test process's server has forked and reaped (conftest's CPU account)."""
+    """CPU seconds of the processes this test process's servers have forked and reaped (conftest's CPU account)."""
+    for server in [s for s in _replaced if s.process.poll() is not None]:  # reaped: in RUSAGE_CHILDREN now
+        del _replaced[server]
+    replaced = sum(_replaced.values())
     if not _server or _server[0].process.poll() is not None:
-        return 0.0
+        return replaced
+    return replaced + _reaped_cpu(_server[0])
+
+
+def _reaped_cpu(server: forkserver.Server) -> float:
+    return float(_ask(server, "cpu").get("cpu", 0.0))
+
+
+def _ask(server: forkserver.Server, op: str) -> dict:
+    """The server's answer to `op` (empty when it does not answer)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock, contextlib.suppress(OSError):
-        sock.connect(_server[0].path)
-        forkserver.send(sock, {"op": "cpu"})
+        sock.connect(server.path)
+        forkserver.send(sock, {"op": op})
         answer, _ = forkserver.receive(sock)
-        return float((answer or {}).get("cpu", 0.0))
-    return 0.0
+        return answer or {}
+    return {}
+
+
+def _replace_server(stale: forkserver.Server) -> forkserver.Server:
+    """A new server for this test process in place of `stale`, whose imported source changed on disk: that one
+    forks no more and ends once its children have."""
+    cpu = _reaped_cpu(stale)
+    stale.close()  # reaped here when no child is left
+    if stale.process.poll() is None:
+        _replaced[stale] = cpu
+    _server[0] = forkserver.Server(baseline())
+    return _server[0]
 
 
 def _with_server(env: dict | None) -> dict:
@@ -96,8 +130,19 @@ def Popen(args, *, cold: bool = False, env: dict | None = None, cwd=None, **opti
     warm_options = {"stdout", "stderr", "text", "start_new_session"}
     path = None if set(options) - warm_options else _warm(args, env, cold)
     if path is not None:
-        with contextlib.suppress(forkserver.Refused):
+        try:
             return ForkedProcess(path, args, cwd=cwd, env=env, **options)
+        except forkserver.Refused as refused:
+            why = str(refused)
+            if refused.stale and _server and _server[0].path == path:
+                server = _replace_server(_server[0])
+                if env.get(forkserver.SOCKET_ENV) == path:
+                    env[forkserver.SOCKET_ENV] = server.path
+                try:
+                    return ForkedProcess(server.path, args, cwd=cwd, env=env, **options)
+                except forkserver.Refused as again:
+                    why = str(again)
+            log.debug("%s starts cold: %s", " ".join(map(str, args)), why)
     return subprocess.Popen(args, cwd=cwd, env=env, **options)
 
 

@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import io
 import os
+import resource
 import runpy
 import select
 import signal
@@ -46,19 +47,61 @@ def _fresh_stdio(env: dict) -> None:
         setattr(sys, f"__{name}__", stream)
 
 
-def _thread_limits(env: dict, imported_under: dict) -> None:
-    """The BLAS and OpenMP thread limits this child was given where they differ from the server's: applied to the
-    libraries already loaded, as they would have read them loading in a new interpreter."""
-    limits = {}
-    for key, api in THREAD_LIMITS.items():
-        value = env.get(key, "")
-        if value != imported_under.get(key, "") and value.isdigit() and int(value) > 0:
-            limits[api] = int(value)
-    if limits:
-        threadpoolctl.threadpool_limits(limits=limits)
+class ThreadPools:
+    """The BLAS and OpenMP libraries the server loaded (threadpoolctl's controllers, made once, in the server, after
+    its imports) and the threads each chose, loading with no limit set, on the server's CPUs: its default. A forked
+    child sets each to what it would have chosen loading in a new interpreter under the child's limits and CPUs."""
+
+    def __init__(self):
+        self.controller = threadpoolctl.ThreadpoolController()
+        self.defaults = {lib.filepath: lib.num_threads for lib in self.controller.lib_controllers}
+        self.cpus = len(os.sched_getaffinity(0))
+
+    def chosen(self, env: dict, cpus: int) -> dict[str, int]:
+        """The threads each library (by its file) would choose loading under `env` on `cpus` CPUs: the first limit
+        it reads that is set (OpenBLAS takes at most its default), else its default. A default of one thread per
+        CPU follows the CPUs; another (MKL's physical cores, BLIS's one) is at most one per CPU."""
+        chosen = {}
+        for lib in self.controller.lib_controllers:
+            default = self.defaults[lib.filepath]
+            default = cpus if default == self.cpus else min(default, cpus)
+            limits = [_threads(env.get(key, "")) for key in THREAD_LIMITS.get(lib.internal_api, ())]
+            limit = next((n for n in limits if n), None)
+            if limit is None:
+                chosen[lib.filepath] = default
+            else:
+                chosen[lib.filepath] = min(limit, default) if lib.internal_api == "openblas" else limit
+        return chosen
+
+    def apply(self, env: dict) -> None:
+        """In the fork (its CPU affinity set): each library's threads as a new interpreter's would be."""
+        chosen = self.chosen(env, len(os.sched_getaffinity(0)))
+        for lib in self.controller.lib_controllers:
+            if lib.num_threads != chosen[lib.filepath]:
+                lib.set_num_threads(chosen[lib.filepath])
 
 
-def become_launcher(request: dict, imported_under: dict, fds: list[int], inherited: list[int], started: int) -> None:
+def _threads(value: str) -> int | None:
+    """A thread limit as the libraries read it: the leading number (of a list, the first), when above 0."""
+    digits = value.strip().split(",")[0]
+    return int(digits) if digits.isdigit() and int(digits) > 0 else None
+
+
+def _as_inherited(inherits: dict | None) -> None:
+    """What a new interpreter would have inherited from the requester (`alike.inherited`; the server refused what
+    it cannot give): its CPU affinity, resource limits and umask. None: a requester that sent none."""
+    if not inherits:
+        return
+    if set(inherits["affinity"]) != os.sched_getaffinity(0):
+        os.sched_setaffinity(0, inherits["affinity"])
+    for name, (soft, hard) in inherits["rlimits"].items():
+        limit = getattr(resource, name)
+        if resource.getrlimit(limit) != (soft, hard):
+            resource.setrlimit(limit, (soft, hard))
+    os.umask(inherits["umask"])
+
+
+def become_launcher(request: dict, pools: ThreadPools, fds: list[int], inherited: list[int], started: int) -> None:
     """In the fork: become `python -m launcher <args>`; never returns. Writes to `started` once its session,
     group and stdio are set, as `subprocess.Popen` returns only after the exec."""
     code = 1
@@ -69,6 +112,7 @@ def become_launcher(request: dict, imported_under: dict, fds: list[int], inherit
             os.dup2(fd, target)
         for fd in fds:
             os.close(fd)
+        _as_inherited(request.get("inherits"))
         if request["new_session"]:
             os.setsid()
         elif request["group"] != os.getpgid(0):
@@ -88,7 +132,7 @@ def become_launcher(request: dict, imported_under: dict, fds: list[int], inherit
         os.chdir(request["cwd"])
         sys.path[0] = request["cwd"]  # as `python -m` does: the working directory first
         _fresh_stdio(request["env"])
-        _thread_limits(request["env"], imported_under)
+        pools.apply(request["env"])
         sys.modules["__main__"] = types.ModuleType("__main__")
         sys.argv = ["-m", *request["args"]]
         try:

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from launcher.forkserver.alike import launcher_args
+from launcher.forkserver.alike import inherited, launcher_args
 from launcher.forkserver.wire import SOCKET_ENV, receive, send
 from launcher.outcome import OutcomeRecord
 
@@ -62,7 +62,12 @@ class Server:
 
 
 class Refused(Exception):
-    """The server cannot fork this start alike: it must be cold."""
+    """The server cannot fork this start alike: it must be cold. `stale`: the source it imported changed since, so
+    a new server would fork it."""
+
+    def __init__(self, why: str, stale: bool = False):
+        super().__init__(why)
+        self.stale = stale
 
 
 class ForkedProcess:
@@ -89,7 +94,7 @@ class ForkedProcess:
         self.stdout = self.stderr = None
         self._text = text
         self._pipes: list[int] = []
-        given = [os.open(os.devnull, os.O_RDONLY), self._child_end(stdout, 1)]
+        given = [_stdin(), self._child_end(stdout, 1)]
         if stdout == subprocess.PIPE:
             self.stdout = os.fdopen(self._pipes[-1], "r" if text else "rb")
         given.append(os.dup(given[1]) if stderr == subprocess.STDOUT else self._child_end(stderr, 2))
@@ -102,11 +107,12 @@ class ForkedProcess:
                 "args": launcher_args(args),
                 "executable": sys.executable,
                 "env": env,
-                "cwd": str(cwd or os.getcwd()),
+                "cwd": os.path.join(os.getcwd(), cwd) if cwd else os.getcwd(),  # a relative one: from here, as Popen
                 "new_session": bool(start_new_session),
                 "session": os.getsid(0),
                 "group": os.getpgid(0),
                 "dies_with_parent": bool(dies_with_parent),
+                "inherits": inherited(),  # affinity, resource limits, umask: a new interpreter's from this process
                 "requester": os.getpid(),  # whom a child told to die with its parent dies with
             }
             send(self._sock, request, given)
@@ -119,7 +125,8 @@ class ForkedProcess:
                 os.close(fd)
         if answer is None or "pid" not in answer:
             self._abandon()
-            raise Refused((answer or {}).get("refused", "the forkserver closed the connection"))
+            answer = answer or {}
+            raise Refused(answer.get("refused", "the forkserver closed the connection"), bool(answer.get("stale")))
         self.pid = answer["pid"]
         self._pidfd = _open_pidfd(self.pid)  # while the server holds it: this child, not a later one with its pid
 
@@ -261,3 +268,11 @@ def _running(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, IndexError):
         return False
+
+
+def _stdin() -> int:
+    """The child's stdin: this process's, as a new interpreter inherits it (/dev/null when it has none)."""
+    try:
+        return os.dup(0)
+    except OSError:
+        return os.open(os.devnull, os.O_RDONLY)

@@ -4,25 +4,34 @@ It preloads without starting TensorFlow's runtime, does ahead the work every lau
 freezes its heap, and serves a Unix socket: it refuses a start that would not be alike, forks the others
 (`child.become_launcher`), reports each child's pid and exit status, kills a child told to die with its
 requester when that requester goes, and ends after its owner once the children it forked have.
+
+Before each fork it checks what it otherwise assumes: that the fork is safe (`fork_hazard`: one thread, no
+TensorFlow runtime) and that the source it imported is still what is on disk (`Source`); it refuses the start
+otherwise, saying why (a stale server: so that the requester replaces it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import importlib
 import os
 import pkgutil
 import select
 import shutil
 import signal
+import site
 import socket
 import sys
+import sysconfig
+import tempfile
+import threading
 
 import launcher
 from launcher.console import quiet_tensorflow_logs
-from launcher.forkserver.alike import differs_at_import
-from launcher.forkserver.child import become_launcher
+from launcher.forkserver.alike import THREAD_LIMIT_VARIABLES, cannot_inherit, differs_at_import
+from launcher.forkserver.child import ThreadPools, become_launcher
 from launcher.forkserver.wire import receive, send
 
 # What a launch imports before it trains (measured with -X importtime), beyond the launcher's own modules.
@@ -62,6 +71,122 @@ def preload() -> None:
         getattr(importlib.import_module(module), function)()
 
 
+def load_quietly() -> None:
+    """What the server's own imports are made under, so that it idles on one thread with the C libraries at their
+    defaults: no thread limit (each child sets its own: `child.ThreadPools`), and no background thread in pyarrow's
+    allocator (jemalloc, imported with pandas: its purging thread, which jemalloc's fork handler leaves out of every
+    child anyway). Its children are given their requesters' environment, never this one."""
+    for key in THREAD_LIMIT_VARIABLES:
+        os.environ.pop(key, None)
+    conf = os.environ.get("JE_ARROW_MALLOC_CONF")
+    os.environ["JE_ARROW_MALLOC_CONF"] = f"{conf},background_thread:false" if conf else "background_thread:false"
+
+
+def quiet_thread_pools(pools: ThreadPools) -> None:
+    """End the worker threads OpenBLAS started as it loaded, as its own fork handler does before every fork (each
+    child starts its own on its first call). The server then runs on one thread (`fork_hazard`)."""
+    for lib in pools.controller.lib_controllers:
+        if lib.internal_api == "openblas":
+            shutdown = getattr(lib.dynlib, "blas_thread_shutdown_", None)
+            if shutdown is not None:
+                shutdown()
+
+
+def tensorflow_state() -> str | None:
+    """Whether TensorFlow's eager context was made ("eager context made") or its runtime started ("runtime
+    initialised") in this process; None when neither (or TensorFlow is not imported). Reads the module's state,
+    never makes it: `context_safe()` is None until the first op, device query or context setting."""
+    context = sys.modules.get("tensorflow.python.eager.context")
+    made = context.context_safe() if context is not None else None
+    if made is None:
+        return None
+    return "runtime initialised" if getattr(made, "_initialized", True) else "eager context made"
+
+
+def fork_hazard() -> str | None:
+    """Why a fork of this process now would not be safe, or None. Another thread: whatever lock it holds stays held
+    in the child, its work half done (a dependency's new release can start one as it is imported). TensorFlow's
+    context or runtime: its devices, threads and caches would be the server's, not the child's."""
+    try:
+        threads = os.listdir("/proc/self/task")
+        if len(threads) > 1:
+            names = []
+            for tid in sorted(threads):
+                with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/comm") as comm:
+                    names.append(comm.read().strip())
+            python = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+            return f"{len(threads)} threads ({', '.join(names)}{'; Python: ' + ', '.join(python) if python else ''})"
+        if state := tensorflow_state():
+            return f"TensorFlow's {state}"
+    except Exception as error:  # a check that fails counts as unsafe
+        return f"its fork safety could not be checked ({error!r})"
+    return None
+
+
+class Source:
+    """The source the server imported, as it was on disk: a fork runs the modules the server holds beside those it
+    imports itself, so once one changed on disk a fork would run a mix of old and new that no new interpreter
+    would. Checked before each fork (`changed`), at a cost of a millisecond:
+
+    - each module file outside the standard library and site-packages (the launcher's, the person's own): its stat
+      (mtime, size, inode), and when that changed, its content (a file rewritten as it was is not a change);
+    - the installed packages by the entries of their site-packages (each `*.dist-info`, `*.egg-info`, `*.pth` by
+      name and inode: an install, upgrade or removal replaces them), which is cheaper than the ~5,500 files the
+      server imports from there. A file changed in place in site-packages is not seen, nor a new Python, nor a
+      change made while the server's imports ran (it is recorded as it is after them)."""
+
+    def __init__(self, sites: list[str] | None = None):
+        sites = [*site.getsitepackages(), site.getusersitepackages()] if sites is None else sites
+        self.sites = [path for path in sites if os.path.isdir(path)]
+        self.installed = self._installed()  # before the imports: an install meanwhile is a change
+        self.files: dict[str, tuple] = {}  # path: (stat, content digest)
+
+    def imported(self) -> None:
+        """After the imports: the module files to watch, as they are now. Not those the imports wrote themselves
+        into the temporary directory (AutoGraph's conversions, `PREPARE`)."""
+        libraries = {sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib"), *self.sites}
+        installation = tuple(os.path.join(path, "") for path in libraries)
+        generated = tempfile.gettempdir()
+        for module in list(sys.modules.values()):
+            path = getattr(module, "__file__", None)
+            if not isinstance(path, str) or path in self.files or path.startswith(installation):
+                continue
+            if os.path.dirname(path) != generated and (stat := self._stat(path)) and (digest := self._digest(path)):
+                self.files[path] = (stat, digest)
+
+    def changed(self) -> str | None:
+        """What changed since the server imported it (a module file, or "the installed packages"), else None."""
+        for path, (seen, digest) in self.files.items():
+            if (stat := self._stat(path)) != seen:
+                if self._digest(path) != digest:
+                    return path
+                self.files[path] = (stat, digest)  # touched or rewritten as it was
+        if self._installed() != self.installed:
+            return "the installed packages"
+        return None
+
+    @staticmethod
+    def _stat(path: str) -> tuple | None:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return None
+        return stat.st_mtime_ns, stat.st_size, stat.st_ino
+
+    @staticmethod
+    def _digest(path: str) -> str | None:
+        try:
+            with open(path, "rb") as file:
+                return hashlib.blake2b(file.read(), digest_size=16).hexdigest()
+        except OSError:
+            return None
+
+    def _installed(self) -> list[tuple[str, int]]:
+        kinds = (".dist-info", ".egg-info", ".pth", ".egg-link")
+        entries = [entry for path in self.sites for entry in os.scandir(path) if entry.name.endswith(kinds)]
+        return sorted((entry.path, entry.inode()) for entry in entries)
+
+
 def freeze_heap() -> None:
     """Move what the server holds (its imports: ~600k objects) out of the garbage collector's reach, once, before
     it forks. A forked launch's full collections then walk only the objects it made itself (one over the imported
@@ -79,6 +204,8 @@ def _refusal(request: dict, imported_under: dict) -> str | None:
         return f"{key} differs from the server's"
     if not request["new_session"] and os.getsid(0) != request["session"]:
         return "another session (its process group cannot be joined)"
+    if request.get("inherits") and (why := cannot_inherit(request["inherits"])):
+        return why
     return None
 
 
@@ -125,8 +252,13 @@ def serve(path: str, owner: int) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):  # the group's signals are the
         signal.signal(sig, signal.SIG_IGN)  # children's; this server ends after its owner
     imported_under = dict(os.environ)
+    source = Source()
+    load_quietly()
     preload()
+    pools = ThreadPools()  # the libraries' defaults: loaded with no limit
+    quiet_thread_pools(pools)
     freeze_heap()
+    source.imported()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
@@ -149,7 +281,7 @@ def serve(path: str, owner: int) -> None:
                 waiting.append(listener.accept()[0])
             elif sock in waiting:
                 waiting.remove(sock)
-                _answer(sock, served, imported_under, listener, waiting)
+                _answer(sock, served, imported_under, source, pools, listener, waiting)
             else:  # a running child's requester closed its end
                 served.requester_gone(sock)
         served.reap()
@@ -158,7 +290,7 @@ def serve(path: str, owner: int) -> None:
     os._exit(0)
 
 
-def _answer(sock, served: _Served, imported_under: dict, listener, waiting: list) -> None:
+def _answer(sock, served: _Served, imported_under: dict, source: Source, pools: ThreadPools, listener, waiting) -> None:
     request, fds = receive(sock, 3)
     if request is None:
         sock.close()
@@ -172,13 +304,23 @@ def _answer(sock, served: _Served, imported_under: dict, listener, waiting: list
         sock.close()
         return
     if request.get("op") == "hello":  # what `share` checks before it relies on this server
-        send(sock, {"session": os.getsid(0), "executable": sys.executable})
+        send(sock, {"session": os.getsid(0), "executable": sys.executable, "stale": source.changed()})
         sock.close()
         return
-    if why := _refusal(request, imported_under):
+    if request.get("op") == "health":  # what it checks before each fork, as it stands
+        threads = len(os.listdir("/proc/self/task"))
+        send(sock, {"threads": threads, "tensorflow": tensorflow_state(), "stale": source.changed()})
+        sock.close()
+        return
+    refusal, stale = _refusal(request, imported_under), None
+    if refusal is None and (stale := source.changed()):  # the requester replaces this server
+        refusal = f"stale: {stale} changed since the server imported it"
+    if refusal is None and (hazard := fork_hazard()):
+        refusal = f"a fork is not safe: {hazard}"
+    if refusal:
         for fd in fds:
             os.close(fd)
-        send(sock, {"refused": why})
+        send(sock, {"refused": refusal, "stale": bool(stale)})
         sock.close()
         return
     sys.stdout.flush()
@@ -188,7 +330,7 @@ def _answer(sock, served: _Served, imported_under: dict, listener, waiting: list
     if pid == 0:
         os.close(started)
         held = [listener, sock, *waiting, *served.connections()]
-        become_launcher(request, imported_under, fds, sorted({s.fileno() for s in held}), set_up)
+        become_launcher(request, pools, fds, sorted({s.fileno() for s in held}), set_up)
     os.close(set_up)
     for fd in fds:
         os.close(fd)

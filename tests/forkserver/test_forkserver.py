@@ -21,7 +21,6 @@ from support.tracking import store
 
 from launcher import forkserver
 from launcher.console import LOG_LEVEL_DEFAULTS
-from launcher.forkserver import child as in_the_fork
 from launcher.forkserver import routing
 from launcher.forkserver.server import PREPARE
 from launcher.outcome import FINISHED, FORKED_BY_ENV, OutcomeRecord
@@ -105,17 +104,6 @@ def test_the_log_levels_a_launch_sets_before_its_import_do_not_make_its_children
     assert forkserver.differs_at_import(imported_under, child) is None
     louder = {**child, "TF_CPP_MIN_LOG_LEVEL": "0"}
     assert forkserver.differs_at_import(louder, imported_under) == "TF_CPP_MIN_LOG_LEVEL"
-
-
-def test_a_forked_child_applies_the_thread_limits_it_was_given_to_the_loaded_libraries(monkeypatch):
-    """joblib's workers limit BLAS and OpenMP threads through the environment, which those libraries read as they
-    load: a child forked after they loaded gets the limits applied, only those that differ from the server's."""
-    applied = []
-    monkeypatch.setattr(in_the_fork.threadpoolctl, "threadpool_limits", lambda limits: applied.append(limits))
-    server = {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"}
-    in_the_fork._thread_limits({"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "2", "MKL_NUM_THREADS": "1"}, server)
-    in_the_fork._thread_limits(dict(server), server)
-    assert applied == [{"openmp": 1, "mkl": 1}]
 
 
 @pytest.mark.e2e  # starts this test process's server
