@@ -10,7 +10,8 @@ job's run dir exactly as a single process would (MLflow run, checkpoints, model)
   (they are usually blocked in a collective with the dead peer), and the exit code and message name
   the worker and its last lines.
 - SIGINT / SIGTERM to this process reach every worker once; they agree on a step boundary, save and
-  stop (exit 128 + signal), as a single process does. A second signal kills them.
+  stop (exit 128 + signal), as a single process does. A second signal kills them. SIGUSR1 (Slurm's time-limit
+  warning, `strategy.slurm_requeue`) is passed on once too: the workers save, the chief requeues the job.
 - Re-running the same command resumes every worker from the chief's last checkpoint.
 - A worker outlives the forkserver that forked it (the OOM killer's pick): it is watched to its end, its exit
   taken from its outcome record, and a restart of the job starts its workers as new interpreters.
@@ -146,12 +147,10 @@ def local_workers_attempt(overrides: list[str], count: int, run_dir: Path, launc
     for worker in workers:  # after every fork: preexec_fn and threads do not mix
         worker.thread.start()
     job = _Job(workers)
-    previous = {sig: signal.signal(sig, job.forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        code = job.wait()
+        with job.forwarding():
+            code = job.wait()
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         for worker in workers:
             worker.thread.join(timeout=5)
     if code == 0:
@@ -176,12 +175,28 @@ def blamed(failures: list[tuple[Worker, int]]) -> Worker | None:
 
 
 class _Job:
+    # Passed on to every worker: a person's stop, and Slurm's time-limit warning (SIGUSR1), whose default action
+    # would end this launcher, and the workers that die with it, before they saved.
+    FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
     def __init__(self, workers: list[Worker]):
         self.workers = workers
         self.signalled: int | None = None
         self.failed: Worker | None = None  # the first worker to fail, when one did
 
+    @contextlib.contextmanager
+    def forwarding(self):
+        """While the job runs, the signals this launcher gets go to its workers (`forward`)."""
+        previous = {sig: signal.signal(sig, self.forward) for sig in self.FORWARDED}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
     def forward(self, signum, _frame) -> None:
+        if signum == signal.SIGUSR1 and self.signalled == signum:  # Slurm's warning again: the stop is on
+            return
         if self.signalled is not None:  # a second signal: no more waiting for a clean stop
             self._kill_all()
             return

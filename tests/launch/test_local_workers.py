@@ -62,3 +62,64 @@ def test_a_peer_that_ended_before_the_failure_was_seen_is_named_as_ended_not_sto
     assert "Worker 1" in err and "was killed by SIGKILL; worker 0 had already ended: it exited with code 1." in err
     assert "were stopped" not in err, err  # the job stopped nobody
     assert code == 1
+
+
+# A launcher process watching two stand-in workers that record each SIGUSR1 they get and stop 128 + 10 after it,
+# as workers under strategy.slurm_requeue do (they save, the chief requeues).
+SLURM_JOB = """
+import subprocess, sys
+from collections import deque
+
+from launcher.launch.local_workers import Worker, _Job
+
+WORKER = '''
+import signal, sys, time
+got = []
+signal.signal(signal.SIGUSR1, lambda signum, frame: got.append(signum))
+print("ready", flush=True)
+deadline = time.monotonic() + 30
+while not got and time.monotonic() < deadline:
+    time.sleep(0.05)
+time.sleep(1.0)  # a copy arriving while it saves is counted too
+with open(sys.argv[1], "a") as out:
+    out.write(f"{len(got)}\\\\n")
+sys.exit(128 + signal.SIGUSR1)
+'''
+
+
+class StandIn(Worker):
+    def __init__(self, index, record):
+        self.index, self.tail, self.thread = index, deque(maxlen=5), self
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", WORKER, record], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        self.process.stdout.readline()
+
+    def join(self, timeout=None):
+        pass
+
+
+job = _Job([StandIn(0, sys.argv[1]), StandIn(1, sys.argv[1])])
+with job.forwarding():
+    print("watching", flush=True)
+    code = job.wait()
+print("job", code, flush=True)
+"""
+
+
+def test_slurms_time_limit_warning_reaches_every_worker_once_and_the_job_ends_as_signalled(tmp_path):
+    """Slurm's `--signal=USR1@N` reaches this launcher (and, directly, the workers, which ignore copies): before,
+    SIGUSR1's default action ended the launcher, and its workers died with it before they saved."""
+    record = tmp_path / "usr1.txt"
+    job = subprocess.Popen(
+        [sys.executable, "-c", SLURM_JOB, str(record)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert job.stdout.readline().strip() == "watching"
+    job.send_signal(signal.SIGUSR1)
+    seen = [job.stderr.readline() for _ in range(2)]  # a blank line, then the notice: the first copy is handled
+    assert "Signal SIGUSR1: passed to every worker" in seen[-1], seen
+    job.send_signal(signal.SIGUSR1)  # another copy (Slurm signals each process of the step): not a second stop
+    out, err = job.communicate(timeout=60)
+    assert job.returncode == 0, err[-2000:]
+    assert out.split() == ["job", str(128 + signal.SIGUSR1)]
+    assert record.read_text().split() == ["1", "1"]  # each worker got it once
