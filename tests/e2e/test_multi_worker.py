@@ -282,6 +282,9 @@ class EndedWorker:
         self.process = SimpleNamespace(pid=1000 + index, returncode=code, poll=lambda: code, wait=lambda timeout: code)
         self.thread = SimpleNamespace(join=lambda timeout: None)
 
+    def poll(self):
+        return self.process.returncode
+
     def signal(self, signum):
         raise AssertionError("an ended worker is not signalled")
 
