@@ -55,6 +55,7 @@ class Timed:
     position: Position = field(default_factory=Position)
     rates: list[float] = field(default_factory=list)
     note: str = ""
+    swapped: bool = False  # the build swapped some of the model's layers for fused kernels
 
     def row(self) -> dict:
         rate = statistics.median(self.rates) if self.rates and not self.note else None
@@ -120,6 +121,7 @@ def prepare(candidate, config, env) -> Timed:
             timed.note = f"refused: {ConfigError(checked.problems).violations[0].key}"
             return timed
         built = build(cfg, checked.plan, checked.source, checked.strategy)
+        timed.swapped = bool(built.swaps and built.swaps.swapped)
         timed.engine = Engine(
             built,
             checked.plan,
@@ -156,16 +158,21 @@ def time_round(timed: Timed) -> None:
 def time_all(candidates, config, env, rounds: int = ROUNDS, more_steps_per_call: tuple[int, ...] = ()) -> list[dict]:
     """The candidates' rows (label, examples/s median, [min, max] over the rounds, note), in the given order.
 
-    `more_steps_per_call`: the fastest candidate is then timed again beside copies of it running that many steps
-    per call, interleaved (its rounds pooled): steps_per_execution only matters once the step itself is chosen."""
+    The fastest candidate is then timed again beside its variants, interleaved (its rounds pooled): copies of it
+    running `more_steps_per_call` steps per call, and, when its build swapped layers for fused kernels
+    (model.layer_swaps=auto), a copy with every layer stock. Both only matter once the step itself is chosen, and
+    each variant is one more build rather than one per candidate."""
     prepared = [prepare(c, config, env) for c in candidates]
     _rounds(prepared, rounds)
     timed_ok = [t for t in prepared if t.engine is not None and t.rates]
-    if more_steps_per_call and timed_ok:
+    if timed_ok:
         best = max(timed_ok, key=lambda t: statistics.median(t.rates))
         # A call longer than half an epoch cannot run whole (chunks end at the epoch's end): nothing to time.
         fitting = [n for n in more_steps_per_call if 2 * n <= best.engine.plan.schedule.steps_per_epoch]
-        variants = [prepare(replace(best.candidate, steps_per_execution=n), config, env) for n in fitting]
+        variants = [replace(best.candidate, steps_per_execution=n) for n in fitting]
+        if best.swapped:
+            variants.append(replace(best.candidate, layer_swaps="off"))
+        variants = [prepare(v, config, env) for v in variants]
         if variants:
             _rounds([best, *variants], rounds)
             prepared += variants

@@ -46,7 +46,7 @@ from launcher.plan.hardware import (
 from launcher.plan.resolve import resolve_all
 from launcher.plan.rules.step import FUSED_KERNELS, TUNE_CHOICES
 
-FORMAT = 2  # of a cached entry: 2 added update kinds and steps per call (entries of 1 are timed again)
+FORMAT = 3  # of a cached entry: 2 added update kinds and steps per call, 3 layer swaps (older entries: timed again)
 TIMEOUT_SEC = 300  # the timing child, every candidate
 ROUNDS = 3  # interleaved timed rounds per candidate
 # Steps timed within this of the fastest are a tie (medians of three short rounds): the rate rule's choice is kept
@@ -57,19 +57,21 @@ TIE = 0.05
 @dataclass(frozen=True)
 class Candidate:
     """One step the resolver allows: precision, XLA, how the update is applied, and (None: as configured) the
-    steps per call."""
+    steps per call and the layer swaps ("off": the model as stock Keras)."""
 
     precision: str
     xla: bool
     update: str = OptimizerUpdate.keras.value
     steps_per_execution: int | None = None
+    layer_swaps: str | None = None
 
     @property
     def label(self) -> str:
         fused = self.update == OptimizerUpdate.fused.value  # under XLA too when several replicas apply outside it
         kind = ("xla+fused" if fused else "xla") if self.xla else ("hybrid" if fused else "graph")
         calls = f" x{self.steps_per_execution}" if self.steps_per_execution else ""
-        return f"{self.precision} {kind}{calls}"
+        swaps = f" swaps {self.layer_swaps}" if self.layer_swaps else ""
+        return f"{self.precision} {kind}{calls}{swaps}"
 
     def applied(self, config: Config) -> Config:
         """A copy of `config` running this step."""
@@ -79,6 +81,8 @@ class Candidate:
         trial.optimizer.update = OptimizerUpdate(self.update)
         if self.steps_per_execution:
             trial.train.steps_per_execution = self.steps_per_execution
+        if self.layer_swaps:
+            trial.model.layer_swaps = self.layer_swaps
         return trial
 
 
@@ -290,7 +294,7 @@ def _time_and_cache(
         fastest = max(usable, key=lambda t: t.examples_per_sec)
         tied = [t for t in usable if t.examples_per_sec >= (1 - TIE) * fastest.examples_per_sec]
         best = next((t for t in tied if t.candidate == rule_choice), None) or next(
-            (t for t in tied if not t.candidate.steps_per_execution), fastest
+            (t for t in tied if not (t.candidate.steps_per_execution or t.candidate.layer_swaps)), fastest
         )
         entry = {
             "choice": asdict(best.candidate),
@@ -374,7 +378,12 @@ def _chosen(env: Environment, entry: dict, how: str) -> tuple[Environment, TuneP
     if entry.get("numerics"):
         left_out += f"; {entry['numerics']}"
     tuned = TunedStep(
-        choice.precision, choice.xla, f"{choice.label} from {table}", choice.update, choice.steps_per_execution
+        choice.precision,
+        choice.xla,
+        f"{choice.label} from {table}",
+        choice.update,
+        choice.steps_per_execution,
+        choice.layer_swaps,
     )
     plan = TunePlan.of(tune=(f"{choice.label}", f"{how}: {table}{left_out}"))
     return replace(env, tuned=tuned), plan

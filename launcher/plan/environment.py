@@ -38,6 +38,7 @@ class TunedStep:
     table: str
     update: str | None = None  # None: as optimizer.update decides
     steps_per_execution: int | None = None  # None: train.steps_per_execution
+    layer_swaps: str | None = None  # "off": the model ran faster as stock Keras; None: as model.layer_swaps decides
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import keras
 import tensorflow as tf
-from keras.src import api_export
+
+from launcher.train.saved_as_stock import save_as_stock
 
 FUSED_DTYPES = ("float16", "bfloat16", "float32")
 # TensorFlow's fused_batch_norm clamps a smaller epsilon up to this (cuDNN's minimum): below it the kernel would
@@ -110,17 +111,4 @@ def _replicas_in_sync() -> int:
     return 1 if context is None else int(context.num_replicas_in_sync)
 
 
-def save_as_stock() -> None:
-    """A swapped layer is saved as `keras.layers.BatchNormalization`, so `.keras` and `.weights.h5` files written by
-    a swapped model are the stock model's, and load in a Keras without the launcher.
-
-    Two things name a layer in those files. Its config's class: Keras writes a class's public API name when it has
-    one (`api_export.REGISTERED_OBJS_TO_NAMES`); only the object-to-name direction is added, so loading that name
-    still gives the stock class. Its weights' place: Keras files them under the snake-cased class `__name__`
-    (`batch_normalization_3`, numbered among the layers of the same name), so the class keeps the stock name.
-    """
-    FusedBatchNormalization.__name__ = FusedBatchNormalization.__qualname__ = "BatchNormalization"
-    api_export.REGISTERED_OBJS_TO_NAMES[FusedBatchNormalization] = "keras.layers.BatchNormalization"
-
-
-save_as_stock()
+save_as_stock(FusedBatchNormalization, keras.layers.BatchNormalization, "keras.layers.BatchNormalization")

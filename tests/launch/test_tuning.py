@@ -100,6 +100,10 @@ def fake_timings(monkeypatch, rates: dict[str, float | None], notes: dict[str, s
             if longer.label in rates:
                 timed.append(longer.label)
                 out.append(Timing(longer, rates[longer.label], spread=(0.9 * rates[longer.label], rates[longer.label])))
+        stock = replace(best.candidate, layer_swaps="off") if best else None
+        if stock and stock.label in rates:  # the child times this when the fastest step's build swapped layers
+            timed.append(stock.label)
+            out.append(Timing(stock, rates[stock.label]))
         return out
 
     monkeypatch.setattr(tuning, "time_candidates", time_candidates)
@@ -123,7 +127,13 @@ def test_the_fastest_candidate_is_chosen_cached_and_the_plan_quotes_the_table(ca
     assert plan.precision.name == "bf16" and not plan.step.xla
     assert "tune: the fastest step timed here" in plan.precision.reason("name")
     stored = json.loads(cache.read_text())[tuning.signature(cfg, EPYC_AVX512_BF16)]
-    assert stored["choice"] == {"precision": "bf16", "xla": False, "update": "keras", "steps_per_execution": None}
+    assert stored["choice"] == {
+        "precision": "bf16",
+        "xla": False,
+        "update": "keras",
+        "steps_per_execution": None,
+        "layer_swaps": None,
+    }
     # The next launch with the same signature reads the cache; tune=force times again.
     again = fake_timings(monkeypatch, rates)
     env2, record2 = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
@@ -187,6 +197,29 @@ def test_the_update_kind_and_a_longer_call_are_tuned_and_reach_the_plan(cache, m
     assert resolve(cfg, env).step.steps_per_execution == 16
 
 
+def test_stock_layers_are_chosen_only_when_the_swapped_model_is_timed_slower_and_the_plan_says_so(
+    cache, monkeypatch, tmp_path
+):
+    rates = {"fp32 graph": 3000.0, "fp32 xla": 2000.0, "bf16 graph": 5000.0, "bf16 xla": 4000.0}
+    timed = fake_timings(monkeypatch, rates | {"bf16 graph swaps off": 5600.0})
+    cfg = config("model=transformer", "tune=auto", KERAS_UPDATE)
+    env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
+    assert timed[-1] == "bf16 graph swaps off"  # beside the fastest step only
+    assert record.tune == "bf16 graph swaps off" and env.tuned.layer_swaps == "off"
+    plan = resolve(cfg, env)
+    assert not plan.layer_swaps.on and plan.values()["model.layer_swaps"] == "off"
+    assert "tune: this model's step timed faster with every layer as stock Keras" in plan.layer_swaps.reason("mode")
+    # Within 5 %: the swaps stay (the default), and the Plan keeps its reason.
+    fake_timings(monkeypatch, rates | {"bf16 graph swaps off": 5200.0})
+    env, record = tuning.decide(config("model=transformer", "tune=force", KERAS_UPDATE), EPYC_AVX512_BF16, [], tmp_path)
+    assert record.tune == "bf16 graph" and env.tuned.layer_swaps is None
+    assert resolve(cfg, env).layer_swaps.on
+    # A person's model.layer_swaps=off is kept whatever the table says.
+    off = config("model=transformer", "tune=auto", KERAS_UPDATE, "model.layer_swaps=off")
+    assert not resolve(off, replace(env, tuned=replace(env.tuned, layer_swaps=None))).layer_swaps.on
+    assert Candidate("bf16", False, "fused", layer_swaps="off").applied(cfg).model.layer_swaps == "off"
+
+
 def test_a_longer_call_is_tried_only_where_the_person_left_steps_per_execution_at_its_default():
     assert tuning.more_steps_per_call(config(), []) == (64,)
     assert tuning.more_steps_per_call(config("train.steps_per_execution=16"), ["train.steps_per_execution=16"]) == ()
@@ -208,6 +241,22 @@ def test_the_timing_child_times_each_candidate_in_rounds_and_says_why_one_could_
     diverging = config(*TINY, "precision=fp32", "optimizer.name=sgd", "optimizer.learning_rate=1e30")
     (row,) = step_timing.time_all([Candidate("fp32", False, "keras")], diverging, EPYC_AVX512_BF16, rounds=1)
     assert row["examples_per_sec"] is None and "non-finite" in row["note"], row
+
+
+def test_the_timing_child_times_a_model_with_swapped_layers_as_stock_keras_too():
+    """The fastest candidate's build swapped the transformer's GELU layers: a copy with every layer stock is timed
+    beside it; a model with nothing to swap (the MLP above) is not timed twice."""
+    from launcher.launch import step_timing
+
+    lm = [
+        *("model=transformer", "task=sequence", "dataset=synthetic", "dataset.kind=tokens", "dataset.vocab_size=32"),
+        *("dataset.shape=[16]", "dataset.num_examples=200", "scaling.batch_size=16", "train.steps_per_execution=2"),
+        *("model.embed_dim=16", "model.num_heads=2", "model.ff_dim=32", "model.num_layers=1", "precision=fp32"),
+    ]
+    swapped = Candidate("fp32", False, "keras")
+    rows = step_timing.time_all([swapped], config(*lm), EPYC_AVX512_BF16, rounds=1)
+    assert [Candidate(**r["candidate"]).label for r in rows] == ["fp32 graph", "fp32 graph swaps off"]
+    assert all(r["examples_per_sec"] and r["note"] == "" for r in rows), rows
 
 
 def test_a_table_timed_on_a_busy_machine_is_timed_again_a_minute_later_and_a_sound_one_is_kept(

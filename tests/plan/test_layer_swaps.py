@@ -1,7 +1,8 @@
 """model.layer_swaps in the Plan (`launcher.plan.rules.layer_swaps`): the decision with its reason, `off`, and a value
 it refuses.
 
-Which layers the build swaps is `launcher.train.layer_swaps` (tests/train/test_fused_batch_norm.py).
+Which layers the build swaps is `launcher.train.layer_swaps` (tests/train/test_fused_batch_norm.py,
+tests/train/test_fused_activation.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def test_swaps_are_on_by_default_and_the_plan_says_which_kernel_and_when():
     assert plan.layer_swaps.on and plan.layer_swaps.mode == "auto"
     reason = plan.layer_swaps.reason("mode")
     assert "FusedBatchNormV3" in reason and "oneDNN on CPU" in reason and "4-D channels-last" in reason
+    assert "a Dense with a GELU or SiLU activation" in reason and "one compiled float32 cluster" in reason
     assert "synchronized" not in reason  # one replica: nothing to all-reduce
     written = yaml.safe_load(plan.to_yaml())["decisions"]["model.layer_swaps"]
     assert written == {"value": "auto", "reason": reason}

@@ -8,14 +8,11 @@ Tolerances are stated per policy (`TOLERANCE`): float32 differs from Keras's ops
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from support.replicas import make_strategy, predict_in_stock_keras, train_steps
 
 from launcher.train.fused_batch_norm import FusedBatchNormalization
 from launcher.train.layer_swaps import swap_layers
@@ -33,12 +30,6 @@ def policy(request):
     keras.mixed_precision.set_global_policy("float32")
 
 
-def make_strategy(kind):
-    if kind == "default":
-        return tf.distribute.get_strategy()
-    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
-
-
 def tiny_cnn(**bn):
     return keras.Sequential(
         [
@@ -53,66 +44,12 @@ def tiny_cnn(**bn):
     )
 
 
-def copies(variable) -> list[np.ndarray]:
-    """Every replica's copy of a variable (one under the default strategy)."""
-    value = variable.value
-    return [np.asarray(v) for v in getattr(value, "values", [value])]
-
-
 def train(swapped: bool, kind: str, xla: bool, steps: int = STEPS, **bn):
     """Per-step losses and train-mode outputs, the gradients of the first step, every copy of every variable after
     `steps` SGD steps, and the inference outputs of the trained model."""
-    keras.utils.set_random_seed(0)
-    strategy = make_strategy(kind)
-    with strategy.scope():
-        model = tiny_cnn(**bn)
-        if swapped:
-            swap_layers(model, strategy.num_replicas_in_sync)
-        optimizer = keras.optimizers.SGD(0.2)
-        optimizer.build(model.trainable_variables)
     rng = np.random.default_rng(1)
-    x = tf.constant(rng.normal(2.0, 3.0, size=(8, 6, 6, 3)), tf.float32)
-    y = tf.constant(rng.normal(size=(8, 2)), tf.float32)
-    replicas = strategy.num_replicas_in_sync
-
-    def forward_backward(x, y):
-        with tf.GradientTape() as tape:
-            out = model(x, training=True)
-            loss = tf.reduce_mean(tf.square(out - y)) / replicas
-        return loss, out, tape.gradient(loss, model.trainable_variables)
-
-    if xla:
-        forward_backward = tf.function(forward_backward, jit_compile=True)
-
-    def replica_step(x, y):
-        loss, out, grads = forward_backward(x, y)
-        optimizer.apply(grads, model.trainable_variables)
-        return loss, out, grads
-
-    @tf.function
-    def step():
-        shards = strategy.experimental_distribute_values_from_function(
-            lambda ctx: tuple(tf.split(t, replicas)[ctx.replica_id_in_sync_group] for t in (x, y))
-        )
-        loss, out, grads = strategy.run(replica_step, args=shards)
-        gather = lambda t: strategy.gather(t, axis=0)  # noqa: E731
-        return strategy.reduce("SUM", loss, axis=None), gather(out), [strategy.reduce("SUM", g, None) for g in grads]
-
-    losses, outputs, first_grads = [], [], None
-    for _ in range(steps):
-        loss, out, grads = step()
-        losses.append(float(loss))
-        outputs.append(np.asarray(out))
-        first_grads = first_grads if first_grads is not None else [np.asarray(g) for g in grads]
-    state = {v.path: copies(v) for v in model.variables}
-    return {
-        "losses": np.array(losses),
-        "outputs": np.stack(outputs),
-        "grads": first_grads,
-        "state": state,
-        "inference": np.asarray(model(x, training=False)),
-        "model": model,
-    }
+    x, y = rng.normal(2.0, 3.0, size=(8, 6, 6, 3)), rng.normal(size=(8, 2))
+    return train_steps(lambda: tiny_cnn(**bn), swapped, kind, xla, x, y, learning_rate=0.2, steps=steps)
 
 
 def close(got, want, policy, what):
@@ -247,25 +184,10 @@ def test_swap_records_each_layer_with_why_and_leaves_the_others():
 @pytest.mark.slow  # a second interpreter: a Keras without the launcher
 def test_a_swapped_model_s_keras_file_loads_in_a_stock_keras_and_predicts_the_same(tmp_path):
     trained = train(True, "default", False)["model"]
-    path = tmp_path / "swapped.keras"
-    trained.save(path)
     x = np.random.default_rng(4).normal(2.0, 3.0, size=(5, 6, 6, 3)).astype("float32")
-    np.save(tmp_path / "x.npy", x)
-    expected = np.asarray(trained(x, training=False))
-    script = textwrap.dedent(
-        f"""
-        import sys, numpy as np, keras
-        model = keras.saving.load_model({str(path)!r})
-        kinds = sorted({{type(layer).__module__ + "." + type(layer).__name__ for layer in model.layers}})
-        assert not any(name.startswith("launcher") for name in sys.modules), "the launcher was imported"
-        np.save({str(tmp_path / "got.npy")!r}, np.asarray(model(np.load({str(tmp_path / "x.npy")!r}), training=False)))
-        print("\\n".join(kinds))
-        """
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "keras.src.layers.normalization.batch_normalization.BatchNormalization" in done.stdout.split()
-    np.testing.assert_allclose(np.load(tmp_path / "got.npy"), expected, rtol=1e-5, atol=1e-6)
+    kinds, got = predict_in_stock_keras(trained, x, tmp_path)
+    assert "keras.src.layers.normalization.batch_normalization.BatchNormalization" in kinds
+    np.testing.assert_allclose(got, np.asarray(trained(x, training=False)), rtol=1e-5, atol=1e-6)
 
 
 def test_stock_weights_load_into_a_swapped_model_and_back_by_checkpoint(tmp_path):

@@ -28,6 +28,14 @@ def decide_layer_swaps(cfg: Config, env: Environment, found: Findings, strategy:
         return LayerSwapsPlan.of(mode=(asked, f"refused: not one of {list(CHOICES)}"))
     if mode == "off":
         return LayerSwapsPlan.of(mode=("off", "model.layer_swaps=off: every layer runs Keras's own ops"))
+    if env.tuned is not None and env.tuned.layer_swaps == "off":
+        return LayerSwapsPlan.of(
+            mode=(
+                "off",
+                f"model.layer_swaps=auto, tune: this model's step timed faster with every layer as stock Keras "
+                f"here ({env.tuned.table})",
+            )
+        )
     kernel = "cuDNN on GPU" if env.gpus else "oneDNN on CPU"
     synchronized = (
         f"; synchronized=True layers train on Keras's statistics all-reduced across the {strategy.replicas} replicas"
@@ -38,7 +46,8 @@ def decide_layer_swaps(cfg: Config, env: Environment, found: Findings, strategy:
         mode=(
             "auto",
             f"BatchNormalization runs one FusedBatchNormV3 kernel ({kernel}) where it computes what Keras's ops do "
-            f"(4-D channels-last inputs, no mask, float32/16 or bfloat16, no renorm){synchronized}; the build "
-            "records each layer (model.swapped_layers)",
+            f"(4-D channels-last inputs, no mask, float32/16 or bfloat16, no renorm){synchronized}; a Dense with a "
+            "GELU or SiLU activation runs its bias add and activation as one compiled float32 cluster (XLA), its "
+            "matmul as before; the build records each layer (model.swapped_layers)",
         )
     )
