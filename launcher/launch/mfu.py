@@ -23,8 +23,11 @@ def forward_flops_per_example(model) -> float:
     from tensorflow.python.profiler import model_analyzer, option_builder
 
     # A model of named or several inputs is called with its inputs' own structure (a dict by name, a list).
-    specs = [tf.TensorSpec((1, *x.shape[1:]), x.dtype) for x in keras.tree.flatten(model.input)]
-    concrete = tf.function(lambda *xs: model(keras.tree.pack_sequence_as(model.input, list(xs)), training=False))
+    structure = _input_structure(model)
+    if structure is None:
+        return 0.0
+    specs = [tf.TensorSpec((1, *x.shape[1:]), x.dtype) for x in keras.tree.flatten(structure)]
+    concrete = tf.function(lambda *xs: model(keras.tree.pack_sequence_as(structure, list(xs)), training=False))
     graph = concrete.get_concrete_function(*specs).graph
     options = option_builder.ProfileOptionBuilder.float_operation()
     options["output"] = "none"
@@ -33,6 +36,17 @@ def forward_flops_per_example(model) -> float:
     except Exception:  # profiler gaps (unknown shapes, custom ops): report no utilisation
         return 0.0
     return float(info.total_float_ops)
+
+
+def _input_structure(model):
+    """The inputs a model is called with: its `input` (a tensor, a dict by name, a list), or for a Sequential never
+    called yet (Keras 3 defines `input` at the first call) its one declared input; None when neither is known (a
+    subclassed model never built on data)."""
+    try:
+        return model.input
+    except (AttributeError, ValueError):
+        declared = getattr(model, "inputs", None) or []
+        return declared[0] if len(declared) == 1 else None
 
 
 def training_flops_per_example(model) -> float:

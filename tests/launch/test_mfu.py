@@ -35,3 +35,9 @@ def test_a_model_of_named_inputs_is_counted_with_its_inputs_by_name():
     joined = keras.layers.Concatenate()([inputs["age"], inputs["dose"]])
     model = keras.Model(inputs, keras.layers.Dense(2, use_bias=False)(joined))
     assert forward_flops_per_example(model) == 2 * 8 * 2
+
+
+def test_a_sequential_model_never_called_is_counted_from_its_declared_input():
+    """Keras 3 defines a Sequential's `input` at its first call; the count runs before any."""
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, use_bias=False)])
+    assert forward_flops_per_example(model) == 2 * 8 * 4
