@@ -16,6 +16,7 @@ Modules:
     ema: the weights' exponential moving average (`optimizer.use_ema`) for evaluation and export
     engine: one training loop for every strategy, precision and XLA mode
     fine_tune: fine-tuning on the built model: weights from a source, layers frozen, then unfrozen
+    fused_activation: keras.layers.Dense whose bias add and GELU/SiLU are one compiled float32 cluster
     fused_batch_norm: keras.layers.BatchNormalization computed by one fused kernel (FusedBatchNormV3)
     fused_update: Keras optimizers whose update is one fused TensorFlow kernel per variable
     labels: the dataset's labels against the task, before anything is built, with the fix
@@ -27,6 +28,7 @@ Modules:
     preprocessing: raw example -> model input, run by the data pipeline and exported inside every model
     registry: name -> builder module for models and datasets; errors list the choices
     runtime: process-wide TensorFlow setup, done once, before the TF runtime starts
+    saved_as_stock: a swapped layer class that `.keras` files name as the stock Keras class
     schedules: learning-rate schedule: linear warmup, then the configured schedule
     step_stats: the stats vector every step returns, and `Totals`, which reads it by name
     steps: the step kind's replica steps and the in-graph loops that run a chunk of them

@@ -17,6 +17,7 @@ from support.replicas import predict_in_stock_keras, train_steps
 
 from launcher.train.fused_activation import FusedActivationDense
 from launcher.train.layer_swaps import swap_layers
+from launcher.train.saved_as_stock import save_as_stock
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 TOLERANCE = {"float32": (1e-4, 1e-5), "mixed_float16": (5e-3, 5e-3), "mixed_bfloat16": (4e-2, 4e-2)}
@@ -163,3 +164,15 @@ def test_stock_weights_load_into_a_swapped_model_by_checkpoint(tmp_path):
     x = np.random.default_rng(4).normal(0.0, 2.0, size=(3, 5, 6)).astype("float32")
     close(swapped(x, training=False), stock(x, training=False), "float32", "predictions")
     assert [v.path for v in swapped.variables] == [v.path for v in stock.variables]
+
+
+def test_a_swapped_class_is_named_as_the_stock_one_in_saved_configs():
+    """`saved_as_stock`: the swapped class's config names the stock class, which loading still gives."""
+
+    class Swapped(keras.layers.Dense):
+        pass
+
+    save_as_stock(Swapped, keras.layers.Dense, "keras.layers.Dense")
+    config = keras.saving.serialize_keras_object(Swapped(3))
+    assert (config["module"], config["class_name"]) == ("keras.layers", "Dense")
+    assert type(keras.saving.deserialize_keras_object(config)) is keras.layers.Dense
