@@ -24,13 +24,6 @@ TOLERANCE = {"float32": (1e-4, 1e-5), "mixed_float16": (5e-3, 5e-3), "mixed_bflo
 STEPS = 4
 
 
-@pytest.fixture
-def policy(request):
-    keras.mixed_precision.set_global_policy(request.param)
-    yield request.param
-    keras.mixed_precision.set_global_policy("float32")
-
-
 def tiny_model():
     """Sequences of 5 vectors of 6: a GELU layer with bias, a SiLU layer without, a tanh layer (never swapped; smooth,
     so no low-precision rounding flips a kink and with it the gradients below, as a ReLU's would)."""

@@ -23,13 +23,6 @@ TOLERANCE = {"float32": (1e-4, 1e-5), "mixed_float16": (4e-3, 4e-3), "mixed_bflo
 STEPS = 4
 
 
-@pytest.fixture
-def policy(request):
-    keras.mixed_precision.set_global_policy(request.param)
-    yield request.param
-    keras.mixed_precision.set_global_policy("float32")
-
-
 def tiny_cnn(**bn):
     return keras.Sequential(
         [
