@@ -5,8 +5,11 @@ environment and the candidates (`launcher.launch.tuning`). One process pays Tens
 them (a process per candidate cost ~5 s each: 22-57 s for four). Each candidate is reviewed, built and
 warmed up (its trace and compilation are not timed), then the candidates take turns: round after round each
 trains a few more chunks, so a burst of load on the machine falls on every candidate rather than on one.
-A candidate's rate is the median of its rounds, with their spread. The policy and devices are set per candidate
-by the same `runtime.configure` the launch uses; precision lives on each built model, so candidates coexist.
+A round's first chunk runs untimed (switching candidates stalls it) and its rate is its median chunk's; a
+candidate's rate is the median of its rounds, with their spread. After the first round the candidates below 70%
+of the fastest are timed no further (their one round stays in the table). Nothing is validated: only the step
+is timed. The policy and devices are set per candidate by the same `runtime.configure` the launch uses;
+precision lives on each built model, so candidates coexist.
 """
 
 from __future__ import annotations
@@ -27,12 +30,17 @@ from launcher.launch.stopping import numerics_guard
 from launcher.train import runtime
 
 ROUNDS = 3  # timed rounds per candidate, interleaved
+# After the first round, a candidate slower than this share of the fastest is timed no further. A burst of load
+# can still slow one whole round: first rounds were seen at 0.78-0.81 of the same candidate's median (the CNN and
+# the LM on the AMD EPYC), so 0.8 cut a step that tied for fastest; below 0.7 a candidate is out of the running.
+KEEP = 0.7
 ROUND_SEC = 0.3  # at least this much timed training per round (and at least MIN_CHUNKS chunks)
 MIN_CHUNKS = 2
 MAX_CHUNKS = 400
 # A chunk of steps_per_execution heavy steps can take seconds (16 x 90 ms on the 3x2048 MLP): the timed chunks are
 # cut to about this long. Where steps are that slow, the host's work between calls is noise beside them.
 CHUNK_SEC = 0.1
+SETTLE_CHUNKS = 1  # run untimed at the start of each round (see _Stopwatch)
 WARM_CHUNKS = 3  # one step each: the first traces and compiles, the others say how long a step takes
 # What the timing changes on every candidate: nothing written, nothing validated inside the timed chunks.
 TIMING_SETTINGS = {
@@ -56,9 +64,11 @@ class Timed:
     rates: list[float] = field(default_factory=list)
     note: str = ""
     swapped: bool = False  # the build swapped some of the model's layers for fused kernels
+    cut: bool = False  # not timed past the first round: far slower than the fastest (the note says so)
 
     def row(self) -> dict:
-        rate = statistics.median(self.rates) if self.rates and not self.note else None
+        failed = self.engine is None
+        rate = round(statistics.median(self.rates), 1) if self.rates and not failed else None
         spread = [min(self.rates), max(self.rates)] if rate is not None else None
         return {"candidate": asdict(self.candidate), "examples_per_sec": rate, "spread": spread, "note": self.note}
 
@@ -66,7 +76,12 @@ class Timed:
 class _Stopwatch(Hook):
     """Times the chunks of one round: each from the end of the chunk before it in the same epoch (host work
     between chunks counts: it is what steps_per_execution amortises), or from just before it after an epoch
-    boundary (validation is not the step); stops training once the round has enough."""
+    boundary; stops training once the round has enough.
+
+    The first `settle` chunks of a round are run, not timed: the first step of a candidate after another
+    candidate ran is several times slower than the next (on the LM: 0.5-0.9 s against 0.06-0.1 s, with no
+    retracing), a cost of switching between candidates that a training run never pays. Timed, it put a round
+    at a quarter of the others and spread every table's rounds 4-8x."""
 
     def __init__(
         self,
@@ -75,8 +90,10 @@ class _Stopwatch(Hook):
         min_chunks: int = MIN_CHUNKS,
         min_seconds: float = ROUND_SEC,
         chunk_steps: int | None = None,
+        settle: int = 0,
     ):
         self.model, self.global_batch = model, global_batch
+        self.settle = settle
         self.min_chunks, self.min_seconds, self.chunk_steps = min_chunks, min_seconds, chunk_steps
         self.seconds, self.steps, self.chunks = 0.0, 0, 0
         self.per_step: list[float] = []  # each chunk's seconds per step
@@ -93,6 +110,10 @@ class _Stopwatch(Hook):
         ran = logs["telemetry"].ran
         if not all(math.isfinite(v) for v in logs["telemetry"].losses):
             raise FloatingPointError(f"non-finite loss at step {position.global_step}")
+        if self.settle > 0:
+            self.settle -= 1
+            self._since = now
+            return
         self.seconds += now - self._since
         self.per_step.append((now - self._since) / max(ran, 1))
         self.steps += ran
@@ -103,7 +124,9 @@ class _Stopwatch(Hook):
 
     @property
     def rate(self) -> float:
-        return self.steps * self.global_batch / self.seconds if self.seconds > 0 else 0.0
+        """Examples/s at the round's median chunk: a burst of load on the machine during one chunk moves it less
+        than the round's total would move."""
+        return self.global_batch / statistics.median(self.per_step) if self.per_step else 0.0
 
 
 def prepare(candidate, config, env) -> Timed:
@@ -130,6 +153,7 @@ def prepare(candidate, config, env) -> Timed:
             shuffle_buffer=cfg.dataset.shuffle_buffer,
             verbose=0,
             guard=numerics_guard(cfg, checked.plan),
+            validate=False,
         )
         warm = _Stopwatch(built.model, checked.plan.batch.global_batch, WARM_CHUNKS, 0.0, chunk_steps=1)
         timed.engine.fit(TIMING_SETTINGS["epochs"], start=timed.position, hooks=HookList([warm]))
@@ -146,7 +170,7 @@ def time_round(timed: Timed) -> None:
     if timed.engine is None:
         return
     engine = timed.engine
-    watch = _Stopwatch(engine.model, engine.global_batch, chunk_steps=timed.chunk_steps)
+    watch = _Stopwatch(engine.model, engine.global_batch, chunk_steps=timed.chunk_steps, settle=SETTLE_CHUNKS)
     try:
         engine.fit(TIMING_SETTINGS["epochs"], start=timed.position, hooks=HookList([watch]))
     except Exception as err:
@@ -163,7 +187,7 @@ def time_all(candidates, config, env, rounds: int = ROUNDS, more_steps_per_call:
     (model.layer_swaps=auto), a copy with every layer stock. Both only matter once the step itself is chosen, and
     each variant is one more build rather than one per candidate."""
     prepared = [prepare(c, config, env) for c in candidates]
-    _rounds(prepared, rounds)
+    _rounds(prepared, rounds, cut=True)
     timed_ok = [t for t in prepared if t.engine is not None and t.rates]
     if timed_ok:
         best = max(timed_ok, key=lambda t: statistics.median(t.rates))
@@ -179,10 +203,27 @@ def time_all(candidates, config, env, rounds: int = ROUNDS, more_steps_per_call:
     return [t.row() for t in prepared]
 
 
-def _rounds(prepared: list[Timed], rounds: int) -> None:
-    for _ in range(rounds):
+def _rounds(prepared: list[Timed], rounds: int, cut: bool = False) -> None:
+    """Every candidate a round in turn, `rounds` times; with `cut`, the far slower ones only the first."""
+    for index in range(rounds):
         for timed in prepared:
-            time_round(timed)
+            if timed.engine is not None and not timed.cut:  # None: it could not be built, or failed a round
+                time_round(timed)
+        if cut and index == 0:
+            cut_far_slower(prepared)
+
+
+def cut_far_slower(prepared: list[Timed], keep: float = KEEP) -> None:
+    """Mark the candidates whose first round ran below `keep` of the fastest's: their rate stays in the table."""
+    firsts = {id(t): t.rates[0] for t in prepared if t.engine is not None and t.rates}
+    if not firsts:
+        return
+    fastest = max(firsts.values())
+    for timed in prepared:
+        first = firsts.get(id(timed))
+        if first is not None and first < keep * fastest:
+            timed.cut = True
+            timed.note = f"one round: below {keep:.0%} of the fastest's {fastest:,.0f}"
 
 
 def _why(err: Exception) -> str:

@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from launcher.config.models import model_kind
 from launcher.config.optimizers import xla_breaks
 from launcher.config.schema import Config, OptimizerUpdate, PrecisionName, TrainConfig, as_dict
 from launcher.config.strategies import strategy_of
@@ -108,9 +109,9 @@ def candidates(config: Config, env: Environment) -> tuple[list[Candidate], list[
     """The steps auto may choose between for this config: every precision precision=auto allows (fp32; bf16 where
     the hardware has bfloat16 instructions; float16 on GPUs, the only hardware with a float16 fast path: both
     change the numerics, which precision=auto accepts) times XLA on and off when xla=auto (off only for an
-    optimizer XLA breaks) times the update kinds optimizer.update=auto allows (a fused kernel or Keras's ops,
-    where XLA does not compile the update with the step); fixed where the person fixed them. A candidate the
-    resolver refuses is left out, with why."""
+    optimizer XLA breaks, and on CPUs for a model that declares itself convolutional) times the update kinds
+    optimizer.update=auto allows (a fused kernel or Keras's ops, where XLA does not compile the update with the
+    step); fixed where the person fixed them. A candidate the resolver refuses is left out, with why."""
     auto_precision = config.precision.name == PrecisionName.auto
     auto_xla = str(config.xla).strip().lower() == "auto"
     kept, left_out = [], []
@@ -125,6 +126,13 @@ def candidates(config: Config, env: Environment) -> tuple[list[Candidate], list[
     if auto_xla and breaks:
         left_out.append(f"xla: optimizer.name={config.optimizer.name}: {breaks}")
     xlas = ([False] if breaks else [False, True]) if auto_xla else [str(config.xla).strip().lower() == "true"]
+    model = model_kind(config.model)
+    if auto_xla and not breaks and model.convolutional and not env.gpus:
+        xlas = [False]
+        left_out.append(
+            f"xla: model={model.name} is convolutional: XLA's CPU convolutions ran the benchmark convnet's step at "
+            "0.24-0.62x the graph step on every CPU measured, and compiling each costs the timing ~6 s"
+        )
     untuned = replace(env, tuned=None)
     base, _ = resolve_all(config, untuned)
     auto_update = (
@@ -392,6 +400,8 @@ def _chosen(env: Environment, entry: dict, how: str) -> tuple[Environment, TuneP
 def _row_text(row: dict) -> str:
     if not row["examples_per_sec"]:
         return f"{row['step']} {row['note']}"
+    if row["note"]:  # timed, then cut after a round (launcher.launch.step_timing.cut_far_slower)
+        return f"{row['step']} {row['examples_per_sec']:,.0f} ex/s ({row['note']})"
     spread = row.get("spread")
     within = f" [{spread[0]:,.0f}-{spread[1]:,.0f}]" if spread else ""
     return f"{row['step']} {row['examples_per_sec']:,.0f}{within} ex/s"

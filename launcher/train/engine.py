@@ -47,6 +47,7 @@ class Engine:
         guard: NumericsGuard | None = None,
         telemetry: bool = True,
         freezer=None,
+        validate: bool = True,
     ):
         self.strategy = built.strategy
         self.model = built.model
@@ -61,6 +62,9 @@ class Engine:
         self.guard = guard or NumericsGuard()
         self.telemetry = telemetry  # False: no gradient norm, no per-step trace (the guard still runs)
         self.freezer = freezer  # model.freeze: which layers train in which epoch (launcher.train.fine_tune)
+        # False: no validation at epoch ends (the step timing of tune=auto, where only the train step matters and
+        # tracing the evaluation would cost each candidate ~0.5 s, ~1 s under XLA)
+        self.validate = validate
         self.validate_every = plan.schedule.val_every_steps or 0  # train.val_every_steps (0: epoch ends only)
         # Validations so far under train.val_every_steps, inside epochs and at their ends: the index the validation-
         # driven callbacks are given (from 1: Keras's early stopping never stops at its "epoch" 0).
@@ -153,7 +157,10 @@ class Engine:
             # else training stopped inside the epoch (a validation's early stop or pruning, a callback): the position
             # stays where it stopped, so the epoch's checkpoint resumes there, not at an epoch it did not finish.
             validated = self._validation_at(position)
-            logs.update(validated if validated is not None else self._validation())
+            if validated is not None:
+                logs.update(validated)
+            elif self.validate:
+                logs.update(self._validation())
             self._epoch_end_callbacks(epoch, logs, validated is not None)
             result.epochs.append(EpochResult(epoch, logs))  # hooks below may add to logs
             try:

@@ -7,9 +7,10 @@ back, so a transformer's feed-forward GELU costs more than its matmuls. Compilin
 chain but gives up oneDNN's matmuls (XLA's CPU matmuls do not use AMX). This layer compiles only the elementwise
 tail: the bias add and the activation, forward and backward, are one fused loop each, computed in float32 and rounded
 once to the layer's compute dtype (Keras rounds after the bias add and inside the activation: the swapped layer is as
-accurate or more). Measured on bias + activation, forward and backward, 1024x1024 (Intel Xeon with AMX, 2 cores):
-GELU 7.6 -> 2.6 ms in bfloat16 and 3.4 -> 2.8 ms in float32; SiLU 4.1 -> 1.8 ms and 1.6 -> 1.3 ms. ReLU and tanh
-are one kernel already (oneDNN fuses ReLU): they stay Keras's.
+accurate or more). Measured on bias + activation, forward and backward, 1024x1024 (`benchmarks/
+elementwise_candidates.py`, Intel Xeon with AMX, 2 cores, medians of 7): GELU 11.7 -> 3.5 ms in bfloat16 and
+4.9 -> 3.0 ms in float32; SiLU 5.4 -> 3.2 ms and 3.1 -> 2.1 ms. ReLU is one kernel already (oneDNN fuses it) and
+tanh gains only in bfloat16 (1.48x): both stay Keras's.
 
 Everything else stays Keras's Dense: the variables, the matmul with its autocast kernel, LoRA, the config. Files the
 model writes are the stock model's (`saved_as_stock`). Inside a step XLA compiles whole, the cluster is inlined.

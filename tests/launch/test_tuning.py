@@ -220,6 +220,71 @@ def test_stock_layers_are_chosen_only_when_the_swapped_model_is_timed_slower_and
     assert Candidate("bf16", False, "fused", layer_swaps="off").applied(cfg).model.layer_swaps == "off"
 
 
+def test_a_convnet_on_a_cpu_times_no_xla_step_and_the_plan_says_why():
+    """XLA's CPU convolutions are several times slower than oneDNN's and each costs ~6 s to compile: a model that
+    declares itself convolutional is timed without them on CPUs; on a GPU they stay candidates."""
+    found, left_out = tuning.candidates(config("model=cnn", "precision=auto", "xla=auto"), EPYC_AVX512_BF16)
+    assert labels(found) == ["fp32 hybrid", "fp32 graph", "bf16 hybrid", "bf16 graph"]
+    assert any(reason.startswith("xla: model=cnn is convolutional") for reason in left_out), left_out
+    on_gpu, _ = tuning.candidates(config("model=cnn", "precision=auto", "xla=auto"), ONE_A100)
+    assert {"fp32 xla", "bf16 xla"} <= set(labels(on_gpu))
+    # Not convolutional: its XLA steps are timed on the same CPU.
+    assert "fp32 xla" in labels(tuning.candidates(config("precision=auto", "xla=auto"), EPYC_AVX512_BF16)[0])
+
+
+def test_after_the_first_round_a_far_slower_candidate_is_timed_no_further(monkeypatch):
+    """Rounds of fake rates: the candidate below 70% of the fastest's first round keeps that one round in the table
+    with why; the close one and the fastest run every round; a candidate that failed is not timed."""
+    from launcher.launch import step_timing
+
+    per_round = {"fast": [100.0, 104.0, 98.0], "close": [75.0, 90.0, 88.0], "slow": [65.0, 99.0, 99.0]}
+
+    def fake_round(timed):
+        timed.rates.append(per_round[timed.candidate.precision][len(timed.rates)])
+
+    monkeypatch.setattr(step_timing, "time_round", fake_round)
+    prepared = [step_timing.Timed(Candidate(name, False), engine=object()) for name in per_round]
+    failed = step_timing.Timed(Candidate("bf16", True), engine=None, note="refused: xla")
+    step_timing._rounds([*prepared, failed], 3, cut=True)
+    fast, close, slow = (t.row() for t in prepared)
+    assert (fast["examples_per_sec"], fast["spread"], fast["note"]) == (100.0, [98.0, 104.0], "")
+    assert (close["examples_per_sec"], close["note"]) == (88.0, "")
+    assert slow["examples_per_sec"] == 65.0 and slow["note"] == "one round: below 70% of the fastest's 100"
+    assert failed.rates == [] and failed.row()["examples_per_sec"] is None
+    # In the Plan's table the cut row says why it has one round; a timed row gives its spread.
+    assert (
+        tuning._row_text({"step": "fp32 xla", **slow}) == "fp32 xla 65 ex/s (one round: below 70% of the fastest's 100)"
+    )
+    assert tuning._row_text({"step": "fp32 graph", **fast}) == "fp32 graph 100 [98-104] ex/s"
+    # Without the cut (the fastest beside its variants) every candidate runs every round.
+    again = [step_timing.Timed(Candidate(name, False), engine=object()) for name in per_round]
+    step_timing._rounds(again, 3)
+    assert [len(t.rates) for t in again] == [3, 3, 3]
+
+
+def test_a_rounds_first_chunk_runs_untimed_and_its_rate_is_the_median_chunks(monkeypatch):
+    """The first chunk after switching from another candidate is several times slower than the rest: it is run, not
+    timed; the round's rate is that of its median chunk, so one slow chunk moves it little."""
+    from types import SimpleNamespace
+
+    from launcher.contract import Position
+    from launcher.launch import step_timing
+
+    clock = iter([0.0, 5.0, 5.2, 5.8, 6.0])  # chunk ends: 5 s (switching), then 0.2, 0.6 (a burst), 0.2 s
+    monkeypatch.setattr(step_timing.time, "perf_counter", lambda: next(clock))
+    model = SimpleNamespace(stop_training=False)
+    watch = step_timing._Stopwatch(model, global_batch=10, min_chunks=3, min_seconds=0.0, settle=1)
+    position, logs = Position(), {"telemetry": SimpleNamespace(ran=2, losses=[1.0, 1.0])}
+    watch.steps_until_boundary(position)
+    for _ in range(3):
+        watch.after_steps(position, logs)
+        assert not model.stop_training  # the settling chunk is not one of the three
+    watch.after_steps(position, logs)
+    assert model.stop_training and watch.chunks == 3 and watch.steps == 6
+    assert watch.per_step == pytest.approx([0.1, 0.3, 0.1])
+    assert watch.rate == pytest.approx(100.0)  # 10 examples per 0.1 s step
+
+
 def test_a_longer_call_is_tried_only_where_the_person_left_steps_per_execution_at_its_default():
     assert tuning.more_steps_per_call(config(), []) == (64,)
     assert tuning.more_steps_per_call(config("train.steps_per_execution=16"), ["train.steps_per_execution=16"]) == ()

@@ -12,7 +12,7 @@ from support.config import TINY, config
 QUIET = ["tracking.enabled=false", "checkpoint.enabled=false", "checkpoint.export_model=false", "precision=fp32"]
 
 
-def engine_for(tmp_path, *overrides):
+def engine_for(tmp_path, *overrides, validate: bool = True):
     from launcher.launch.training import TrainingLaunch
     from launcher.train.engine import Engine
 
@@ -21,7 +21,7 @@ def engine_for(tmp_path, *overrides):
     )
     launch.prepare()
     launch.build()
-    return Engine(launch.built, launch.plan, launch.source, verbose=0)
+    return Engine(launch.built, launch.plan, launch.source, verbose=0, validate=validate)
 
 
 def make_strategy(kind):

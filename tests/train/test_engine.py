@@ -142,6 +142,17 @@ def test_without_boundaries_chunks_are_steps_per_execution(tmp_path):
     assert [c[1] for c in hook.calls if c[0] == "steps"] == [1, 5, 9, 10]
 
 
+def test_an_engine_without_validation_trains_the_same_chunks_and_never_evaluates(tmp_path):
+    """What the step timing of tune=auto runs: the epochs' logs have the training loss and no val_*, and the
+    evaluation is never traced."""
+    hook = RecordingHook(every=10_000)
+    engine = engine_for(tmp_path, "train.steps_per_execution=4", validate=False)
+    engine.fit(1, hooks=hook)
+    assert [c[1] for c in hook.calls if c[0] == "steps"] == [1, 5, 9, 10]
+    assert ("epoch", 1, ["loss"]) in hook.calls
+    assert engine._eval_chunk.experimental_get_tracing_count() == 0
+
+
 def test_a_hook_that_stops_training_stops_it_at_that_step(tmp_path):
     hook = RecordingHook(every=2, stop_at=4)
     with pytest.raises(Preempted) as stop:
