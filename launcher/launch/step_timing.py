@@ -31,8 +31,8 @@ from launcher.train import runtime
 
 ROUNDS = 3  # timed rounds per candidate, interleaved
 # After the first round, a candidate slower than this share of the fastest is timed no further. A burst of load
-# can still slow one whole round: first rounds were seen at 0.78-0.81 of the same candidate's median (the CNN and
-# the LM on the AMD EPYC), so 0.8 cut a step that tied for fastest; below 0.7 a candidate is out of the running.
+# can still slow one whole round (a first round seen at 0.78 of the candidate's median on the LM, AMD EPYC), and 0.8
+# cut a CNN step that had tied for fastest in the run before; below 0.7 a candidate is out of the running.
 KEEP = 0.7
 ROUND_SEC = 0.3  # at least this much timed training per round (and at least MIN_CHUNKS chunks)
 MIN_CHUNKS = 2
@@ -167,8 +167,7 @@ def prepare(candidate, config, env) -> Timed:
 
 
 def time_round(timed: Timed) -> None:
-    if timed.engine is None:
-        return
+    """One more round of a built candidate; a failure ends its timing (no engine) and says why."""
     engine = timed.engine
     watch = _Stopwatch(engine.model, engine.global_batch, chunk_steps=timed.chunk_steps, settle=SETTLE_CHUNKS)
     try:

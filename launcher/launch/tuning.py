@@ -45,7 +45,7 @@ from launcher.plan.hardware import (
     others_share,
 )
 from launcher.plan.resolve import resolve_all
-from launcher.plan.rules.step import FUSED_KERNELS, TUNE_CHOICES
+from launcher.plan.rules.step import FUSED_KERNELS, TUNE_CHOICES, slow_xla_convolutions
 
 FORMAT = 3  # of a cached entry: 2 added update kinds and steps per call, 3 layer swaps (older entries: timed again)
 TIMEOUT_SEC = 300  # the timing child, every candidate
@@ -126,13 +126,10 @@ def candidates(config: Config, env: Environment) -> tuple[list[Candidate], list[
     if auto_xla and breaks:
         left_out.append(f"xla: optimizer.name={config.optimizer.name}: {breaks}")
     xlas = ([False] if breaks else [False, True]) if auto_xla else [str(config.xla).strip().lower() == "true"]
-    model = model_kind(config.model)
-    if auto_xla and not breaks and model.convolutional and not env.gpus:
+    slow_convolutions = slow_xla_convolutions(env, model_kind(config.model))
+    if auto_xla and not breaks and slow_convolutions:
         xlas = [False]
-        left_out.append(
-            f"xla: model={model.name} is convolutional: XLA's CPU convolutions ran the benchmark convnet's step at "
-            "0.24-0.62x the graph step on every CPU measured, and compiling each costs the timing ~6 s"
-        )
+        left_out.append(f"xla: {slow_convolutions}; not timed (each XLA compile costs the timing ~6 s)")
     untuned = replace(env, tuned=None)
     base, _ = resolve_all(config, untuned)
     auto_update = (

@@ -225,7 +225,7 @@ def test_a_convnet_on_a_cpu_times_no_xla_step_and_the_plan_says_why():
     declares itself convolutional is timed without them on CPUs; on a GPU they stay candidates."""
     found, left_out = tuning.candidates(config("model=cnn", "precision=auto", "xla=auto"), EPYC_AVX512_BF16)
     assert labels(found) == ["fp32 hybrid", "fp32 graph", "bf16 hybrid", "bf16 graph"]
-    assert any(reason.startswith("xla: model=cnn is convolutional") for reason in left_out), left_out
+    assert any(reason.startswith("xla: CPU, model=cnn is convolutional") for reason in left_out), left_out
     on_gpu, _ = tuning.candidates(config("model=cnn", "precision=auto", "xla=auto"), ONE_A100)
     assert {"fp32 xla", "bf16 xla"} <= set(labels(on_gpu))
     # Not convolutional: its XLA steps are timed on the same CPU.

@@ -62,15 +62,23 @@ def _decide_xla(cfg: Config, env: Environment, found: Findings, precision: Preci
     return xla, f"xla=auto: {reason}"
 
 
+def slow_xla_convolutions(env: Environment, model: ModelKind) -> str:
+    """Why XLA stays off for this model on this machine ("" where it does not): the rule and tune=auto's candidates
+    both read it."""
+    if env.gpus or not model.convolutional:
+        return ""
+    return (
+        f"CPU, model={model.name} is convolutional: XLA's CPU convolutions are slower than oneDNN's "
+        "(measured on the benchmark convnet: the XLA step trains at 0.53x the graph step on a Xeon, "
+        "0.24-0.62x on AMD EPYCs, all without AMX)"
+    )
+
+
 def auto_xla(env: Environment, precision: PrecisionPlan, model: ModelKind) -> tuple[bool, str]:
     if env.gpus:
         return True, "GPU: XLA fuses elementwise ops around the matmuls"
-    if model.convolutional:
-        return False, (
-            f"CPU, model={model.name} is convolutional: XLA's CPU convolutions are slower than oneDNN's "
-            "(measured on the benchmark convnet: the XLA step trains at 0.53x the graph step on a Xeon, "
-            "0.62x on an AMD EPYC, both without AMX)"
-        )
+    if slow_convolutions := slow_xla_convolutions(env, model):
+        return False, slow_convolutions
     dtype = precision.compute_dtype
     graph, xla = env.matmul_rate(dtype, "graph"), env.matmul_rate(dtype, "xla")
     if graph and xla:
