@@ -5,11 +5,12 @@ environment and the candidates (`launcher.launch.tuning`). One process pays Tens
 them (a process per candidate cost ~5 s each: 22-57 s for four). Each candidate is reviewed, built and
 warmed up (its trace and compilation are not timed), then the candidates take turns: round after round each
 trains a few more chunks, so a burst of load on the machine falls on every candidate rather than on one.
-A round's first chunk runs untimed (switching candidates stalls it) and its rate is its median chunk's; a
-candidate's rate is the median of its rounds, with their spread. After the first round the candidates below 70%
-of the fastest are timed no further (their one round stays in the table). Nothing is validated: only the step
-is timed. The policy and devices are set per candidate by the same `runtime.configure` the launch uses;
-precision lives on each built model, so candidates coexist.
+A candidate's first chunk after another candidate was built runs untimed (it stalls), a round's rate is its
+median chunk's and a candidate's the median of its rounds, with their spread. After the first round the
+candidates below 70% of the fastest are timed no further (their one round stays in the table); so are the
+fastest's variants after theirs. Nothing is validated: only the step is timed. The policy and devices are set
+per candidate by the same `runtime.configure` the launch uses; precision lives on each built model, so
+candidates coexist.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ MAX_CHUNKS = 400
 # A chunk of steps_per_execution heavy steps can take seconds (16 x 90 ms on the 3x2048 MLP): the timed chunks are
 # cut to about this long. Where steps are that slow, the host's work between calls is noise beside them.
 CHUNK_SEC = 0.1
-SETTLE_CHUNKS = 1  # run untimed at the start of each round (see _Stopwatch)
+SETTLE_CHUNKS = 1  # run untimed at the start of a candidate's first round after a build (see _Stopwatch)
 WARM_CHUNKS = 3  # one step each: the first traces and compiles, the others say how long a step takes
+_builds = 0  # candidates built in this process so far: a build stalls every other candidate's next step
 # What the timing changes on every candidate: nothing written, nothing validated inside the timed chunks.
 TIMING_SETTINGS = {
     "epochs": 100_000,  # the rounds decide when to stop
@@ -64,7 +66,8 @@ class Timed:
     rates: list[float] = field(default_factory=list)
     note: str = ""
     swapped: bool = False  # the build swapped some of the model's layers for fused kernels
-    cut: bool = False  # not timed past the first round: far slower than the fastest (the note says so)
+    ran_after: int = -1  # the count of builds in this process when it last ran a round
+    cut: bool = False  # timed no further: far slower than the fastest after its phase's first round (see the note)
 
     def row(self) -> dict:
         failed = self.engine is None
@@ -79,9 +82,9 @@ class _Stopwatch(Hook):
     boundary; stops training once the round has enough.
 
     The first `settle` chunks of a round are run, not timed: the first step of a candidate after another
-    candidate ran is several times slower than the next (on the LM: 0.5-0.9 s against 0.06-0.1 s, with no
-    retracing), a cost of switching between candidates that a training run never pays. Timed, it put a round
-    at a quarter of the others and spread every table's rounds 4-8x."""
+    candidate was built is several times slower than the next (on the LM: 0.5-0.9 s against 0.06-0.1 s, with
+    no retracing; switching between built candidates costs nothing), a cost a training run never pays. Timed,
+    it put a round at a quarter of the others and spread every table's rounds 4-8x."""
 
     def __init__(
         self,
@@ -135,6 +138,8 @@ def prepare(candidate, config, env) -> Timed:
     from launcher.train.build import build
     from launcher.train.engine import Engine
 
+    global _builds
+    _builds += 1
     timed = Timed(candidate)
     cfg = candidate.applied(config)
     cfg.train = replace(cfg.train, **TIMING_SETTINGS)
@@ -157,6 +162,7 @@ def prepare(candidate, config, env) -> Timed:
         )
         warm = _Stopwatch(built.model, checked.plan.batch.global_batch, WARM_CHUNKS, 0.0, chunk_steps=1)
         timed.engine.fit(TIMING_SETTINGS["epochs"], start=timed.position, hooks=HookList([warm]))
+        timed.ran_after = _builds
         step_sec = min(warm.per_step[1:])
         calls = checked.plan.step.steps_per_execution
         fitting = max(1, int(CHUNK_SEC / step_sec)) if step_sec > 0 else calls
@@ -169,7 +175,9 @@ def prepare(candidate, config, env) -> Timed:
 def time_round(timed: Timed) -> None:
     """One more round of a built candidate; a failure ends its timing (no engine) and says why."""
     engine = timed.engine
-    watch = _Stopwatch(engine.model, engine.global_batch, chunk_steps=timed.chunk_steps, settle=SETTLE_CHUNKS)
+    settle = SETTLE_CHUNKS if timed.ran_after < _builds else 0  # another candidate was built since it last ran
+    timed.ran_after = _builds
+    watch = _Stopwatch(engine.model, engine.global_batch, chunk_steps=timed.chunk_steps, settle=settle)
     try:
         engine.fit(TIMING_SETTINGS["epochs"], start=timed.position, hooks=HookList([watch]))
     except Exception as err:
@@ -178,13 +186,21 @@ def time_round(timed: Timed) -> None:
     timed.rates.append(round(watch.rate, 1))
 
 
-def time_all(candidates, config, env, rounds: int = ROUNDS, more_steps_per_call: tuple[int, ...] = ()) -> list[dict]:
+def time_all(
+    candidates,
+    config,
+    env,
+    rounds: int = ROUNDS,
+    more_steps_per_call: tuple[int, ...] = (),
+    update_variants: dict | None = None,
+) -> list[dict]:
     """The candidates' rows (label, examples/s median, [min, max] over the rounds, note), in the given order.
 
-    The fastest candidate is then timed again beside its variants, interleaved (its rounds pooled): copies of it
-    running `more_steps_per_call` steps per call, and, when its build swapped layers for fused kernels
-    (model.layer_swaps=auto), a copy with every layer stock. Both only matter once the step itself is chosen, and
-    each variant is one more build rather than one per candidate."""
+    The fastest candidate is then timed again beside its variants, interleaved (its rounds pooled): its step with
+    the other update kind (`update_variants`, by candidate), copies of it running `more_steps_per_call` steps per
+    call, and, when its build swapped layers for fused kernels (model.layer_swaps=auto), a copy with every layer
+    stock. They only matter once the step itself is chosen, and each is one more build rather than one per
+    candidate. A variant far slower after one round is timed no further, as in the first phase."""
     prepared = [prepare(c, config, env) for c in candidates]
     _rounds(prepared, rounds, cut=True)
     timed_ok = [t for t in prepared if t.engine is not None and t.rates]
@@ -192,12 +208,13 @@ def time_all(candidates, config, env, rounds: int = ROUNDS, more_steps_per_call:
         best = max(timed_ok, key=lambda t: statistics.median(t.rates))
         # A call longer than half an epoch cannot run whole (chunks end at the epoch's end): nothing to time.
         fitting = [n for n in more_steps_per_call if 2 * n <= best.engine.plan.schedule.steps_per_epoch]
-        variants = [replace(best.candidate, steps_per_execution=n) for n in fitting]
+        variants = list((update_variants or {}).get(best.candidate, ()))
+        variants += [replace(best.candidate, steps_per_execution=n) for n in fitting]
         if best.swapped:
             variants.append(replace(best.candidate, layer_swaps="off"))
         variants = [prepare(v, config, env) for v in variants]
         if variants:
-            _rounds([best, *variants], rounds)
+            _rounds([best, *variants], rounds, cut=True)
             prepared += variants
     return [t.row() for t in prepared]
 
@@ -213,16 +230,18 @@ def _rounds(prepared: list[Timed], rounds: int, cut: bool = False) -> None:
 
 
 def cut_far_slower(prepared: list[Timed], keep: float = KEEP) -> None:
-    """Mark the candidates whose first round ran below `keep` of the fastest's: their rate stays in the table."""
-    firsts = {id(t): t.rates[0] for t in prepared if t.engine is not None and t.rates}
-    if not firsts:
+    """Mark the candidates whose latest round (the first of this phase) ran below `keep` of the fastest's: they are
+    timed no further, and their rate stays in the table."""
+    latest = {id(t): t.rates[-1] for t in prepared if t.engine is not None and t.rates}
+    if not latest:
         return
-    fastest = max(firsts.values())
+    fastest = max(latest.values())
     for timed in prepared:
-        first = firsts.get(id(timed))
-        if first is not None and first < keep * fastest:
+        rate = latest.get(id(timed))
+        if rate is not None and rate < keep * fastest:
             timed.cut = True
-            timed.note = f"one round: below {keep:.0%} of the fastest's {fastest:,.0f}"
+            rounds = len(timed.rates)
+            timed.note = f"{rounds} round{'s' if rounds > 1 else ''}: below {keep:.0%} of the fastest's {fastest:,.0f}"
 
 
 def _why(err: Exception) -> str:
@@ -233,7 +252,14 @@ def _why(err: Exception) -> str:
 def main(spec_path: str, result_path: str) -> None:
     spec = pickle.loads(Path(spec_path).read_bytes())
     started = time.monotonic()
-    rows = time_all(spec["candidates"], spec["config"], spec["env"], spec["rounds"], spec["more_steps_per_call"])
+    rows = time_all(
+        spec["candidates"],
+        spec["config"],
+        spec["env"],
+        spec["rounds"],
+        spec["more_steps_per_call"],
+        spec["update_variants"],
+    )
     Path(result_path).write_text(json.dumps({"rows": rows, "seconds": round(time.monotonic() - started, 1)}))
 
 

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from launcher.config.models import model_kind
@@ -45,7 +45,7 @@ from launcher.plan.hardware import (
     others_share,
 )
 from launcher.plan.resolve import resolve_all
-from launcher.plan.rules.step import FUSED_KERNELS, TUNE_CHOICES, slow_xla_convolutions
+from launcher.plan.rules.step import FUSED_KERNELS, TUNE_CHOICES, slow_xla_bfloat16, slow_xla_convolutions
 
 FORMAT = 3  # of a cached entry: 2 added update kinds and steps per call, 3 layer swaps (older entries: timed again)
 TIMEOUT_SEC = 300  # the timing child, every candidate
@@ -109,9 +109,10 @@ def candidates(config: Config, env: Environment) -> tuple[list[Candidate], list[
     """The steps auto may choose between for this config: every precision precision=auto allows (fp32; bf16 where
     the hardware has bfloat16 instructions; float16 on GPUs, the only hardware with a float16 fast path: both
     change the numerics, which precision=auto accepts) times XLA on and off when xla=auto (off only for an
-    optimizer XLA breaks, and on CPUs for a model that declares itself convolutional) times the update kinds
-    optimizer.update=auto allows (a fused kernel or Keras's ops, where XLA does not compile the update with the
-    step); fixed where the person fixed them. A candidate the resolver refuses is left out, with why."""
+    optimizer XLA breaks, and on CPUs for a model that declares itself convolutional; bf16 under XLA is left out on
+    a CPU whose XLA bfloat16 matmuls are no faster than its float32 ones when fp32 under XLA is timed), each with
+    the update kind optimizer.update=auto resolves to (the other kind is timed beside the fastest step only:
+    `update_variants`); fixed where the person fixed them. A candidate the resolver refuses is left out, with why."""
     auto_precision = config.precision.name == PrecisionName.auto
     auto_xla = str(config.xla).strip().lower() == "auto"
     kept, left_out = [], []
@@ -131,23 +132,39 @@ def candidates(config: Config, env: Environment) -> tuple[list[Candidate], list[
         xlas = [False]
         left_out.append(f"xla: {slow_convolutions}; not timed (each XLA compile costs the timing ~6 s)")
     untuned = replace(env, tuned=None)
-    base, _ = resolve_all(config, untuned)
-    auto_update = (
-        config.optimizer.update == OptimizerUpdate.auto and str(config.optimizer.name).strip() in FUSED_KERNELS
-    )
     for precision in precisions:
         for xla in xlas:
-            compiled_whole = xla and base.strategy.replicas == 1  # XLA fuses the update itself
-            updates = ["fused", "keras"] if auto_update and not compiled_whole else [config.optimizer.update.value]
-            for update in updates:
-                asked = Candidate(precision, xla, update)
-                plan, problems = resolve_all(asked.applied(config), untuned)
-                candidate = replace(asked, update=plan.step.update)  # what optimizer.update=auto resolves to
-                if problems:
-                    left_out.append(f"{candidate.label}: {problems[0].key}={problems[0].value!r} refused")
-                else:
-                    kept.append(candidate)
+            if xla and precision == "bf16" and "fp32" in precisions and (slow := slow_xla_bfloat16(env)):
+                left_out.append(f"bf16 xla: {slow}; not timed")
+                continue
+            asked = Candidate(precision, xla, config.optimizer.update.value)
+            plan, problems = resolve_all(asked.applied(config), untuned)
+            candidate = replace(asked, update=plan.step.update)  # what optimizer.update=auto resolves to
+            if problems:
+                left_out.append(f"{candidate.label}: {problems[0].key}={problems[0].value!r} refused")
+            else:
+                kept.append(candidate)
     return kept, left_out
+
+
+def update_variants(config: Config, env: Environment, found: list[Candidate]) -> dict[Candidate, list[Candidate]]:
+    """Per candidate, the step with the other update kind (a fused kernel or Keras's ops) when optimizer.update=auto
+    allows both: timed beside the fastest candidate only. The update kind changes the step's cost by a few percent
+    at most where the precision or XLA change it by 1.2-2x, so it is chosen once they are, and each candidate
+    costs one build (~2-3 s) fewer. None where XLA compiles the update with the step (one replica)."""
+    if config.optimizer.update != OptimizerUpdate.auto or str(config.optimizer.name).strip() not in FUSED_KERNELS:
+        return {}
+    untuned = replace(env, tuned=None)
+    replicas = resolve_all(config, untuned)[0].strategy.replicas
+    variants = {}
+    for candidate in found:
+        if candidate.xla and replicas == 1:
+            continue
+        other = OptimizerUpdate.keras if candidate.update == OptimizerUpdate.fused.value else OptimizerUpdate.fused
+        trial = replace(candidate, update=other.value)
+        if not resolve_all(trial.applied(config), untuned)[1]:
+            variants[candidate] = [trial]
+    return variants
 
 
 def more_steps_per_call(config: Config, overrides: list[str]) -> tuple[int, ...]:
@@ -201,7 +218,8 @@ def decide(
         return env, TunePlan.of(tune=("not tuned", why))
     found, left_out = candidates(config, env)
     more = more_steps_per_call(config, overrides)
-    if len(found) < 2 and not more:
+    others = update_variants(config, env, found)
+    if len(found) < 2 and not more and not others:
         return env, TunePlan.of(tune=("not tuned", f"one candidate step ({_listed(found)}): nothing to choose"))
     key = signature(config, env)
     cached = read_json(tuning_file(), {}).get(key)
@@ -210,7 +228,7 @@ def decide(
     if config.explain:
         would = f"tune={mode}: a launch would time {len(found)} candidate steps ({_listed(found)}) first"
         return env, TunePlan.of(tune=("not tuned yet", would))
-    job = TimingJob(config, env, found, more, launch_dir)
+    job = TimingJob(config, env, found, more, launch_dir, others)
     entry, fresh = _time_and_cache(key, job, left_out, rule(config, env), force=mode == "force")
     if entry is None:
         return env, TunePlan.of(tune=("not tuned", "every candidate failed in timing: decided by the matmul rates"))
@@ -268,14 +286,15 @@ def copy_table(config: Config, env: Environment, path: Path) -> None:
 
 @dataclass(frozen=True)
 class TimingJob:
-    """What the timing child is given: the launch's config and machine, the candidates, and the steps per call to
-    try beside the fastest."""
+    """What the timing child is given: the launch's config and machine, the candidates, and what to try beside the
+    fastest: longer calls and (per candidate) the other update kind."""
 
     config: Config
     env: Environment
     found: list[Candidate]
     more_steps_per_call: tuple[int, ...]
     launch_dir: Path
+    update_variants: dict[Candidate, list[Candidate]] = field(default_factory=dict)
 
 
 def _time_and_cache(
@@ -341,6 +360,7 @@ def time_candidates(job: TimingJob) -> list[Timing]:
                     "candidates": job.found,
                     "rounds": ROUNDS,
                     "more_steps_per_call": job.more_steps_per_call,
+                    "update_variants": job.update_variants,
                 }
             )
         )

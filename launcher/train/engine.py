@@ -70,6 +70,10 @@ class Engine:
         # driven callbacks are given (from 1: Keras's early stopping never stops at its "epoch" 0).
         self._validations = 0
         self._validated: tuple[int, dict] | None = None  # (global step, logs) of the last validation inside an epoch
+        # (epoch, step in epoch, iterator) where the last fit stopped inside an epoch: a fit from that very position
+        # continues the iterator. A new one would rebuild the pipeline, and dropping one whose tf.data autotuning runs
+        # blocks ~0.3 s (measured on the LM, AMD EPYC): tune=auto's rounds paid it every other round.
+        self._paused: tuple[int, int, object] | None = None
         # Carried across chunks (and epochs): consecutive skipped steps, steps at the scale's floor.
         self._streaks = (0, 0)
         self.task = built.task
@@ -179,7 +183,12 @@ class Engine:
         steps = self.plan.schedule.steps_in_epoch(position)  # the last epoch is partial under train.max_steps
         chunk = self.plan.step.steps_per_execution
         first = position.step_in_epoch
-        iterator = self._iterator("train", position.epoch, skip=first)
+        paused, self._paused = self._paused, None
+        if paused is not None and paused[:2] == (position.epoch, first):
+            iterator = paused[2]
+        else:
+            iterator = self._iterator("train", position.epoch, skip=first)
+        del paused
         # The live bar only on a terminal: in a log file (CI, Slurm) its escape codes are noise, and the
         # epoch line below says the same once.
         live = self.verbose and sys.stdout.isatty()
@@ -231,6 +240,8 @@ class Engine:
             if self.model.stop_training:
                 break
         elapsed = time.perf_counter() - start
+        if position.step_in_epoch < steps:  # stopped inside the epoch: a fit from here continues this iterator
+            self._paused = (position.epoch, position.step_in_epoch, iterator)
         logs = {"loss": totals.loss, **metric_logs, "skipped_steps": float(self._skipped_in_epoch)}
         if totals.finite_norms:
             logs["grad_norm"] = totals.grad_norm

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 import yaml
-from fakes import CPU_AMX_MEASURED, CPU_PLAIN, EPYC_AVX512_BF16, ONE_A100, ONE_V100
+from fakes import CPU_AMX_MEASURED, CPU_PLAIN, EPYC_AVX512_BF16, ONE_A100, ONE_V100, XEON_AVX512_BF16
 from mlflow.tracking import MlflowClient
 from support.config import ROOT, TINY, config
 from support.tracking import store
@@ -28,16 +28,18 @@ def labels(found):
 
 
 def STEPS(precision):  # noqa: N802 (reads as the constant list it builds)
-    """The three steps of one precision under adam (which has a fused kernel): the graph step with the fused update
-    (hybrid), with Keras's update ops (graph), and the whole step compiled (xla, the update fused by XLA)."""
-    return [f"{precision} hybrid", f"{precision} graph", f"{precision} xla"]
+    """The two steps of one precision under adam (which has a fused kernel): the graph step with the fused update
+    (hybrid, what optimizer.update=auto resolves to) and the whole step compiled (xla, the update fused by XLA)."""
+    return [f"{precision} hybrid", f"{precision} xla"]
 
 
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
-        (CPU_AMX_MEASURED, [*STEPS("fp32"), *STEPS("bf16")]),
-        (EPYC_AVX512_BF16, [*STEPS("fp32"), *STEPS("bf16")]),
+        # bf16 xla left out: XLA's bfloat16 matmuls are measured no faster than its float32 on these CPUs
+        (CPU_AMX_MEASURED, [*STEPS("fp32"), "bf16 hybrid"]),
+        (EPYC_AVX512_BF16, [*STEPS("fp32"), "bf16 hybrid"]),
+        (XEON_AVX512_BF16, [*STEPS("fp32"), "bf16 hybrid"]),
         (CPU_PLAIN, STEPS("fp32")),  # no bfloat16 instructions: bf16 is emulated, never faster
         (ONE_A100, [*STEPS("fp32"), *STEPS("bf16"), *STEPS("mixed")]),
     ],
@@ -46,24 +48,48 @@ def test_the_candidates_are_the_steps_auto_allows_on_this_hardware(env, expected
     found, left_out = tuning.candidates(config("precision=auto", "xla=auto"), env)
     assert labels(found) == expected
     assert ("bf16: this CPU has no bfloat16 instructions" in " ".join(left_out)) == (env is CPU_PLAIN)
+    # The other update kind is timed beside the fastest step only; XLA on one replica compiles the update itself.
+    variants = tuning.update_variants(config("precision=auto", "xla=auto"), env, found)
+    assert {c.label: labels(v) for c, v in variants.items()} == {
+        c.label: [c.label.replace("hybrid", "graph")] for c in found if not c.xla
+    }
+
+
+def test_bf16_under_xla_is_timed_only_where_xla_bfloat16_matmuls_may_pay_or_fp32_under_xla_is_not_timed():
+    found, left_out = tuning.candidates(config("precision=auto", "xla=auto"), EPYC_AVX512_BF16)
+    (why,) = [reason for reason in left_out if reason.startswith("bf16 xla:")]
+    assert "XLA's bfloat16 matmuls no faster than its float32 (measured here, 2048^3: 194 vs 193 GFLOP/s)" in why
+    faster = replace(EPYC_AVX512_BF16, matmul_gflops={**EPYC_AVX512_BF16.matmul_gflops, "bfloat16_xla": 300.0})
+    unmeasured = replace(EPYC_AVX512_BF16, matmul_gflops={})
+    for env in (faster, unmeasured):
+        assert "bf16 xla" in labels(tuning.candidates(config("precision=auto", "xla=auto"), env)[0])
+    # precision=bf16: bf16 xla is timed against bf16's graph steps, not against fp32 under XLA.
+    assert labels(tuning.candidates(config("precision=bf16", "xla=auto"), EPYC_AVX512_BF16)[0]) == STEPS("bf16")
 
 
 def test_a_fixed_precision_or_xla_is_not_tuned_and_a_refused_candidate_is_left_out_with_why():
     assert labels(tuning.candidates(config("precision=fp32", "xla=auto"), EPYC_AVX512_BF16)[0]) == STEPS("fp32")
-    assert labels(tuning.candidates(config("precision=auto", "xla=false"), EPYC_AVX512_BF16)[0]) == [
-        "fp32 hybrid",
-        "fp32 graph",
-        "bf16 hybrid",
-        "bf16 graph",
-    ]
+    no_xla = config("precision=auto", "xla=false")
+    found = tuning.candidates(no_xla, EPYC_AVX512_BF16)[0]
+    assert labels(found) == ["fp32 hybrid", "bf16 hybrid"]
+    assert len(tuning.update_variants(no_xla, EPYC_AVX512_BF16, found)) == 2
     # A fixed update kind is not tuned; an optimizer without a fused kernel has one update kind.
-    fixed = tuning.candidates(config("precision=fp32", "optimizer.update=keras"), EPYC_AVX512_BF16)[0]
-    assert labels(fixed) == ["fp32 graph", "fp32 xla"]
-    found, left_out = tuning.candidates(config("optimizer.name=adafactor"), EPYC_AVX512_BF16)
+    keras_only = config("precision=fp32", "optimizer.update=keras")
+    fixed = tuning.candidates(keras_only, EPYC_AVX512_BF16)[0]
+    assert (
+        labels(fixed) == ["fp32 graph", "fp32 xla"]
+        and tuning.update_variants(keras_only, EPYC_AVX512_BF16, fixed) == {}
+    )
+    adafactor = config("optimizer.name=adafactor")
+    found, left_out = tuning.candidates(adafactor, EPYC_AVX512_BF16)
     assert labels(found) == ["fp32 graph", "bf16 graph"] and "adafactor" in left_out[0]
-    # Under two replicas XLA does not compile the update: both update kinds stay candidates beside it.
-    mirrored = tuning.candidates(config("precision=fp32", "strategy=mirrored"), EPYC_AVX512_BF16)[0]
-    assert labels(mirrored) == ["fp32 hybrid", "fp32 graph", "fp32 xla+fused", "fp32 xla"]
+    assert tuning.update_variants(adafactor, EPYC_AVX512_BF16, found) == {}
+    # Under two replicas XLA does not compile the update: the other update kind is a variant of the XLA step too.
+    two = config("precision=fp32", "strategy=mirrored")
+    mirrored = tuning.candidates(two, EPYC_AVX512_BF16)[0]
+    assert labels(mirrored) == ["fp32 hybrid", "fp32 xla+fused"]
+    variants = tuning.update_variants(two, EPYC_AVX512_BF16, mirrored)
+    assert [labels(v) for v in variants.values()] == [["fp32 graph"], ["fp32 xla"]]
     # float16 on a V100 without loss scaling is refused by the resolver: not a candidate.
     found, left_out = tuning.candidates(config("loss_scale=none"), ONE_V100)
     assert "mixed graph" not in labels(found) and any(o.startswith("mixed") for o in left_out)
@@ -85,7 +111,7 @@ def cache(tmp_path, monkeypatch):
 
 def fake_timings(monkeypatch, rates: dict[str, float | None], notes: dict[str, str] | None = None):
     """The timing child replaced by a table: each candidate's rate by label (None: it failed, with `notes`), and
-    the fastest one's longer calls when the table has them."""
+    the fastest one's variants (other update kind, longer calls, stock layers) when the table has them."""
     timed = []
 
     def time_candidates(job):
@@ -95,6 +121,10 @@ def fake_timings(monkeypatch, rates: dict[str, float | None], notes: dict[str, s
             rate = rates[candidate.label]
             out.append(Timing(candidate, rate, (notes or {}).get(candidate.label, "") if rate is None else ""))
         best = max((t for t in out if t.examples_per_sec), key=lambda t: t.examples_per_sec, default=None)
+        for other in job.update_variants.get(best.candidate, []) if best else ():
+            if other.label in rates:
+                timed.append(other.label)
+                out.append(Timing(other, rates[other.label]))
         for n in job.more_steps_per_call if best else ():
             longer = replace(best.candidate, steps_per_execution=n)
             if longer.label in rates:
@@ -115,13 +145,13 @@ KERAS_UPDATE = "optimizer.update=keras"
 
 
 def test_the_fastest_candidate_is_chosen_cached_and_the_plan_quotes_the_table(cache, monkeypatch, tmp_path):
-    rates = {"fp32 graph": 3000.0, "fp32 xla": 4200.0, "bf16 graph": 5000.0, "bf16 xla": None}
-    timed = fake_timings(monkeypatch, rates, {"bf16 xla": "non-finite (loss nan)"})
+    rates = {"fp32 graph": 3000.0, "fp32 xla": None, "bf16 graph": 5000.0}
+    timed = fake_timings(monkeypatch, rates, {"fp32 xla": "non-finite (loss nan)"})
     cfg = config("tune=auto", KERAS_UPDATE)
     env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
-    assert timed == ["fp32 graph", "fp32 xla", "bf16 graph", "bf16 xla"]
+    assert timed == ["fp32 graph", "fp32 xla", "bf16 graph"]
     assert (env.tuned.precision, env.tuned.xla) == ("bf16", False)
-    assert record.tune == "bf16 graph" and "bf16 xla non-finite (loss nan)" in record.reason("tune")
+    assert record.tune == "bf16 graph" and "fp32 xla non-finite (loss nan)" in record.reason("tune")
     assert "bf16 change the numerics" in record.reason("tune")  # bf16 was timed only because precision=auto
     plan = resolve(cfg, env)
     assert plan.precision.name == "bf16" and not plan.step.xla
@@ -139,7 +169,7 @@ def test_the_fastest_candidate_is_chosen_cached_and_the_plan_quotes_the_table(ca
     env2, record2 = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
     assert again == [] and env2.tuned == env.tuned and record2.reason("tune").startswith("cached")
     tuning.decide(config("tune=force", KERAS_UPDATE), EPYC_AVX512_BF16, [], tmp_path)
-    assert len(again) == 4
+    assert len(again) == 3
 
 
 def test_the_doctor_reads_the_cached_table_of_the_config_it_examines(cache, monkeypatch, tmp_path):
@@ -174,27 +204,29 @@ def test_multi_worker_jobs_never_tune_and_explain_only_says_it_would(cache, monk
     env, record = tuning.decide(config("tune=auto", "strategy=multi_worker"), EPYC_AVX512_BF16, [], tmp_path)
     assert env.tuned is None and "multi-worker jobs never tune" in record.reason("tune")
     env, record = tuning.decide(config("tune=auto", "explain=true"), EPYC_AVX512_BF16, [], tmp_path)
-    assert env.tuned is None and "would time 6 candidate steps" in record.reason("tune") and timed == []
+    assert env.tuned is None and "would time 3 candidate steps" in record.reason("tune") and timed == []
     env, record = tuning.decide(config(), EPYC_AVX512_BF16, [], tmp_path)  # tune=off, the default
     assert env.tuned is None and record is None
 
 
 def test_the_update_kind_and_a_longer_call_are_tuned_and_reach_the_plan(cache, monkeypatch, tmp_path):
-    rates = {"fp32 hybrid": 3000.0, "fp32 graph": 3100.0, "fp32 xla": 4200.0}
-    rates |= {"bf16 hybrid": 4000.0, "bf16 graph": 5000.0, "bf16 xla": 4400.0, "bf16 graph x64": 5600.0}
+    rates = {"fp32 hybrid": 3000.0, "fp32 graph": 3100.0, "fp32 xla": 3800.0}
+    rates |= {"bf16 hybrid": 4000.0, "bf16 graph": 5000.0, "bf16 hybrid x64": 5600.0}
     timed = fake_timings(monkeypatch, rates)
     cfg = config("tune=auto")
     env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
-    assert timed == [*STEPS("fp32"), *STEPS("bf16"), "bf16 graph x64"]  # the longer call: the fastest step only
-    assert record.tune == "bf16 graph x64" and "bf16 graph x64 5,600 [5,040-5,600] ex/s" in record.reason("tune")
+    # The other update kind and the longer call: beside the fastest step only.
+    assert timed == ["fp32 hybrid", "fp32 xla", "bf16 hybrid", "bf16 graph", "bf16 hybrid x64"]
+    assert record.tune == "bf16 hybrid x64" and "bf16 hybrid x64 5,600 [5,040-5,600] ex/s" in record.reason("tune")
     plan = resolve(cfg, env)
-    assert (plan.precision.name, plan.step.xla, plan.step.update, plan.step.kind) == ("bf16", False, "keras", "graph")
+    assert (plan.precision.name, plan.step.xla, plan.step.update, plan.step.kind) == ("bf16", False, "fused", "hybrid")
     assert plan.step.steps_per_execution == 64 and "tune: 64 steps per call" in plan.step.reason("steps_per_execution")
     assert "tune: the fastest step timed here" in plan.step.reason("update")
-    # A longer call within 5 % of the step it lengthens is no gain: the configured 16 stays.
-    fake_timings(monkeypatch, rates | {"bf16 graph x64": 5100.0})
-    env, _ = tuning.decide(config("tune=force"), EPYC_AVX512_BF16, [], tmp_path)
-    assert resolve(cfg, env).step.steps_per_execution == 16
+    # A longer call within 5 % of the fastest is no gain: Keras's update ops won, at the configured 16 per call.
+    fake_timings(monkeypatch, rates | {"bf16 hybrid x64": 5100.0})
+    env, record = tuning.decide(config("tune=force"), EPYC_AVX512_BF16, [], tmp_path)
+    plan = resolve(cfg, env)
+    assert record.tune == "bf16 graph" and (plan.step.update, plan.step.steps_per_execution) == ("keras", 16)
 
 
 def test_stock_layers_are_chosen_only_when_the_swapped_model_is_timed_slower_and_the_plan_says_so(
@@ -224,7 +256,7 @@ def test_a_convnet_on_a_cpu_times_no_xla_step_and_the_plan_says_why():
     """XLA's CPU convolutions are several times slower than oneDNN's and each costs ~6 s to compile: a model that
     declares itself convolutional is timed without them on CPUs; on a GPU they stay candidates."""
     found, left_out = tuning.candidates(config("model=cnn", "precision=auto", "xla=auto"), EPYC_AVX512_BF16)
-    assert labels(found) == ["fp32 hybrid", "fp32 graph", "bf16 hybrid", "bf16 graph"]
+    assert labels(found) == ["fp32 hybrid", "bf16 hybrid"]
     assert any(reason.startswith("xla: CPU, model=cnn is convolutional") for reason in left_out), left_out
     on_gpu, _ = tuning.candidates(config("model=cnn", "precision=auto", "xla=auto"), ONE_A100)
     assert {"fp32 xla", "bf16 xla"} <= set(labels(on_gpu))
@@ -249,17 +281,23 @@ def test_after_the_first_round_a_far_slower_candidate_is_timed_no_further(monkey
     fast, close, slow = (t.row() for t in prepared)
     assert (fast["examples_per_sec"], fast["spread"], fast["note"]) == (100.0, [98.0, 104.0], "")
     assert (close["examples_per_sec"], close["note"]) == (88.0, "")
-    assert slow["examples_per_sec"] == 65.0 and slow["note"] == "one round: below 70% of the fastest's 100"
+    assert slow["examples_per_sec"] == 65.0 and slow["note"] == "1 round: below 70% of the fastest's 100"
     assert failed.rates == [] and failed.row()["examples_per_sec"] is None
     # In the Plan's table the cut row says why it has one round; a timed row gives its spread.
     assert (
-        tuning._row_text({"step": "fp32 xla", **slow}) == "fp32 xla 65 ex/s (one round: below 70% of the fastest's 100)"
+        tuning._row_text({"step": "fp32 xla", **slow}) == "fp32 xla 65 ex/s (1 round: below 70% of the fastest's 100)"
     )
     assert tuning._row_text({"step": "fp32 graph", **fast}) == "fp32 graph 100 [98-104] ex/s"
-    # Without the cut (the fastest beside its variants) every candidate runs every round.
+    # Without the cut every candidate runs every round.
     again = [step_timing.Timed(Candidate(name, False), engine=object()) for name in per_round]
     step_timing._rounds(again, 3)
     assert [len(t.rates) for t in again] == [3, 3, 3]
+    # The fastest beside a variant: judged by the latest round, the variant's first (the fastest's first was slow).
+    best = step_timing.Timed(Candidate("best", False), engine=object(), rates=[50.0, 100.0, 100.0])
+    variant = step_timing.Timed(Candidate("variant", False), engine=object())
+    per_round |= {"best": [50.0, 100.0, 100.0, 100.0, 100.0, 100.0], "variant": [65.0, 99.0, 99.0]}
+    step_timing._rounds([best, variant], 3, cut=True)
+    assert (len(best.rates), best.note) == (6, "") and variant.note == "1 round: below 70% of the fastest's 100"
 
 
 def test_a_rounds_first_chunk_runs_untimed_and_its_rate_is_the_median_chunks(monkeypatch):
@@ -348,15 +386,15 @@ def test_a_table_timed_on_a_busy_machine_is_timed_again_a_minute_later_and_a_sou
     assert "timed again by a launch from 30 s on" in record.reason("tune")
     now[0] = 1061.0
     env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
-    assert len(timed) == 4 and env.tuned.precision == "bf16" and "provisional" not in record.reason("tune")
+    assert len(timed) == 3 and env.tuned.precision == "bf16" and "provisional" not in record.reason("tune")
     now[0] = 5000.0
     env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
-    assert len(timed) == 4 and env.tuned.precision == "bf16" and record.reason("tune").startswith("cached")
+    assert len(timed) == 3 and env.tuned.precision == "bf16" and record.reason("tune").startswith("cached")
     # A week on the table is timed again; under load, the result does not replace the sound table.
     busy[0], now[0] = 0.7, 1061.0 + tuning.MAX_AGE_SEC
     timed = fake_timings(monkeypatch, under_load)
     env, record = tuning.decide(cfg, EPYC_AVX512_BF16, [], tmp_path)
-    assert len(timed) == 4 and env.tuned.precision == "bf16" and record.reason("tune").startswith("cached")
+    assert len(timed) == 3 and env.tuned.precision == "bf16" and record.reason("tune").startswith("cached")
 
 
 def test_an_unknown_tune_value_is_refused_by_the_resolver_with_the_other_problems():
@@ -371,7 +409,8 @@ def test_a_first_launch_times_the_steps_and_a_second_reads_the_cache_and_picks_t
     env = {"LAUNCHER_CACHE": str(tmp_path / "cache")}
     os.makedirs(env["LAUNCHER_CACHE"])  # the suite's fixed matmul rates, in a cache of this test's own
     shutil.copy(os.path.join(os.environ["LAUNCHER_CACHE"], "matmul_rates.json"), env["LAUNCHER_CACHE"])
-    # precision fixed: three candidates (fp32 hybrid, graph, xla) keep the test short; which does not matter here.
+    # precision fixed: two candidates (fp32 hybrid, xla; graph beside hybrid when it is the faster) keep the test
+    # short; which wins does not matter here.
     run = ["tune=auto", "precision=fp32", *TINY]
     first = launcher_here([*run, "tracking.enabled=false", f"hydra.run.dir={tmp_path}/one"], ROOT, env)
     assert first.returncode == 0, first.stderr[-2000:]
@@ -380,7 +419,8 @@ def test_a_first_launch_times_the_steps_and_a_second_reads_the_cache_and_picks_t
     assert "change the numerics" not in decided["tune"]["reason"]  # precision=fp32: every candidate is float32
     table = json.loads((tmp_path / "cache" / "step_tuning.json").read_text())
     (entry,) = table.values()
-    assert [row["step"] for row in entry["table"]] == STEPS("fp32")
+    steps = [row["step"] for row in entry["table"]]
+    assert steps[:2] == STEPS("fp32") and steps[2:] in ([], ["fp32 graph"]), steps
     assert all(row["examples_per_sec"] > 0 and row["spread"][0] <= row["examples_per_sec"] for row in entry["table"])
     assert json.loads((tmp_path / "one" / "step_tuning.json").read_text())["table"] == entry["table"]
     uri = store(tmp_path / "mlflow.db")

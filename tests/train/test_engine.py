@@ -5,12 +5,16 @@ The callbacks from the config: `launcher.train.callbacks`.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from support.config import TINY, compose
 from support.train import QUIET, engine_for
 
 from launcher.contract import Hook, HookList, Preempted
 from launcher.launch.training import execute
+from launcher.train.engine import Engine
+
+ORIGINAL_ITERATOR = Engine._iterator
 
 
 def run(tmp_path, *overrides):
@@ -171,6 +175,41 @@ def test_fit_resumes_from_a_position_inside_an_epoch(tmp_path):
     assert hook.calls[0] == ("begin", "epoch 2, step 6 (global step 16)")
     assert [c[1] for c in hook.calls if c[0] == "steps"] == [17, 20]
     assert [e.epoch for e in result.epochs] == [1]
+
+
+class StopAt(Hook):
+    def __init__(self, model, step):
+        self.model, self.step = model, step
+
+    def after_steps(self, position, logs):
+        if position.global_step >= self.step:
+            self.model.stop_training = True
+
+
+def test_a_fit_from_where_the_last_stopped_continues_its_iterator_and_trains_as_one_fit(tmp_path, monkeypatch):
+    """tune=auto's rounds stop a fit inside an epoch and fit again from there: the iterator goes on (dropping it
+    blocked ~0.3 s) and the batches are those one uninterrupted fit trains on; any other start builds a new one."""
+    from launcher.contract import Position
+    from launcher.train.engine import Engine
+
+    built = []
+    monkeypatch.setattr(Engine, "_iterator", lambda self, *a, **k: built.append(a) or ORIGINAL_ITERATOR(self, *a, **k))
+    whole = engine_for(tmp_path / "whole", "train.steps_per_execution=2", validate=False)
+    whole.fit(1)
+    paused = engine_for(tmp_path / "paused", "train.steps_per_execution=2", validate=False)
+    position = Position()
+    built.clear()
+    for stop in (3, 7):
+        paused.fit(1, start=position, hooks=StopAt(paused.model, stop))
+        assert position.step_in_epoch == stop and paused.model.stop_training
+    paused.fit(1, start=position)
+    assert built == [("train", 0)] and position.epoch == 1
+    for ours, theirs in zip(paused.model.weights, whole.model.weights, strict=True):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    # Another position (a restored checkpoint's, say) reads from a new iterator.
+    paused.fit(1, start=Position(epoch=0, step_in_epoch=4, global_step=4), hooks=StopAt(paused.model, 6))
+    paused.fit(1, start=Position(epoch=0, step_in_epoch=2, global_step=2), hooks=StopAt(paused.model, 3))
+    assert built[1:] == [("train", 0), ("train", 0)]
 
 
 def test_config_data_and_tracking_problems_are_refused_in_one_message(tmp_path):

@@ -16,6 +16,9 @@ TUNE_CHOICES = ("off", "auto", "force")  # tune=: see launcher.launch.tuning
 # of the elementwise work then wins (float32 on an AMD EPYC without AMX: XLA 0.91x oneDNN's matmul,
 # the XLA step 1.03x the hybrid one). Below it, oneDNN's matmuls are worth keeping.
 XLA_MATMUL_FRACTION = 0.85
+# bfloat16 under XLA is worth timing on a CPU only where XLA's bfloat16 matmuls beat its float32 ones by more than
+# this (the matmul probe's noise).
+XLA_BF16_GAIN = 0.05
 # Optimizers the launcher applies with a fused TensorFlow kernel (one pass over each variable).
 FUSED_KERNELS = {name: kind.fused_kernel for name, kind in OPTIMIZERS.items() if kind.fused_kernel}
 
@@ -71,6 +74,22 @@ def slow_xla_convolutions(env: Environment, model: ModelKind) -> str:
         f"CPU, model={model.name} is convolutional: XLA's CPU convolutions are slower than oneDNN's "
         "(measured on the benchmark convnet: the XLA step trains at 0.53x the graph step on a Xeon, "
         "0.24-0.62x on AMD EPYCs, all without AMX)"
+    )
+
+
+def slow_xla_bfloat16(env: Environment) -> str:
+    """Why bfloat16 under XLA cannot beat float32 under XLA on this machine ("" where it might): XLA's CPU matmuls
+    in bfloat16 are measured no faster than in float32, and XLA fuses the elementwise work in both. tune=auto
+    leaves that candidate out when float32 under XLA is timed beside it."""
+    if env.gpus:
+        return ""
+    bf16, fp32 = env.matmul_rate("bfloat16", "xla"), env.matmul_rate("float32", "xla")
+    if not (bf16 and fp32) or bf16 > (1 + XLA_BF16_GAIN) * fp32:
+        return ""
+    return (
+        f"CPU, XLA's bfloat16 matmuls no faster than its float32 (measured here, 2048^3: {bf16:.0f} vs "
+        f"{fp32:.0f} GFLOP/s): bf16 under XLA only rounds more than fp32 under XLA (in every timing "
+        "table of the MLP, CNN and LM on AMD EPYCs and a Xeon with AMX it ran 1% faster at best)"
     )
 
 
