@@ -149,9 +149,9 @@ def candidates(config: Config, env: Environment) -> tuple[list[Candidate], list[
 
 def update_variants(config: Config, env: Environment, found: list[Candidate]) -> dict[Candidate, list[Candidate]]:
     """Per candidate, the step with the other update kind (a fused kernel or Keras's ops) when optimizer.update=auto
-    allows both: timed beside the fastest candidate only. The update kind changes the step's cost by a few percent
-    at most where the precision or XLA change it by 1.2-2x, so it is chosen once they are, and each candidate
-    costs one build (~2-3 s) fewer. None where XLA compiles the update with the step (one replica)."""
+    allows both: timed beside the fastest candidate only. The update kind moved a step by 2-30% in the tables so
+    far where the precision or XLA moved it by up to 2x, so it is chosen once they are, and each candidate costs
+    one build (~2-3 s) fewer. None where XLA compiles the update with the step (one replica)."""
     if config.optimizer.update != OptimizerUpdate.auto or str(config.optimizer.name).strip() not in FUSED_KERNELS:
         return {}
     untuned = replace(env, tuned=None)
