@@ -17,19 +17,16 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from ab import interleaved, summary  # noqa: E402
 from workloads import launcher_overrides  # noqa: E402
-
-KINDS = ("this", "baseline")
+from worktree import KINDS, launch, this_and_baseline  # noqa: E402
 
 
 def tuned(tree: Path, pythonpath: str, workload: str, folder: Path, rates: Path) -> dict:
@@ -37,18 +34,12 @@ def tuned(tree: Path, pythonpath: str, workload: str, folder: Path, rates: Path)
     cache = folder / "cache"
     cache.mkdir()
     shutil.copy(rates, cache / rates.name)
-    env = {**os.environ, "PYTHONPATH": pythonpath, "TF_CPP_MIN_LOG_LEVEL": "2", "LAUNCHER_CACHE": str(cache)}
-    command = [
-        sys.executable,
-        "-m",
-        "launcher",
+    overrides = [
         *launcher_overrides(workload),
         *("precision=auto", "xla=auto", "tune=force", "train.max_steps=2", "tracking.enabled=false"),
         *("checkpoint=off", "checkpoint.export_model=false", f"hydra.run.dir={folder / 'run'}"),
     ]
-    done = subprocess.run(command, cwd=tree, capture_output=True, text=True, env=env, timeout=900)
-    if done.returncode:
-        raise SystemExit(f"{tree}: {done.stderr[-2000:]}")
+    launch(tree, pythonpath, cache, overrides)
     (entry,) = json.loads((cache / "step_tuning.json").read_text()).values()
     choice = entry["choice"]
     step = "xla" if choice["xla"] else ("hybrid" if choice["update"] == "fused" else "graph")
@@ -70,18 +61,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--workloads", nargs="*", default=["mlp", "cnn", "lm"])
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="tuning-cost-") as tmp:
-        tmp = Path(tmp)
-        base = tmp / "baseline"
-        subprocess.run(["git", "worktree", "add", "--detach", str(base), args.baseline], cwd=ROOT, check=True)
-        try:
-            paths, trees = {}, {"this": ROOT, "baseline": base}
-            for name, tree in trees.items():
-                shim = tmp / f"path-{name}"
-                shim.mkdir()
-                (shim / "launcher_models").symlink_to(tree / "models")
-                (shim / "launcher_datasets").symlink_to(tree / "datasets")
-                paths[name] = f"{tree}:{shim}"
+    with tempfile.TemporaryDirectory(prefix="tuning-cost-") as scratch:
+        tmp = Path(scratch)
+        with this_and_baseline(args.baseline, tmp) as (trees, paths):
             (tmp / "rates").mkdir()
             rates = matmul_rates(tmp / "rates")
             results = {}
@@ -96,16 +78,14 @@ def main() -> None:
                 results[workload] = summary(rows, KINDS, ("seconds",))
                 for kind in KINDS:
                     print(f"  {kind} chose: {', '.join(r['choice'] for r in rows if r['kind'] == kind)}")
-            print("\nworkload   this s (min-max)        baseline s (min-max)    this / baseline")
-            for workload, result in results.items():
-                this, baseline = result["this"]["seconds"], result["baseline"]["seconds"]
-                print(
-                    f"{workload:<10} {this['median']:5.1f} ({this['min']:.1f}-{this['max']:.1f})"
-                    f"        {baseline['median']:5.1f} ({baseline['min']:.1f}-{baseline['max']:.1f})"
-                    f"        {result['seconds_ratio']:.2f}"
-                )
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, capture_output=True)
+    print("\nworkload   this s (min-max)        baseline s (min-max)    this / baseline")
+    for workload, result in results.items():
+        this, baseline = result["this"]["seconds"], result["baseline"]["seconds"]
+        print(
+            f"{workload:<10} {this['median']:5.1f} ({this['min']:.1f}-{this['max']:.1f})"
+            f"        {baseline['median']:5.1f} ({baseline['min']:.1f}-{baseline['max']:.1f})"
+            f"        {result['seconds_ratio']:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ preemption...) is a `launcher.contract.HookList`.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 import keras
@@ -71,8 +72,7 @@ class Engine:
         self._validations = 0
         self._validated: tuple[int, dict] | None = None  # (global step, logs) of the last validation inside an epoch
         # (epoch, step in epoch, iterator) where the last fit stopped inside an epoch: a fit from that very position
-        # continues the iterator. A new one would rebuild the pipeline, and dropping one whose tf.data autotuning runs
-        # blocks ~0.3 s (measured on the LM, AMD EPYC): tune=auto's rounds paid it every other round.
+        # continues the iterator instead of rebuilding the pipeline (tune=auto's rounds stop and start every ~0.3 s).
         self._paused: tuple[int, int, object] | None = None
         # Carried across chunks (and epochs): consecutive skipped steps, steps at the scale's floor.
         self._streaks = (0, 0)
@@ -127,15 +127,15 @@ class Engine:
         return next(iter(self._batches("train", position.epoch, skip=position.step_in_epoch)))
 
     def _iterator(self, split: str, epoch: int, skip: int = 0):
-        ds = self._batches(split, epoch, skip)
-        # Every worker reads the same batches and keeps its replicas' slice of each, or (multi-worker training
-        # data in enough files, see plan.sharding) reads its own files.
-        by_file = split == "train" and self.plan.file_sharded
+        return self._distributed(self._batches(split, epoch, skip), by_file=split == "train" and self.plan.file_sharded)
+
+    def _distributed(self, ds, by_file: bool = False):
+        """An iterator over `ds` across the strategy's replicas: every worker reads the same batches and keeps its
+        replicas' slice of each, or (multi-worker training data in enough files, see plan.sharding) its own files."""
         policy = tf.data.experimental.AutoShardPolicy.FILE if by_file else tf.data.experimental.AutoShardPolicy.DATA
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = policy
-        ds = ds.with_options(options)
-        return iter(self.strategy.experimental_distribute_dataset(ds))
+        return iter(self.strategy.experimental_distribute_dataset(ds.with_options(options)))
 
     # --------------------------------------------------------------- fit
 
@@ -188,6 +188,9 @@ class Engine:
             iterator = paused[2]
         else:
             iterator = self._iterator("train", position.epoch, skip=first)
+            if paused is not None:
+                stale, paused = [paused[2]], None
+                _drop_aside(stale)
         del paused
         # The live bar only on a terminal: in a log file (CI, Slurm) its escape codes are noise, and the
         # epoch line below says the same once.
@@ -242,6 +245,9 @@ class Engine:
         elapsed = time.perf_counter() - start
         if position.step_in_epoch < steps:  # stopped inside the epoch: a fit from here continues this iterator
             self._paused = (position.epoch, position.step_in_epoch, iterator)
+        else:
+            spent, iterator = [iterator], None
+            _drop_aside(spent)
         logs = {"loss": totals.loss, **metric_logs, "skipped_steps": float(self._skipped_in_epoch)}
         if totals.finite_norms:
             logs["grad_norm"] = totals.grad_norm
@@ -327,14 +333,23 @@ class Engine:
             steps = -(-self.source.size(split) // self.global_batch)
         for metric in self.task.val_metrics:
             metric.reset_state()
-        ds = self.source.pipeline(split, self.global_batch, False, None, self.shuffle_buffer)
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-        iterator = iter(self.strategy.experimental_distribute_dataset(ds.with_options(options)))
+        # Every example in order: no shuffle, no dropped remainder (the train split's too).
+        iterator = self._distributed(self.source.pipeline(split, self.global_batch, False, None, self.shuffle_buffer))
         with ema_weights(self.model, self.optimizer):
             totals, metrics = self._eval_chunk(iterator, tf.constant(steps, tf.int32))
+        spent, iterator = [iterator], None
+        _drop_aside(spent)
         logs = {"loss": Totals.of(totals.numpy()).loss, **{k: float(v.numpy()) for k, v in metrics.items()}}
         return {f"{split}_{k}": v for k, v in logs.items()}
+
+
+def _drop_aside(holder: list) -> None:
+    """Drop the iterator in `holder`, its last reference (the caller holds no other), on a thread of its own.
+
+    Dropping a tf.data iterator whose autotuning runs can block its thread for up to ~1.5 s (the transformer LM,
+    AMD EPYC: 0.5-1.1 s of a 4 s epoch at 3 of 5 epoch ends), without holding Python's lock: on its own thread
+    the next epoch starts meanwhile (benchmarks/epoch_boundary.py)."""
+    threading.Thread(target=holder.clear, name="launcher-drop-iterator", daemon=True).start()
 
 
 def optimizer_logs(optimizer) -> dict[str, float]:
