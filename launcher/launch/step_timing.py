@@ -1,16 +1,16 @@
 """The child process of `tune=auto`: every candidate step built and timed in this one process, interleaved.
 
 `python -m launcher.launch.step_timing <spec.pkl> <result.json>`. The spec holds the launch's typed config, its
-environment and the candidates (`launcher.launch.tuning`). One process pays TensorFlow's start once for all of
-them (a process per candidate cost ~5 s each: 22-57 s for four). Each candidate is reviewed, built and
-warmed up (its trace and compilation are not timed), then the candidates take turns: round after round each
-trains a few more chunks, so a burst of load on the machine falls on every candidate rather than on one.
-A candidate's first chunk after another candidate was built runs untimed (it stalls), a round's rate is its
-median chunk's and a candidate's the median of its rounds, with their spread. After the first round the
-candidates below 70% of the fastest are timed no further (their one round stays in the table); so are the
-fastest's variants after theirs. Nothing is validated: only the step is timed. The policy and devices are set
-per candidate by the same `runtime.configure` the launch uses; precision lives on each built model, so
-candidates coexist.
+environment and the candidates (`launcher.launch.tuning`). One process pays TensorFlow's start once for all of them
+(a process per candidate cost ~5 s each: 22-57 s for four). Each candidate is reviewed, built and warmed up (its
+trace and compilation are not timed), then the candidates take turns: round after round each trains a few more
+chunks, so a burst of load on the machine falls on every candidate rather than on one. A round's first chunks run
+untimed while slower than the candidate's warm step (after another candidate was built, its first steps stall), a
+round's rate is its median chunk's and a candidate's the median of its rounds, with their spread. After two rounds
+the candidates whose better round is below 70% of the fastest's are timed no further (their rounds stay in the
+table); so are the fastest's variants after two of theirs. Nothing is validated: only the step is timed. The policy
+and devices are set per candidate by the same `runtime.configure` the launch uses; precision lives on each built
+model, so candidates coexist.
 """
 
 from __future__ import annotations
@@ -31,19 +31,23 @@ from launcher.launch.stopping import numerics_guard
 from launcher.train import runtime
 
 ROUNDS = 3  # timed rounds per candidate, interleaved
-# After the first round, a candidate slower than this share of the fastest is timed no further. A burst of load
-# can still slow one whole round (a first round seen at 0.78 of the candidate's median on the LM, AMD EPYC), and 0.8
-# cut a CNN step that had tied for fastest in the run before; below 0.7 a candidate is out of the running.
+# After CUT_AFTER rounds, a candidate whose best of them is below this share of the fastest's best is timed no
+# further. A burst of load can slow a whole round by 1.6x (the LM's fp32 xla at 117-119 ex/s against its usual
+# 190-200 in 2 of ~10 timings, AMD EPYC): judged on one round, it was cut; a burst hitting both rounds is rarer.
+# 0.8 cut a CNN step that had tied for fastest in the run before; below 0.7 a candidate is out of the running.
 KEEP = 0.7
+CUT_AFTER = 2
 ROUND_SEC = 0.3  # at least this much timed training per round (and at least MIN_CHUNKS chunks)
 MIN_CHUNKS = 2
 MAX_CHUNKS = 400
 # A chunk of steps_per_execution heavy steps can take seconds (16 x 90 ms on the 3x2048 MLP): the timed chunks are
 # cut to about this long. Where steps are that slow, the host's work between calls is noise beside them.
 CHUNK_SEC = 0.1
-SETTLE_CHUNKS = 1  # run untimed at the start of a candidate's first round after a build (see _Stopwatch)
+# A round's first chunks run untimed while a step in them is slower than SETTLED x the candidate's warm step, at
+# most SETTLE_CHUNKS of them (see _Stopwatch); a chunk at speed is timed at once.
+SETTLE_CHUNKS = 3
+SETTLED = 1.5
 WARM_CHUNKS = 3  # one step each: the first traces and compiles, the others say how long a step takes
-_builds = 0  # candidates built in this process so far: a build stalls every other candidate's next step
 # What the timing changes on every candidate: nothing written, nothing validated inside the timed chunks.
 TIMING_SETTINGS = {
     "epochs": 100_000,  # the rounds decide when to stop
@@ -66,8 +70,8 @@ class Timed:
     rates: list[float] = field(default_factory=list)
     note: str = ""
     swapped: bool = False  # the build swapped some of the model's layers for fused kernels
-    ran_after: int = -1  # the count of builds in this process when it last ran a round
-    cut: bool = False  # timed no further: far slower than the fastest after its phase's first round (see the note)
+    step_sec: float | None = None  # the fastest warm-up step: what a settled step takes
+    cut: bool = False  # timed no further: far slower than the fastest after CUT_AFTER rounds (see the note)
 
     def row(self) -> dict:
         failed = self.engine is None
@@ -81,10 +85,12 @@ class _Stopwatch(Hook):
     between chunks counts: it is what steps_per_execution amortises), or from just before it after an epoch
     boundary; stops training once the round has enough.
 
-    The first `settle` chunks of a round are run, not timed: the first step of a candidate after another
-    candidate was built is several times slower than the next (on the LM: 0.5-0.9 s against 0.06-0.1 s, with
-    no retracing; switching between built candidates costs nothing), a cost a training run never pays. Timed,
-    it put a round at a quarter of the others and spread every table's rounds 4-8x."""
+    Up to `settle` chunks at a round's start are run, not timed, while their steps take longer than
+    `settled_sec` (each, with no limit: the first `settle`): the first steps of a candidate after another
+    candidate was built are several times slower than the rest (on the LM: 0.5-0.9 s against 0.06-0.1 s, with
+    no retracing, sometimes over two calls), a cost a training run never pays. Timed, it put a round at a
+    quarter of the others and spread every table's rounds 4-8x; one untimed chunk still left first rounds at
+    0.55-0.6 of the rest, enough to cut a candidate."""
 
     def __init__(
         self,
@@ -94,9 +100,10 @@ class _Stopwatch(Hook):
         min_seconds: float = ROUND_SEC,
         chunk_steps: int | None = None,
         settle: int = 0,
+        settled_sec: float | None = None,
     ):
         self.model, self.global_batch = model, global_batch
-        self.settle = settle
+        self.settle, self.settled_sec = settle, settled_sec
         self.min_chunks, self.min_seconds, self.chunk_steps = min_chunks, min_seconds, chunk_steps
         self.seconds, self.steps, self.chunks = 0.0, 0, 0
         self.per_step: list[float] = []  # each chunk's seconds per step
@@ -114,9 +121,11 @@ class _Stopwatch(Hook):
         if not all(math.isfinite(v) for v in logs["telemetry"].losses):
             raise FloatingPointError(f"non-finite loss at step {position.global_step}")
         if self.settle > 0:
-            self.settle -= 1
-            self._since = now
-            return
+            if self.settled_sec is None or (now - self._since) / max(ran, 1) > self.settled_sec:
+                self.settle -= 1
+                self._since = now
+                return
+            self.settle = 0  # at speed: timed from this chunk on
         self.seconds += now - self._since
         self.per_step.append((now - self._since) / max(ran, 1))
         self.steps += ran
@@ -138,8 +147,6 @@ def prepare(candidate, config, env) -> Timed:
     from launcher.train.build import build
     from launcher.train.engine import Engine
 
-    global _builds
-    _builds += 1
     timed = Timed(candidate)
     cfg = candidate.applied(config)
     cfg.train = replace(cfg.train, **TIMING_SETTINGS)
@@ -162,8 +169,7 @@ def prepare(candidate, config, env) -> Timed:
         )
         warm = _Stopwatch(built.model, checked.plan.batch.global_batch, WARM_CHUNKS, 0.0, chunk_steps=1)
         timed.engine.fit(TIMING_SETTINGS["epochs"], start=timed.position, hooks=HookList([warm]))
-        timed.ran_after = _builds
-        step_sec = min(warm.per_step[1:])
+        step_sec = timed.step_sec = min(warm.per_step[1:])
         calls = checked.plan.step.steps_per_execution
         fitting = max(1, int(CHUNK_SEC / step_sec)) if step_sec > 0 else calls
         timed.chunk_steps = fitting if fitting < calls else None
@@ -175,9 +181,10 @@ def prepare(candidate, config, env) -> Timed:
 def time_round(timed: Timed) -> None:
     """One more round of a built candidate; a failure ends its timing (no engine) and says why."""
     engine = timed.engine
-    settle = SETTLE_CHUNKS if timed.ran_after < _builds else 0  # another candidate was built since it last ran
-    timed.ran_after = _builds
-    watch = _Stopwatch(engine.model, engine.global_batch, chunk_steps=timed.chunk_steps, settle=settle)
+    settled = SETTLED * timed.step_sec if timed.step_sec else None
+    watch = _Stopwatch(
+        engine.model, engine.global_batch, chunk_steps=timed.chunk_steps, settle=SETTLE_CHUNKS, settled_sec=settled
+    )
     try:
         engine.fit(TIMING_SETTINGS["epochs"], start=timed.position, hooks=HookList([watch]))
     except Exception as err:
@@ -200,7 +207,7 @@ def time_all(
     the other update kind (`update_variants`, by candidate), copies of it running `more_steps_per_call` steps per
     call, and, when its build swapped layers for fused kernels (model.layer_swaps=auto), a copy with every layer
     stock. They only matter once the step itself is chosen, and each is one more build rather than one per
-    candidate. A variant far slower after one round is timed no further, as in the first phase."""
+    candidate. A variant far slower after two rounds is timed no further, as in the first phase."""
     prepared = [prepare(c, config, env) for c in candidates]
     _rounds(prepared, rounds, cut=True)
     timed_ok = [t for t in prepared if t.engine is not None and t.rates]
@@ -220,24 +227,24 @@ def time_all(
 
 
 def _rounds(prepared: list[Timed], rounds: int, cut: bool = False) -> None:
-    """Every candidate a round in turn, `rounds` times; with `cut`, the far slower ones only the first."""
+    """Every candidate a round in turn, `rounds` times; with `cut`, the far slower ones only the first CUT_AFTER."""
     for index in range(rounds):
         for timed in prepared:
             if timed.engine is not None and not timed.cut:  # None: it could not be built, or failed a round
                 time_round(timed)
-        if cut and index == 0:
+        if cut and index == CUT_AFTER - 1 and index < rounds - 1:
             cut_far_slower(prepared)
 
 
 def cut_far_slower(prepared: list[Timed], keep: float = KEEP) -> None:
-    """Mark the candidates whose latest round (the first of this phase) ran below `keep` of the fastest's: they are
-    timed no further, and their rate stays in the table."""
-    latest = {id(t): t.rates[-1] for t in prepared if t.engine is not None and t.rates}
-    if not latest:
+    """Mark the candidates whose best of this phase's rounds (the last CUT_AFTER) ran below `keep` of the fastest's
+    best: they are timed no further, and their rate stays in the table."""
+    best = {id(t): max(t.rates[-CUT_AFTER:]) for t in prepared if t.engine is not None and t.rates}
+    if not best:
         return
-    fastest = max(latest.values())
+    fastest = max(best.values())
     for timed in prepared:
-        rate = latest.get(id(timed))
+        rate = best.get(id(timed))
         if rate is not None and rate < keep * fastest:
             timed.cut = True
             rounds = len(timed.rates)

@@ -264,12 +264,18 @@ def test_a_convnet_on_a_cpu_times_no_xla_step_and_the_plan_says_why():
     assert "fp32 xla" in labels(tuning.candidates(config("precision=auto", "xla=auto"), EPYC_AVX512_BF16)[0])
 
 
-def test_after_the_first_round_a_far_slower_candidate_is_timed_no_further(monkeypatch):
-    """Rounds of fake rates: the candidate below 70% of the fastest's first round keeps that one round in the table
-    with why; the close one and the fastest run every round; a candidate that failed is not timed."""
+def test_after_two_rounds_a_far_slower_candidate_is_timed_no_further(monkeypatch):
+    """Rounds of fake rates: a candidate whose better round of the first two is below 70% of the fastest's keeps
+    those rounds in the table with why; one slowed by a burst in a single round (65, then 99) and the close one run
+    every round; a candidate that failed is not timed."""
     from launcher.launch import step_timing
 
-    per_round = {"fast": [100.0, 104.0, 98.0], "close": [75.0, 90.0, 88.0], "slow": [65.0, 99.0, 99.0]}
+    per_round = {
+        "fast": [100.0, 104.0, 98.0],
+        "close": [75.0, 90.0, 88.0],
+        "burst": [65.0, 99.0, 99.0],
+        "slow": [65.0, 70.0, 99.0],
+    }
 
     def fake_round(timed):
         timed.rates.append(per_round[timed.candidate.precision][len(timed.rates)])
@@ -278,26 +284,29 @@ def test_after_the_first_round_a_far_slower_candidate_is_timed_no_further(monkey
     prepared = [step_timing.Timed(Candidate(name, False), engine=object()) for name in per_round]
     failed = step_timing.Timed(Candidate("bf16", True), engine=None, note="refused: xla")
     step_timing._rounds([*prepared, failed], 3, cut=True)
-    fast, close, slow = (t.row() for t in prepared)
+    fast, close, burst, slow = (t.row() for t in prepared)
     assert (fast["examples_per_sec"], fast["spread"], fast["note"]) == (100.0, [98.0, 104.0], "")
     assert (close["examples_per_sec"], close["note"]) == (88.0, "")
-    assert slow["examples_per_sec"] == 65.0 and slow["note"] == "1 round: below 70% of the fastest's 100"
+    assert (burst["examples_per_sec"], burst["note"]) == (99.0, "")  # judged on one round it would have been cut
+    assert slow["examples_per_sec"] == 67.5 and slow["note"] == "2 rounds: below 70% of the fastest's 104"
     assert failed.rates == [] and failed.row()["examples_per_sec"] is None
-    # In the Plan's table the cut row says why it has one round; a timed row gives its spread.
-    assert (
-        tuning._row_text({"step": "fp32 xla", **slow}) == "fp32 xla 65 ex/s (1 round: below 70% of the fastest's 100)"
+    # In the Plan's table the cut row says why it has fewer rounds; a timed row gives its spread.
+    assert tuning._row_text({"step": "fp32 xla", **slow}) == (
+        "fp32 xla 68 ex/s (2 rounds: below 70% of the fastest's 104)"
     )
     assert tuning._row_text({"step": "fp32 graph", **fast}) == "fp32 graph 100 [98-104] ex/s"
     # Without the cut every candidate runs every round.
     again = [step_timing.Timed(Candidate(name, False), engine=object()) for name in per_round]
     step_timing._rounds(again, 3)
-    assert [len(t.rates) for t in again] == [3, 3, 3]
-    # The fastest beside a variant: judged by the latest round, the variant's first (the fastest's first was slow).
-    best = step_timing.Timed(Candidate("best", False), engine=object(), rates=[50.0, 100.0, 100.0])
-    variant = step_timing.Timed(Candidate("variant", False), engine=object())
-    per_round |= {"best": [50.0, 100.0, 100.0, 100.0, 100.0, 100.0], "variant": [65.0, 99.0, 99.0]}
-    step_timing._rounds([best, variant], 3, cut=True)
-    assert (len(best.rates), best.note) == (6, "") and variant.note == "1 round: below 70% of the fastest's 100"
+    assert [len(t.rates) for t in again] == [3, 3, 3, 3]
+    # The fastest beside its variants: judged by this phase's rounds (the fastest ran faster in its first three).
+    best = step_timing.Timed(Candidate("best", False), engine=object(), rates=[140.0, 140.0, 140.0])
+    variants = [step_timing.Timed(Candidate(name, False), engine=object()) for name in ("near", "far")]
+    per_round |= {"best": [140.0] * 3 + [100.0] * 3, "near": [75.0, 75.0, 75.0], "far": [60.0, 65.0, 99.0]}
+    step_timing._rounds([best, *variants], 3, cut=True)
+    near, far = variants
+    assert (len(best.rates), len(near.rates), near.note) == (6, 3, "")
+    assert far.note == "2 rounds: below 70% of the fastest's 100"
 
 
 def test_a_rounds_first_chunk_runs_untimed_and_its_rate_is_the_median_chunks(monkeypatch):
@@ -321,6 +330,34 @@ def test_a_rounds_first_chunk_runs_untimed_and_its_rate_is_the_median_chunks(mon
     assert model.stop_training and watch.chunks == 3 and watch.steps == 6
     assert watch.per_step == pytest.approx([0.1, 0.3, 0.1])
     assert watch.rate == pytest.approx(100.0)  # 10 examples per 0.1 s step
+
+
+def test_a_rounds_slow_first_chunks_settle_untimed_and_a_chunk_at_speed_is_timed_at_once(monkeypatch):
+    """A stall can span more than one call: chunks slower than `settled_sec` a step are run, not timed, up to
+    `settle` of them; the first chunk at speed ends the settling, and a round starting at speed settles nothing."""
+    from types import SimpleNamespace
+
+    from launcher.contract import Position
+    from launcher.launch import step_timing
+
+    def round_of(chunk_ends, settle):
+        clock = iter(chunk_ends)
+        monkeypatch.setattr(step_timing.time, "perf_counter", lambda: next(clock))
+        watch = step_timing._Stopwatch(
+            SimpleNamespace(stop_training=False), 10, min_chunks=2, min_seconds=0.0, settle=settle, settled_sec=0.15
+        )
+        position, logs = Position(), {"telemetry": SimpleNamespace(ran=1, losses=[1.0])}
+        watch.steps_until_boundary(position)
+        while not watch.model.stop_training:
+            watch.after_steps(position, logs)
+        return watch.per_step
+
+    # Two stalled calls (0.6, 0.5 s), then 0.1 s steps: only those are timed.
+    assert round_of([0.0, 0.6, 1.1, 1.2, 1.3], settle=3) == pytest.approx([0.1, 0.1])
+    # At most `settle` chunks settle: a third slow one is timed.
+    assert round_of([0.0, 0.6, 1.1, 1.4, 1.5], settle=2) == pytest.approx([0.3, 0.1])
+    # At speed from the start: nothing is left untimed.
+    assert round_of([0.0, 0.1, 0.2], settle=3) == pytest.approx([0.1, 0.1])
 
 
 def test_a_longer_call_is_tried_only_where_the_person_left_steps_per_execution_at_its_default():
