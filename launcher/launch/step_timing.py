@@ -86,11 +86,11 @@ class _Stopwatch(Hook):
     boundary; stops training once the round has enough.
 
     Up to `settle` chunks at a round's start are run, not timed, while their steps take longer than
-    `settled_sec` (each, with no limit: the first `settle`): the first steps of a candidate after another
-    candidate was built are several times slower than the rest (on the LM: 0.5-0.9 s against 0.06-0.1 s, with
-    no retracing, sometimes over two calls), a cost a training run never pays. Timed, it put a round at a
-    quarter of the others and spread every table's rounds 4-8x; one untimed chunk still left first rounds at
-    0.55-0.6 of the rest, enough to cut a candidate."""
+    `settled_sec` (without it: the first `settle` chunks, whatever their speed): the first step of a candidate
+    after another candidate was built is several times slower than the rest (on the LM: 0.5-0.9 s against
+    0.06-0.1 s, with no retracing), a cost a training run never pays. Timed, it put a round at a quarter of the
+    others and spread every table's rounds 4-8x. A burst of load lasting a whole round is not settled away:
+    the cut waits for two rounds (CUT_AFTER)."""
 
     def __init__(
         self,
