@@ -1,11 +1,12 @@
 """Where a training step's time goes, per precision: the evidence behind the benchmark's misses.
 
     .venv/bin/python benchmarks/profile_step.py             # MLP: fp32, fp32+xla, bf16, bf16+hybrid, bf16+xla
-    .venv/bin/python benchmarks/profile_step.py --configs bf16 --workload cnn
+    .venv/bin/python benchmarks/profile_step.py --configs "bf16 graph" --workload cnn
 
 For each config, one launcher run with `train.profile.steps` (TensorFlow profiler trace) on the
 benchmark workload; prints its op table, then each config's matmul/conv time per step against
-the first config's (same FLOPs, so the ratio is the kernels' relative speed). Then, for float32
+the first config's (same FLOPs, so the ratio is the kernels' relative speed) and the MFU each would reach if every
+other op took no time (the matmuls' ceiling, against this run's matmul peaks). Then, for float32
 and bfloat16, the oneDNN matmul implementation this CPU gets (ONEDNN_VERBOSE): `avx512_core_amx`
 kernels are the fast bfloat16 path; `avx512_core_bf16` converts and runs on the AVX-512 units.
 """
@@ -24,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from run import CONFIGS, launcher_command  # noqa: E402
+from run import CONFIGS, flops_per_example, launcher_command, peaks  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 ONEDNN_PROBE = """
@@ -99,8 +100,27 @@ def main():
     for name, ms in matmul.items():
         ratio = f"{ms / base:.2f}x" if ms and base else "n/a"
         print(f"  {name:<10}{ms if ms is not None else float('nan'):>9.1f} ms  {ratio}")
+    print_matmul_ceiling(args.workload, matmul)
     for dtype in ("float32", "bfloat16"):
         print(f"oneDNN matmul implementation for {dtype}: {onednn_impl(dtype)}")
+
+
+def print_matmul_ceiling(workload: str, matmul: dict) -> None:
+    """What the matmuls alone allow: the rate they run at, and the MFU a step would reach if every other op took
+    no time (the step's FLOPs over its matmul/conv op time, against this run's 2048^3 peak of the dtype). A goal
+    above that ceiling needs faster matmuls at the model's own shapes, not less elementwise work."""
+    flops = flops_per_example(workload) * WORKLOADS[workload]["batch"]
+    peak = peaks()
+    print(
+        f"\nthe matmuls' ceiling ({flops / 1e9:.2f} GFLOP per step; 2048^3 peaks: "
+        f"float32 {peak['float32'] / 1e9:.0f}, bfloat16 {peak['bfloat16'] / 1e9:.0f} GFLOP/s):"
+    )
+    for name, ms in matmul.items():
+        if not ms:
+            continue
+        dtype = "bfloat16" if name.startswith("bf16") else "float32"
+        rate = flops / (ms / 1000)
+        print(f"  {name:<12} matmuls at {rate / 1e9:.0f} GFLOP/s: MFU <= {rate / peak[dtype]:.0%} of the {dtype} peak")
 
 
 if __name__ == "__main__":
