@@ -158,7 +158,7 @@ def _localise(config, failing: Trial, steps: int, env) -> tuple[Culprit, list[st
     from launcher.train.loss_scale import current_scale
 
     step = failing.stop_step
-    applied = first_applied_nonfinite_grads(failing)
+    applied = failing.first_applied_nonfinite_step
     if failing.stop_kind == "nonfinite_loss" and applied is not None and applied < step:
         # The loss shows a non-finite update a step or more after it: the step whose gradients broke is where to look
         # (replaying the step the loss went NaN only finds weights that are NaN already, a forward symptom).
@@ -179,12 +179,6 @@ def _localise(config, failing: Trial, steps: int, env) -> tuple[Culprit, list[st
     if culprit.layer is None or culprit.layer == "loss":
         return culprit, []
     return culprit, [culprit.layer, *consumers(engine.model, culprit.layer)]
-
-
-def first_applied_nonfinite_grads(trial: Trial) -> int | None:
-    """The first step whose non-finite gradients were applied, not skipped (None: every such step was skipped)."""
-    applied = [not finite and not skipped for finite, skipped in zip(trial.grads_finite, trial.skips, strict=False)]
-    return applied.index(True) + 1 if True in applied else None
 
 
 def _overflow_layers(risks: list[Risk]) -> list[str]:

@@ -54,6 +54,12 @@ class Trial:
     plan: Any = None
 
     @property
+    def first_applied_nonfinite_step(self) -> int | None:
+        """The first step whose non-finite gradients were applied, not skipped (None: every such step was skipped)."""
+        applied = [not finite and not skipped for finite, skipped in zip(self.grads_finite, self.skips, strict=False)]
+        return applied.index(True) + 1 if True in applied else None
+
+    @property
     def final_loss(self) -> float:
         """Mean loss over the last quarter of the steps (one step is noise)."""
         tail = self.losses[-max(1, len(self.losses) // 4) :]
@@ -175,8 +181,8 @@ def run_trial(
             # A NaN weight can hide behind relu (max(NaN, 0) is 0): a finite loss that learns nothing.
             trial.status, trial.detail = "nonfinite", "the weights became non-finite (the loss hid it)"
             # Without loss scaling nothing skipped the step: the first non-finite gradient is where it broke.
-            if False in trial.grads_finite:
-                trial.stop_kind, trial.stop_step = "nonfinite_grads", trial.grads_finite.index(False) + 1
+            if (applied := trial.first_applied_nonfinite_step) is not None:
+                trial.stop_kind, trial.stop_step = "nonfinite_grads", applied
     except NumericsStop as stop:
         trial.status = "nonfinite" if stop.kind == "nonfinite_loss" else "collapsed"
         trial.stop_kind, trial.stop_step, trial.detail = stop.kind, stop.step, str(stop)

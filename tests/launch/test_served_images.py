@@ -155,9 +155,8 @@ def test_mlflow_models_serve_and_predict_take_jpeg_bytes_alike_and_a_file_that_i
         bad = [[base64.b64encode(b"not an image").decode()]]
         refused = invoke(port, {"dataframe_split": {"columns": ["images"], "data": bad}})
         refusal = (refused.status, json.loads(refused.read())["message"])
-    want = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_images"](
-        images=tf.constant(encoded)
-    )
+    serving_images = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_images"]
+    want = serving_images(images=tf.constant(encoded))
     predictions = answered["predictions"]
     np.testing.assert_array_equal(np.array(predictions["probabilities"], "float32"), want["probabilities"].numpy())
     assert predictions["label"] == [name.decode() for name in want["label"].numpy()]
@@ -168,7 +167,5 @@ def test_mlflow_models_serve_and_predict_take_jpeg_bytes_alike_and_a_file_that_i
     by_predict = np.stack(table.column("probabilities").to_numpy(zero_copy_only=False))
     np.testing.assert_array_equal(by_predict, want["probabilities"].numpy())
     assert table.column("label").to_pylist() == predictions["label"]
-    four = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_images"](
-        images=tf.constant(encoded[:4])
-    )
+    four = serving_images(images=tf.constant(encoded[:4]))
     np.testing.assert_allclose(four["probabilities"].numpy(), by_predict[:4], rtol=0, atol=1e-6)
