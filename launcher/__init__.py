@@ -5,6 +5,7 @@ dir and its MLflow run.
 
 Modules:
     __main__: `python -m launcher [overrides]`: compose with Hydra, then one launch or one sweep job
+    background: threads the launcher starts beside its work, ended before the process is
     console: what the console shows: TensorFlow's, absl's and MLflow's start-up noise quieted
     contract: the engine's contract: where training is, what it asks of its hooks, what it returns
     files: the files one stage leaves for another, and the two ways they are read and written

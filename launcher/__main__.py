@@ -12,6 +12,7 @@ import hydra
 from omegaconf import DictConfig
 
 from hydra_plugins.launcher_search.sweeper import SearchSweeper
+from launcher import background
 from launcher.config.help import register_help
 from launcher.config.imports import config_packages
 from launcher.config.schema import register_configs
@@ -168,6 +169,16 @@ def entry() -> None:
         if exit_.code == EXIT_FAILED and not _task_started:  # Hydra's compose errors (refusals exit 2)
             print(COMPOSE_FIX, file=sys.stderr)
         raise
+    finally:
+        _settle_background()
+
+
+def _settle_background() -> None:
+    """The launcher's own threads end before the interpreter does (one caught inside TensorFlow at shutdown aborts
+    a finished launch with exit 134: `launcher.background`)."""
+    left = background.settle()
+    if left:
+        print(f"WARNING: still running after {background.SETTLE_SECONDS:g} s: {', '.join(left)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

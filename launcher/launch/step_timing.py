@@ -24,6 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from launcher import background
 from launcher.config.errors import ConfigError
 from launcher.contract import Hook, HookList, Position
 from launcher.launch.review import review
@@ -271,4 +272,7 @@ def main(spec_path: str, result_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    try:
+        main(*sys.argv[1:3])
+    finally:
+        background.settle()  # the engine's iterator drops end before the interpreter does

@@ -13,12 +13,12 @@ preemption...) is a `launcher.contract.HookList`.
 from __future__ import annotations
 
 import sys
-import threading
 import time
 
 import keras
 import tensorflow as tf
 
+from launcher import background
 from launcher.contract import EpochResult, FitResult, Hook, Position, headline
 from launcher.train.callbacks import VALIDATION_CALLBACKS
 from launcher.train.ema import ema_weights
@@ -348,8 +348,9 @@ def _drop_aside(holder: list) -> None:
 
     Dropping a tf.data iterator whose autotuning runs can block its thread for up to ~1.5 s (the transformer LM,
     AMD EPYC: 0.5-1.1 s of a 4 s epoch at 3 of 5 epoch ends), without holding Python's lock: on its own thread
-    the next epoch starts meanwhile (benchmarks/epoch_boundary.py)."""
-    threading.Thread(target=holder.clear, name="launcher-drop-iterator", daemon=True).start()
+    the next epoch starts meanwhile (benchmarks/epoch_boundary.py). The entry point waits for it before the process
+    ends (`launcher.background`)."""
+    background.start(holder.clear, "launcher-drop-iterator")
 
 
 def optimizer_logs(optimizer) -> dict[str, float]:

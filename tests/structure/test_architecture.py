@@ -1,6 +1,7 @@
 """The package tree reads as the data flow, and imports point one way.
 
-config -> plan -> train -> launch     (sweep beside launch; leaves: contract, files, console, outcome, forkserver)
+config -> plan -> train -> launch     (sweep beside launch; leaves: contract, files, console, outcome, forkserver,
+background)
 """
 
 from __future__ import annotations
@@ -11,17 +12,19 @@ from support.cli import run_python
 from support.config import ROOT
 
 PACKAGE = ROOT / "launcher"
-LEAVES = {"contract", "files", "console", "outcome", "forkserver"}
+LEAVES = {"contract", "files", "console", "outcome", "forkserver", "background"}
 # What each stage may import from the launcher (besides itself).
 ALLOWED = {
     "config": set(),
     "plan": {"config", "contract", "console"},
-    "train": {"config", "plan", "contract", "console"},
+    "train": {"config", "plan", "contract", "console", "background"},
     "tracking": {"config", "files"},
-    "launch": {"config", "plan", "train", "tracking", "contract", "files", "console", "outcome", "forkserver"},
+    "launch": {
+        *("config", "plan", "train", "tracking", "contract", "files", "console", "outcome", "forkserver", "background")
+    },
     "sweep": {"config", "tracking", "contract", "files", "console", "outcome", "forkserver"},
     "doctor": {"config", "plan", "train", "launch", "tracking", "contract", "files", "console", "outcome"},
-    "__main__": {"config", "launch", "sweep", "doctor", "outcome"},
+    "__main__": {"config", "launch", "sweep", "doctor", "outcome", "background"},
     **{leaf: set() for leaf in LEAVES},
     "outcome": {"files", "contract"},  # a leaf that writes through the shared JSON helpers; how a fit ends
     "forkserver": {"console", "outcome"},  # starts launcher processes: quiets TensorFlow, marks them forked
@@ -54,6 +57,7 @@ TF_FREE_MODULES = [
     "launcher.contract",
     "launcher.files",
     "launcher.console",
+    "launcher.background",
     "launcher.tracking.tracker",
     "launcher.tracking.client",
     "launcher.tracking.writes",
