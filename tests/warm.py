@@ -26,6 +26,8 @@ import os
 import socket
 import subprocess
 
+from support.exit_codes import Launched
+
 from launcher import forkserver
 from launcher.forkserver import ForkedProcess, launcher_args
 from launcher.forkserver.alike import cold_overrides
@@ -146,8 +148,9 @@ def Popen(args, *, cold: bool = False, env: dict | None = None, cwd=None, **opti
     return subprocess.Popen(args, cwd=cwd, env=env, **options)
 
 
-def run(args, *, cwd=None, env=None, timeout: float | None = None, cold: bool = False) -> subprocess.CompletedProcess:
-    """`subprocess.run(args, capture_output=True, text=True, ...)` for `python -m launcher`, warm when it can be."""
+def run(args, *, cwd=None, env=None, timeout: float | None = None, cold: bool = False) -> Launched:
+    """`subprocess.run(args, capture_output=True, text=True, ...)` for `python -m launcher`, warm when it can be;
+    the test must look at its exit code (`support.exit_codes`)."""
     process = Popen(args, cold=cold, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = process.communicate(timeout=timeout)
@@ -155,4 +158,4 @@ def run(args, *, cwd=None, env=None, timeout: float | None = None, cold: bool = 
         process.kill()
         process.wait()
         raise
-    return subprocess.CompletedProcess(args, process.returncode, out, err)
+    return Launched(args, process.returncode, out, err)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import warm
 
 from support.config import ROOT
+from support.exit_codes import Launched
 from support.tracking import store
 
 
@@ -46,15 +46,6 @@ def cli(tmp_path):
     return run
 
 
-@dataclass(frozen=True)
-class Ran:
-    """What a launch left on the console, as `subprocess.run` gives it."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 @pytest.fixture
 def launcher_here(capfd, monkeypatch):
     """`python -m launcher <args>` through its real entry (Hydra's main, the shell, exit codes), run in this test
@@ -66,7 +57,7 @@ def launcher_here(capfd, monkeypatch):
 
     import launcher.__main__ as cli_module
 
-    def run(args: list[str], cwd: Path, env: dict | None = None) -> Ran:
+    def run(args: list[str], cwd: Path, env: dict | None = None) -> Launched:
         root = logging.getLogger()
         handlers, level = list(root.handlers), root.level
         capfd.readouterr()
@@ -102,7 +93,7 @@ def launcher_here(capfd, monkeypatch):
                         handler.close()
                 root.handlers[:], root.level = handlers, level
         out, err = capfd.readouterr()
-        return Ran(code, out, err)
+        return Launched(args, code, out, err)
 
     return run
 
@@ -111,7 +102,7 @@ def launcher_here(capfd, monkeypatch):
 def cli_here(tmp_path, launcher_here):
     """`cli`'s launch (a temp run dir and MLflow store) through `launcher_here`: in this process."""
 
-    def run(*overrides: str, env: dict | None = None) -> Ran:
+    def run(*overrides: str, env: dict | None = None) -> Launched:
         args = [f"hydra.run.dir={tmp_path}/run", f"tracking.uri={store(tmp_path / 'mlflow.db')}", *overrides]
         return launcher_here(args, tmp_path, env)
 
