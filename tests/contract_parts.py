@@ -165,3 +165,26 @@ def token_ids(weighted: bool = True):
     rng = np.random.default_rng(0)
     x, y = rng.integers(0, 50, size=(40, 8)), rng.integers(0, 2, size=40)
     return (x, y, np.ones(40, "float32")) if weighted else (x, y)
+
+
+def nan_rows(form: str):
+    """NaN in examples 3 and 7 of the features, in every loader form (`form`): one plain array split by the
+    launcher, plain arrays per split, a tuple of features, named features, and tf.data read whole or per split."""
+    import tensorflow as tf
+
+    x, y, _ = _arrays()
+    x["dose"][[3, 7]] = np.nan
+    plain = np.concatenate([x["age"], x["dose"]], axis=1)
+    by_split = {"train": (plain[:30], y["kind"][:30]), "val": (plain[30:], y["kind"][30:])}
+    return {
+        "plain": lambda: (plain, y["kind"]),
+        "plain_per_split": lambda: by_split,
+        "tuple": lambda: ((x["age"], x["dose"]), y["kind"]),
+        "named": lambda: (x, y["kind"]),
+        "tf_whole": lambda: tf.data.Dataset.from_tensor_slices((plain, y["kind"])),
+        "tf_per_split": lambda: {k: tf.data.Dataset.from_tensor_slices(v) for k, v in by_split.items()},
+        "tf_named_per_split": lambda: {
+            "train": tf.data.Dataset.from_tensor_slices(({k: v[:30] for k, v in x.items()}, y["kind"][:30])),
+            "val": tf.data.Dataset.from_tensor_slices(({k: v[30:] for k, v in x.items()}, y["kind"][30:])),
+        },
+    }[form]()

@@ -268,19 +268,21 @@ def feature_problems(name: str, x: np.ndarray, where: str, key: str, value: str)
             )
         ]
     if x.dtype.kind == "f" and len(x):
-        bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
-        if bad.any():
-            rows = np.flatnonzero(bad)
-            return [
-                Violation(
-                    key,
-                    value,
-                    f"{where}: finite values in feature {name!r} (found NaN or inf in {len(rows)} example(s), "
-                    f"e.g. index {', '.join(map(str, rows[:SHOWN]))})",
-                    f"drop or impute those examples of {name!r} in the loader, e.g. np.nan_to_num",
-                )
-            ]
+        rows = np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(axis=1))
+        if len(rows):
+            return [nonfinite_feature(name, rows, where, key, value)]
     return []
+
+
+def nonfinite_feature(name: str, rows, where: str, key: str, value: str) -> Violation:
+    """Feature `name` holds NaN or inf in the examples at `rows` (a NaN input trains the model to NaN, silently)."""
+    return Violation(
+        key,
+        value,
+        f"{where}: finite values in feature {name!r} (found NaN or inf in {len(rows)} example(s), "
+        f"e.g. index {', '.join(map(str, list(rows)[:SHOWN]))})",
+        f"drop or impute those examples of {name!r} in the loader, e.g. np.nan_to_num",
+    )
 
 
 def _example_problems(split: str, parts, key: str, value: str) -> list[Violation]:

@@ -22,7 +22,14 @@ import numpy as np
 from launcher.config.errors import ConfigError, Violation, raise_if_any
 from launcher.config.imports import check_call, configured_path, import_component
 from launcher.train.data import DataSource, first_array, map_arrays, num_examples, split_arrays, take
-from launcher.train.data_checks import contract_problems, named_arrays, streamed_test_split, structure_problems
+from launcher.train.data_checks import (
+    contract_problems,
+    feature_problems,
+    named_arrays,
+    nonfinite_feature,
+    streamed_test_split,
+    structure_problems,
+)
 from launcher.train.preprocessing import users
 
 RETURNS = (
@@ -83,8 +90,7 @@ def _from_splits(train, val, cfg, key: str, path: str) -> DataSource:
         splits[name] = _parts(split)
     if not all(_plain(parts) for parts in splits.values()):
         return _structured_splits(splits, cfg, key, path)
-    for name, (x, y) in splits.items():
-        _check_pair(x, y, key, path, f"its {name} split")
+    raise_if_any([p for name, (x, y) in splits.items() for p in _pair_problems(x, y, key, path, f"its {name} split")])
     (x_train, y_train), (x_val, y_val) = splits["train"], splits["val"]
     if cfg.limit:
         x_train, y_train = x_train[: cfg.limit], y_train[: cfg.limit]
@@ -112,6 +118,7 @@ def _add_test(source: DataSource, test, key: str, path: str) -> None:
                 key, path, f'a "test" entry like "train": a tf.data dataset (got {type(test).__name__})', "return ds"
             )
         raise_if_any(_spec_problems({"train": source.train.element_spec, "test": test.element_spec}, key, path))
+        raise_if_any(_stream_problems({"test": test}, key, path))
         source.test, source.num_test = test, _count(test)
         return
     if not (isinstance(test, tuple | list) and len(test) in (2, 3)):
@@ -124,7 +131,7 @@ def _add_test(source: DataSource, test, key: str, path: str) -> None:
         source.test, source.num_test = _cast_parts(parts), num_examples(parts[0])
         return
     x, y = parts
-    _check_pair(x, y, key, path, "its test split")
+    raise_if_any(_pair_problems(x, y, key, path, "its test split"))
     source.test = (x.astype("float32") if source.kind != "tokens" else x, y)
     source.num_test = len(x)
 
@@ -182,7 +189,7 @@ def _split_whole(data: tuple, cfg, key: str, path: str) -> DataSource:
     parts = _parts(data)
     if _plain(parts):
         x, y = parts
-        _check_pair(x, y, key, path, "its (x, y)")
+        raise_if_any(_pair_problems(x, y, key, path, "its (x, y)"))
         kind = _kind(cfg, x.dtype, x.shape[1:])
     else:
         raise_if_any(contract_problems({"(x, y)": parts}, key, path))
@@ -246,6 +253,7 @@ def _from_datasets(train, val, cfg, key: str, path: str) -> DataSource:
                 "drop .batch() from the loader; pad to a fixed length",
             )
     raise_if_any(_spec_problems(specs, key, path))
+    raise_if_any(_stream_problems({"train": train, "val": val}, key, path))
     first = first_array(x_spec)
     shape = tuple(first.shape)
     num_train, num_val = _count(train), _count(val)
@@ -357,21 +365,53 @@ def _in_memory(ds, key: str, path: str) -> tuple:
     return tuple(map_arrays(lambda t: t.numpy(), part) for part in whole)
 
 
-def _check_pair(x, y, key: str, path: str, what: str) -> None:
+def _pair_problems(x, y, key: str, path: str, what: str) -> list[Violation]:
+    """One feature array and its targets: the shape, numeric and finite (the checks named features get)."""
     if x.ndim < 2 or len(x) != len(y) or len(x) < 2:
-        raise ConfigError.single(
-            key,
-            path,
-            f"{what}: x of shape (examples, ...) and y with one entry per example (got x {x.shape}, y {y.shape})",
-            "return x with one row per example and y beside it",
-        )
+        return [
+            Violation(
+                key,
+                path,
+                f"{what}: x of shape (examples, ...) and y with one entry per example (got x {x.shape}, y {y.shape})",
+                "return x with one row per example and y beside it",
+            )
+        ]
     if x.dtype.kind not in "fiub":
-        raise ConfigError.single(
-            key,
-            path,
-            f"{what}: numeric inputs (got x of dtype {x.dtype})",
-            "convert the inputs to float32 features or integer token ids",
-        )
+        return [
+            Violation(
+                key,
+                path,
+                f"{what}: numeric inputs (got x of dtype {x.dtype})",
+                "convert the inputs to float32 features or integer token ids",
+            )
+        ]
+    return feature_problems("x", x, what, key, path)
+
+
+def _stream_problems(splits: dict, key: str, path: str) -> list[Violation]:
+    """tf.data splits read once: every floating feature finite, the examples that are not named by index."""
+    import tensorflow as tf
+
+    found = []
+    for split, ds in splits.items():
+        features = dict(named_arrays(ds.element_spec[0], "x"))
+        floating = [name for name, spec in features.items() if spec.dtype.is_floating]
+        if not floating:
+            continue
+
+        def flags(index, example, floating=floating):
+            arrays = dict(named_arrays(example[0], "x"))
+            bad = [tf.logical_not(tf.reduce_all(tf.math.is_finite(arrays[name]))) for name in floating]
+            return index, tf.stack(bad)
+
+        rows: dict[str, list[int]] = {name: [] for name in floating}
+        flagged = ds.enumerate().map(flags).filter(lambda _, bad: tf.reduce_any(bad))
+        for index, bad in flagged.as_numpy_iterator():
+            for name, is_bad in zip(floating, bad, strict=True):
+                if is_bad:
+                    rows[name].append(int(index))
+        found += [nonfinite_feature(n, r, f"its {split} split", key, path) for n, r in rows.items() if r]
+    return found
 
 
 def _kind(cfg, dtype, shape) -> str:

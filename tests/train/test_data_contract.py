@@ -130,6 +130,29 @@ def test_a_broken_loader_is_refused_naming_the_feature_or_head(loader, match):
 
 
 @pytest.mark.parametrize(
+    ("form", "feature"),
+    [
+        ("plain", "x"),
+        ("plain_per_split", "x"),
+        ("tuple", "x[1]"),
+        ("named", "dose"),
+        ("tf_whole", "x"),
+        ("tf_per_split", "x"),
+        ("tf_named_per_split", "dose"),
+    ],
+)
+def test_nan_features_are_refused_in_every_loader_form_naming_the_feature_and_rows(form, feature):
+    """Issue 62, item 1: a plain (x, y) loader with two NaN cells trained to a NaN model and ended FINISHED."""
+    with pytest.raises(ConfigError) as err:
+        _load("nan_rows", f"+dataset.params.form={form}")
+    (violation,) = err.value.violations
+    assert violation.key == "dataset.loader"
+    assert f"finite values in feature {feature!r} (found NaN or inf in 2 example(s), e.g. index 3, 7)" in (
+        violation.expected
+    )
+
+
+@pytest.mark.parametrize(
     ("kind", "match"),
     [
         ("short", r"one sample weight per example, shape \(40,\) \(got shape \(39,\)\)"),
