@@ -15,7 +15,8 @@ from hydra_plugins.launcher_search.sweeper import SearchSweeper
 from launcher import background
 from launcher.config.help import register_help
 from launcher.config.imports import config_packages
-from launcher.config.schema import register_configs
+from launcher.config.keys import schema_keys, typo_hints
+from launcher.config.schema import DATASET_SCHEMAS, MODEL_SCHEMAS, Config, register_configs
 from launcher.doctor.doctor_mode import launch as launch_doctor
 from launcher.launch.evaluate import evaluate
 from launcher.launch.local_workers import local_worker_count, local_workers_attempt
@@ -135,6 +136,15 @@ def main(cfg: DictConfig) -> float | None:
     return None
 
 
+def every_key() -> list[str]:
+    """Every dotted key any choice declares, and the config groups: what an override may name."""
+    keys = schema_keys(Config)
+    for group, schemas in (("model", MODEL_SCHEMAS), ("dataset", DATASET_SCHEMAS)):
+        keys += sorted({f"{group}.{k}" for schema in schemas.values() for k in schema_keys(schema)})
+    groups = [p.name for p in Path(CONF_DIR).iterdir() if p.is_dir()]
+    return keys + groups
+
+
 def plugin_search_path(argv: list[str]) -> list[str]:
     """Installed plugins' config packages (entry points `launcher.configs`) join Hydra's search path, after any
     hydra.searchpath the person gave: their model/dataset/experiment YAML become choices."""
@@ -167,7 +177,8 @@ def entry() -> None:
         main()
     except SystemExit as exit_:
         if exit_.code == EXIT_FAILED and not _task_started:  # Hydra's compose errors (refusals exit 2)
-            print(COMPOSE_FIX, file=sys.stderr)
+            hints = typo_hints(sys.argv[1:], every_key())
+            print("\n".join(hints) or COMPOSE_FIX, file=sys.stderr)
         raise
     finally:
         _settle_background()

@@ -16,8 +16,9 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from launcher.config.bounds import limited
-from launcher.config.errors import ConfigError
+from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.imports import plugins
+from launcher.config.keys import unknown_key_problems
 from launcher.config.models import MODEL_KINDS, CustomModelConfig
 from launcher.config.precisions import PRECISIONS
 
@@ -673,11 +674,13 @@ def as_dict(config: Config) -> dict:
 
 
 def to_config(node) -> Config:
-    """The composed config as typed objects; a missing required value or a broken interpolation is a
-    ConfigError naming the key (OmegaConf checks these only now, after Hydra composed)."""
+    """The composed config as typed objects; a key no section declares (a typo, added with `+`), a missing
+    required value or a broken interpolation is a ConfigError naming the key (OmegaConf checks these only now,
+    after Hydra composed)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+    raise_if_any(unknown_key_problems(node))
     try:
         return OmegaConf.to_object(node)
     except MissingMandatoryValue as err:
