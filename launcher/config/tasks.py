@@ -58,8 +58,71 @@ TASKS: dict[str, TaskSpec] = {
     ),
 }
 # Built-in metric names valid for no task at all would be a typo; names Keras knows beyond these are accepted
-# for a task when keras.metrics knows them (checked at build, where Keras is imported).
+# for a task when keras.metrics knows them.
 ALL_METRICS = sorted({name for spec in TASKS.values() for name in spec.metrics})
+# The lower-case names `keras.metrics.get` takes (Keras 3.15), so a misspelt metric is refused with everything else
+# before TensorFlow loads; a class name (`AUC`) is checked when built. tests/config/test_tasks.py keeps it Keras's.
+KERAS_METRICS = frozenset(
+    [
+        "accuracy",
+        "auc",
+        "bce",
+        "binary_accuracy",
+        "binary_crossentropy",
+        "binary_io_u",
+        "categorical_accuracy",
+        "categorical_crossentropy",
+        "categorical_hinge",
+        "concordance_correlation",
+        "cosine_similarity",
+        "f1_score",
+        "f_beta_score",
+        "false_negatives",
+        "false_positives",
+        "hinge",
+        "io_u",
+        "kl_divergence",
+        "log_cosh_error",
+        "mae",
+        "mape",
+        "mean",
+        "mean_absolute_error",
+        "mean_absolute_percentage_error",
+        "mean_io_u",
+        "mean_metric_wrapper",
+        "mean_squared_error",
+        "mean_squared_logarithmic_error",
+        "metric",
+        "mse",
+        "msle",
+        "one_hot_io_u",
+        "one_hot_mean_io_u",
+        "pearson_correlation",
+        "poisson",
+        "precision",
+        "precision_at_recall",
+        "r2_score",
+        "recall",
+        "recall_at_precision",
+        "root_mean_squared_error",
+        "sensitivity_at_specificity",
+        "sparse_categorical_accuracy",
+        "sparse_categorical_crossentropy",
+        "sparse_top_k_categorical_accuracy",
+        "specificity_at_sensitivity",
+        "squared_hinge",
+        "sum",
+        "top_k_categorical_accuracy",
+        "true_negatives",
+        "true_positives",
+    ]
+)
+
+
+def is_metric_name(name: str) -> bool:
+    """A name the launcher or Keras can build a metric from (an import path is the person's own, checked at build;
+    a capitalised name is a Keras class name, checked at build)."""
+    return is_import_path(name) or name in ALL_METRICS or name in KERAS_METRICS or name[:1].isupper()
 
 
 def loss_name(task: str, requested: str) -> str:

@@ -208,7 +208,7 @@ REFUSALS = {
     "unknown metric": (
         ["task.metrics=[accuracy,my_project.metrics:BalancedAccuracy,no_such_metric]"],
         "task.metrics",
-        "a metric Keras knows",
+        "a metric name the launcher or keras.metrics knows",
     ),
 }
 

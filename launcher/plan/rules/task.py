@@ -5,15 +5,18 @@ the loss is their weighted sum, and each head's metrics are logged as Keras name
 
 from __future__ import annotations
 
+import difflib
 import math
 
 from launcher.config.models import model_kind
 from launcher.config.schema import Config
 from launcher.config.tasks import (
     ALL_METRICS,
+    KERAS_METRICS,
     TASKS,
     head_metric_names,
     is_import_path,
+    is_metric_name,
     known_epoch_metrics,
     loss_name,
     metric_names,
@@ -178,17 +181,33 @@ def _loss(tc, found: Findings, task: str, mixed: bool, prefix: str) -> tuple[str
 
 
 def _metrics(requested, found: Findings, task: str, prefix: str) -> list[str]:
+    """The metrics the run logs; each refused name is left out of them, so nothing suggested from them (a monitor,
+    an objective) is itself refused."""
     spec = TASKS[task]
     metrics = metric_names(task, requested)
     wrong = [m for m in metrics if not is_import_path(m) and m in ALL_METRICS and m not in spec.metrics]
-    kept = ",".join(m for m in metrics if m not in wrong) or spec.metrics[0]
+    unknown = [m for m in metrics if m != "loss" and not is_metric_name(m)]
+    kept = [m for m in metrics if m not in wrong and m not in unknown and m != "loss"]
+    fix = f"{prefix}.metrics=[{','.join(kept) or spec.metrics[0]}]"
     for name in wrong:
         found.refuse(
             f"{prefix}.metrics",
             name,
             f"a metric that means something for {_which(task, prefix)}: one of "
             f"{list(spec.metrics)}, any keras.metrics name, or module.path:Class",
-            f"{prefix}.metrics=[{kept}]",
+            fix,
+        )
+    meant = {m: difflib.get_close_matches(m, [*spec.metrics, *sorted(KERAS_METRICS)], n=1, cutoff=0.7) for m in unknown}
+    kept += [close[0] for close in meant.values() if close and close[0] not in kept]
+    for name, close in meant.items():
+        found.refuse(
+            f"{prefix}.metrics",
+            name,
+            f"a metric name the launcher or keras.metrics knows (did you mean {close[0]}?)"
+            if close
+            else f"a metric name the launcher or keras.metrics knows: one of {list(spec.metrics)} for "
+            f"{_which(task, prefix)}, a keras.metrics name, or module.path:Class",
+            f"{prefix}.metrics=[{','.join(kept) or spec.metrics[0]}]",
         )
     if "loss" in metrics:
         found.refuse(
@@ -197,7 +216,7 @@ def _metrics(requested, found: Findings, task: str, prefix: str) -> list[str]:
             "metric names other than loss (the loss is always logged)",
             f"drop loss from {prefix}.metrics",
         )
-    return metrics
+    return kept if (wrong or unknown) else metrics
 
 
 def _loss_weight(value, found: Findings, prefix: str) -> float:
