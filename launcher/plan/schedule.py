@@ -20,7 +20,7 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int, num_test: in
     global_batch = plan.batch.global_batch
     drop = plan.batch.drop_remainder
     steps = num_train // global_batch if drop else math.ceil(num_train / global_batch)
-    if steps < 1:
+    if num_train < global_batch:  # whatever the step: one ragged batch is not what was asked (issue 62, item 3)
         raise ConfigError.single(
             "scaling.batch_size",
             cfg.scaling.batch_size,

@@ -188,3 +188,16 @@ def test_a_custom_or_plugin_model_declares_what_it_is_in_its_config():
     assert plan.step.xla is False and "is convolutional" in plan.step.reason("xla")
     with pytest.raises(Exception, match="model=transformer"):
         resolve(config(*custom, "model.per_token=false", "task=sequence"), CPU_PLAIN)
+
+
+@pytest.mark.parametrize("xla", ["false", "true"])
+def test_a_global_batch_larger_than_the_training_data_is_refused_whatever_the_step(xla):
+    """Issue 62, item 3: 16 training examples at batch 64 trained one ragged batch under xla=false, refused under
+    xla=true (whose drop_remainder left no step)."""
+    from launcher.config.errors import ConfigError
+
+    cfg = config(f"xla={xla}")
+    plan = resolve(cfg, CPU_PLAIN)
+    with pytest.raises(ConfigError, match=r"a global batch \(64\) no larger than the 16 training examples"):
+        schedule(cfg, plan, 16, 8)
+    assert schedule(cfg, plan, 64, 8).schedule.steps_per_epoch == 1
