@@ -320,6 +320,7 @@ def _time_and_cache(
         best = next((t for t in tied if t.candidate == rule_choice), None) or next(
             (t for t in tied if not (t.candidate.steps_per_execution or t.candidate.layer_swaps)), fastest
         )
+        best, kept_precision = _numerics_beyond_noise(best, usable, rule_choice.precision)
         entry = {
             "choice": asdict(best.candidate),
             "table": [
@@ -333,7 +334,8 @@ def _time_and_cache(
             ],
             "left_out": left_out,
             "numerics": _numerics(job.found),
-            "kept_rule": best.candidate != fastest.candidate,
+            "kept_rule": best.candidate != fastest.candidate and not kept_precision,
+            "kept_precision": kept_precision,
             "measured_at": (now := clock()),
             "checked_at": now,
             "busy": None if busy is None else round(busy, 3),
@@ -345,6 +347,26 @@ def _time_and_cache(
             return kept, False
         write_json_atomic(path, {**read_json(path, {}), key: entry})
         return entry, True
+
+
+def _numerics_beyond_noise(best: Timing, usable: list[Timing], precision: str) -> tuple[Timing, str]:
+    """Another precision changes the numerics: timing switches to it only when its slowest round beat the fastest
+    round of the rule's precision's fastest step (without spreads, by more than a tie). Else that step stands, and
+    the reason says why."""
+    same = [t for t in usable if t.candidate.precision == precision]
+    if best.candidate.precision == precision or not same:
+        return best, ""
+    rival = max(same, key=lambda t: t.examples_per_sec)
+    if best.spread and rival.spread:
+        beyond = best.spread[0] > rival.spread[1]
+    else:
+        beyond = best.examples_per_sec > (1 + TIE) * rival.examples_per_sec
+    if beyond:
+        return best, ""
+    return rival, (
+        f"{best.candidate.label} was not faster than {rival.candidate.label} beyond the rounds' spread: the rule's "
+        f"precision ({precision}) kept, numerics change only for a measured gain"
+    )
 
 
 def time_candidates(job: TimingJob) -> list[Timing]:
@@ -400,6 +422,8 @@ def _chosen(env: Environment, entry: dict, how: str) -> tuple[Environment, TuneP
     left_out = f"; left out: {', '.join(entry['left_out'])}" if entry.get("left_out") else ""
     if entry.get("kept_rule"):
         left_out += f"; within {TIE:.0%} of the fastest: the matmul rates' choice kept"
+    if entry.get("kept_precision"):
+        left_out += f"; {entry['kept_precision']}"
     if entry.get("numerics"):
         left_out += f"; {entry['numerics']}"
     tuned = TunedStep(
