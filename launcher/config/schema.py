@@ -580,6 +580,9 @@ class SweepConfig:
     """Set by hparams_search for its jobs: the study's storage URL."""
     study_name: str = ""
     """Set by hparams_search for its jobs: the study's name in that storage."""
+    varies: list[str] = field(default_factory=list)
+    """Set by a sweep for each of its jobs: the keys its jobs differ by (the Plan warns when they change a derived
+    value, such as the global batch, that the sweep does not vary itself)."""
 
 
 @dataclass

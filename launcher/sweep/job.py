@@ -103,6 +103,8 @@ def run_job(cfg: DictConfig, hydra_cfg) -> JobResult:
     resuming = (job_dir / JOB_FILE).exists()  # an earlier run of this sweep started it (killed or failed)
     write_json_atomic(job_dir / JOB_FILE, {"overrides": sorted(overrides)})
     extra = [f"hydra.run.dir={job_dir}", f"tracking.sweep_id={state.get('sweep_id', '')}"]
+    if state.get("swept_keys"):  # the keys the jobs differ by, for the Plan's warnings (config: sweep.varies)
+        extra.append(f"sweep.varies=[{','.join(state['swept_keys'])}]")
     if state.get("parent_run_id"):
         extra += [f"tracking.parent_run_id={state['parent_run_id']}", f"tracking.uri={state['uri']}"]
     if not cfg.tracking.run_name:

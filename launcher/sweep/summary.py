@@ -18,7 +18,42 @@ PARAMS = (
     "derived.xla",
     "derived.batch.global",
     "derived.lr",
+    "derived.train.steps_per_epoch",
 )
+
+
+# What a person sweeps to change each derived value on purpose: a derived value that differs between jobs while
+# none of its keys is swept differs by a side effect (a strategy's replicas under batch_rule=per_replica).
+BATCH_KEYS = ("scaling", "scaling.batch_size", "scaling.batch_rule")
+DERIVED_BY = {
+    "derived.batch.global": BATCH_KEYS,
+    "derived.lr": (*BATCH_KEYS, "optimizer.learning_rate", "scaling.lr_rule", "scaling.reference_batch", "optimizer"),
+    "derived.train.steps_per_epoch": (*BATCH_KEYS, "dataset", "train.max_steps_per_epoch", "train.limit_fraction"),
+}
+SAME_BATCH_FIX = "scaling.batch_rule=global (every job then runs scaling.batch_size as its global batch)"
+
+
+def unswept_differences(rows: list[dict], swept: list[str]) -> list[str]:
+    """Derived values the jobs differ in though the sweep varies none of the keys that set them, each with the
+    fix: a reader comparing the jobs would otherwise credit the difference to what was swept."""
+    found = []
+    for param, sources in DERIVED_BY.items():
+        values = sorted({str(r.get(param)) for r in rows if r.get(param) not in ("", None)}, key=_numeric_first)
+        if len(values) < 2 or any(key == s or key.startswith(f"{s}.") for key in swept for s in sources):
+            continue
+        fix = SAME_BATCH_FIX if param != "derived.lr" else f"{SAME_BATCH_FIX}, or scaling.lr_rule=none"
+        found.append(
+            f"{param.removeprefix('derived.')} differs between jobs ({', '.join(values)}) though the sweep varies "
+            f"none of {', '.join(sources)}: it follows {', '.join(swept) or 'the jobs'}. fix: {fix}"
+        )
+    return found
+
+
+def _numeric_first(value: str) -> tuple[int, float, str]:
+    try:
+        return 0, float(value), value
+    except ValueError:
+        return 1, 0.0, value
 
 
 def children(client, parent_run_id: str):
@@ -233,6 +268,9 @@ def summarise(
     tags.update({**pruned_tags, **search_tags})
     if stopped_by:
         tags["sweep.stopped_by"] = f"{stopped_by['job']} (exit {stopped_by['exit_code']})"
+    differences = unswept_differences(rows, list(swept))
+    if differences:
+        tags["sweep.unswept_differences"] = " | ".join(differences)[:4900]
     params = {k: v for k, v in params.items() if k not in parent.data.params}  # a continued sweep logged them
     now = int(time.time() * 1000)
     with_retry(
@@ -256,5 +294,7 @@ def summarise(
     with_retry(client.set_tag, parent_run_id, "mlflow.note.content", links.note())
     with_retry(client.set_terminated, parent_run_id, status="FAILED" if stopped_by else "FINISHED")
     print((out / "summary.md").read_text(), flush=True)
+    for difference in differences:
+        print(f"WARNING: {difference}", flush=True)
     print(links.console(), flush=True)
     return rows

@@ -201,3 +201,16 @@ def test_a_global_batch_larger_than_the_training_data_is_refused_whatever_the_st
     with pytest.raises(ConfigError, match=r"a global batch \(64\) no larger than the 16 training examples"):
         schedule(cfg, plan, 16, 8)
     assert schedule(cfg, plan, 64, 8).schedule.steps_per_epoch == 1
+
+
+def test_a_sweep_over_strategies_under_the_per_replica_rule_is_warned_that_its_batches_differ():
+    """Issue 62, item 5: the mirrored jobs of `-m precision=... strategy=default,mirrored` ran global batch 128."""
+    said = "this sweep varies the strategy under scaling.batch_rule=per_replica"
+    warned = resolve(config("strategy=mirrored", "sweep.varies=[precision,strategy]"), CPU_PLAIN).warnings
+    assert any(said in w and "(here 64 x 2 = 128)" in w and "scaling.batch_rule=global" in w for w in warned)
+    for quiet in (
+        ["strategy=default", "sweep.varies=[precision]"],
+        ["strategy=mirrored", "sweep.varies=[strategy,scaling.batch_size]"],
+        ["strategy=mirrored", "scaling=global", "sweep.varies=[strategy]"],
+    ):
+        assert not any(said in w for w in resolve(config(*quiet), CPU_PLAIN).warnings), quiet

@@ -608,3 +608,15 @@ def test_a_pruner_on_a_search_whose_trials_report_once_is_refused(tmp_path):
     assert searched.plan([])[2] == []  # epochs searched: most trials report more than once
     every = _search(tmp_path, "train.epochs=1", "train.val_every_steps=5", params=space, pruner={"name": "median"})
     assert every.plan([])[2] == []
+
+
+def test_the_default_search_space_varies_single_keys_not_groups_that_set_several():
+    """Issue 62, item 5: the default space's `scaling: {choices: [per_replica, global]}` ("batch rule") also set
+    batch_size 64 or 128: it swept the batch size under another name."""
+    import yaml
+    from support.config import CONF_DIR
+
+    space = yaml.safe_load((CONF_DIR / "hparams_search" / "optuna.yaml").read_text())["hydra"]["sweeper"]["params"]
+    groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
+    assert not set(space) & groups, space
+    assert "scaling.batch_size" in space

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from launcher.sweep.summary import best_run, minimises, parent_record, swept_values, table_rows
+from launcher.sweep.summary import (
+    best_run,
+    minimises,
+    parent_record,
+    swept_values,
+    table_rows,
+    unswept_differences,
+)
 
 
 def _run(name, status="FINISHED", params=None, **metrics):
@@ -83,3 +90,24 @@ def test_swept_values_keep_list_values_whole_and_leave_unswept_keys_out():
 def test_the_sweep_table_has_a_column_for_each_test_metric_any_job_logged():
     rows = table_rows(RUNS)
     assert [row["test_accuracy"] for row in rows] == ["", 0.88, ""]
+
+
+def _derived(name, batch, lr, steps):
+    params = {"derived.batch.global": batch, "derived.lr": lr, "derived.train.steps_per_epoch": steps}
+    return _run(name, params=params, val_accuracy=0.8)
+
+
+def test_derived_values_the_sweep_did_not_vary_are_named_with_the_fix():
+    """Issue 62, item 5: `-m precision=... strategy=default,mirrored` ran the mirrored jobs at global batch 128
+    (per_replica rule), half the steps; a reader concluded "mirrored is worse"."""
+    rows = table_rows(
+        [_derived("strategy=default", "64", "0.001", "22"), _derived("strategy=mirrored", "128", "0.001", "11")]
+    )
+    (batch, steps) = unswept_differences(rows, ["precision", "strategy"])
+    assert batch.startswith("batch.global differs between jobs (64, 128) though the sweep varies none of scaling,")
+    assert "it follows precision, strategy. fix: scaling.batch_rule=global" in batch
+    assert steps.startswith("train.steps_per_epoch differs between jobs (11, 22)")
+    # Swept on purpose: nothing to say.
+    assert unswept_differences(rows, ["scaling.batch_size"]) == []
+    same = table_rows([_derived("a", "64", "0.001", "22"), _derived("b", "64", "0.01", "22")])
+    assert unswept_differences(same, ["optimizer.learning_rate"]) == []

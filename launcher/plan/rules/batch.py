@@ -15,6 +15,7 @@ def decide_batch(cfg: Config, found: Findings, strategy: StrategyPlan, step: Ste
     if sc.batch_rule == BatchRule["per_replica"]:
         global_batch = (size * replicas, f"batch_rule=per_replica: {size} x {replicas} replica(s)")
         per_replica = (size, "requested")
+        _warn_if_a_sweep_varies_the_batch_unasked(cfg.sweep.varies, size, replicas, found)
     else:
         global_batch = (size, "batch_rule=global: requested")
         per_replica = (size // replicas, f"{size} / {replicas} replica(s)")
@@ -56,6 +57,21 @@ def decide_batch(cfg: Config, found: Findings, strategy: StrategyPlan, step: Ste
         accumulation=(1, "one forward/backward per step"),
         drop_remainder=drop,
     )
+
+
+def _warn_if_a_sweep_varies_the_batch_unasked(varies: list[str], size: int, replicas: int, found: Findings) -> None:
+    """A sweep over strategies under batch_rule=per_replica runs each job at batch_size x its replicas: jobs then
+    differ in global batch, steps and learning rate though the sweep varies none of them."""
+    keys = [str(k) for k in varies]
+    strategies = any(k == "strategy" or k.startswith("strategy.") for k in keys)
+    batch = any(k == "scaling" or k.startswith("scaling.batch") for k in keys)
+    if strategies and not batch:
+        found.warn(
+            f"this sweep varies the strategy under scaling.batch_rule=per_replica: each job's global batch is "
+            f"scaling.batch_size x its replicas (here {size} x {replicas} = {size * replicas}), so the jobs also "
+            "differ in global batch, steps per epoch and what they learn per step. To compare strategies at one "
+            "global batch: scaling.batch_rule=global"
+        )
 
 
 def decide_learning_rate(cfg: Config, found: Findings, batch: BatchPlan) -> LearningRatePlan:
