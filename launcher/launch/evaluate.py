@@ -4,8 +4,8 @@
     python -m launcher mode=eval eval.run=exp1 eval.model=best      ... of its best model
     python -m launcher mode=predict eval.run=exp1 eval.split=val    predictions.npz, also an MLflow artifact
 
-The config is the training run's (its command's overrides, from `<run dir>/.hydra/overrides.yaml`) with this
-command's overrides on top, so the same data, task, precision and strategy are used unless changed here.
+The config is the training run's own (its resolved `<run dir>/config.yaml`, whatever search path composed it) with
+this command's overrides on top, so the same data, task, precision and strategy are used unless changed here.
 Evaluation runs the training engine's evaluation loop (every example, metrics summed over replicas) under
 that strategy; prediction runs the exported model on this process. The MLflow run is a child of the
 training run (`mlflow.parentRunId`), and the training run gets a tag pointing back to it.
@@ -19,15 +19,19 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from omegaconf import DictConfig, OmegaConf
 
 from launcher.config.errors import Violation, raise_if_any
+from launcher.config.models import CustomModelConfig
+from launcher.config.schema import DATASET_SCHEMAS, MODEL_SCHEMAS, Config, CustomDatasetConfig
 from launcher.files import CONFIG_FILE
-from launcher.launch.find_run import OVERRIDES_FILE, find_training_run
+from launcher.launch.find_run import find_training_run
 from launcher.launch.shell import run_in_shell
 from launcher.outcome import EXIT_FINISHED, FINISHED, OutcomeRecord
 from launcher.plan.environment import probe
 from launcher.tracking.client import with_retry
 from launcher.tracking.tracker import open_run
+from launcher.tracking.uri import HIDDEN
 from launcher.train import runtime
 
 # What decides which examples are held out: changed at evaluation, the test split is not the one never trained on.
@@ -41,34 +45,48 @@ def evaluate(cfg, run_dir: Path, launch_dir: Path, overrides: list[str]) -> int:
 
     def body() -> OutcomeRecord:
         train_dir = find_training_run(str(cfg.eval.run), launch_dir, str(cfg.tracking.uri))
-        node = compose_like(train_dir, overrides)
+        node = config_of_run(train_dir, cfg, overrides)
         run_id, metrics = Evaluation(node, train_dir, run_dir, launch_dir, mode).execute()
         return OutcomeRecord(status=FINISHED, exit_code=EXIT_FINISHED, run_id=run_id, metrics=metrics, mode=mode)
 
     return run_in_shell(body, run_dir, mode, bool(cfg.get("tf_logs", False)))
 
 
-def compose_like(train_dir: Path, overrides: list[str]):
-    """The training run's composed config with `overrides` on top (the later value of a key wins)."""
-    from hydra import compose
-
-    merged: dict[str, str] = {}
-    trained = yaml.safe_load((train_dir / OVERRIDES_FILE).read_text()) or []
-    if "strategy=multi_worker" in trained and not any(o.split("=", 1)[0].startswith("strategy") for o in overrides):
-        # Evaluation and prediction run in one process: the workers' cluster is not there to join.
-        trained = [o for o in trained if not o.split("=", 1)[0].lstrip("+~").startswith("strategy")]
+def config_of_run(train_dir: Path, cfg, overrides: list[str]):
+    """The training run's own resolved config (its config.yaml: whatever search path, `--config-dir` or plugin
+    composed it), with this command's overrides on top, each value as this command's Hydra composed it (a group
+    choice brings its whole section). A multi-worker run is evaluated in this one process."""
+    saved = OmegaConf.load(train_dir / CONFIG_FILE)
+    node = _typed_like(saved)
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o and not o.startswith("hydra.")}
+    if saved.strategy.kind == "multi_worker" and not any(k.split(".")[0] == "strategy" for k in given):
+        given.add("strategy")  # the workers' cluster is not there to join: this command's strategy
         print(
             "  strategy  default  the run trained with strategy=multi_worker; evaluation runs in this one process "
             "(strategy=mirrored to use its devices)",
             flush=True,
         )
-    for override in [*trained, *overrides]:
-        key = override.split("=", 1)[0].lstrip("+~")
-        if key.startswith("hydra."):
-            continue
-        merged.pop(key, None)
-        merged[key] = override
-    return compose(config_name="config", overrides=list(merged.values()))
+    for key in ("tracking.uri", "checkpoint.directory"):  # written with its credentials hidden: this command's
+        if HIDDEN in str(OmegaConf.select(saved, key, default="")):
+            given.add(key)
+    for key in sorted(given, key=lambda k: k.count(".")):
+        value = OmegaConf.select(cfg, key, throw_on_missing=False)
+        if isinstance(value, DictConfig) or "." not in key:
+            node[key.split(".")[0]] = cfg[key.split(".")[0]] if isinstance(value, DictConfig) else value
+        else:
+            OmegaConf.update(node, key, value, merge=False, force_add=True)
+    return node
+
+
+def _typed_like(saved):
+    """A config.yaml as the structured config it was written from: the schema of its model and dataset options
+    (a plugin's or the person's own: the custom schema) under the Config schema."""
+    schema = OmegaConf.structured(Config)
+    schema.model = OmegaConf.structured(MODEL_SCHEMAS.get(str(saved.model.name), CustomModelConfig))
+    schema.dataset = OmegaConf.structured(DATASET_SCHEMAS.get(str(saved.dataset.name), CustomDatasetConfig))
+    node = OmegaConf.merge(schema, saved)
+    OmegaConf.set_struct(node, True)
+    return node
 
 
 class Evaluation:

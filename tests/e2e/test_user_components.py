@@ -119,10 +119,10 @@ def test_example_project_trains_from_its_readme_then_evaluates_and_predicts(proj
     assert evaluation.data.metrics["val_balanced_accuracy"] == pytest.approx(best, abs=1e-4)
     assert client.get_run(run.info.run_id).data.tags["eval.latest_run_id"] == evaluation.info.run_id
 
+    # Without --config-dir: prediction reads the run dir's own config (issue 62, item 8: a run trained with the
+    # person's own config group options failed in Hydra, MissingConfigException, however the search path was given).
     done = launcher_here(
         [
-            "--config-dir",
-            "conf",
             "mode=predict",
             "eval.run=baseline",
             "eval.output=predictions.npz",
