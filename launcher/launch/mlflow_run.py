@@ -14,7 +14,8 @@ from launcher.launch.faults import fault_point
 from launcher.launch.mlflow_record import dataset_inputs
 from launcher.launch.params import run_name, run_params, run_tags
 from launcher.launch.restarts import REASON_ENV, attempt_number
-from launcher.plan.decisions import ResumePlan
+from launcher.plan.continuation import changed_tags
+from launcher.plan.decisions import ContinuationPlan, ResumePlan
 from launcher.tracking.tensorboard import TensorBoardMirror
 from launcher.tracking.tracker import NullTracker, RunTracker, open_run
 from launcher.tracking.uri import redact
@@ -63,6 +64,9 @@ def open_mlflow_run(
         tracker.set_tags({"init.source_run_id": init_source.run_id})
     if tracker.resumed:
         tracker.set_tags({"plan.resume": plan.record(ResumePlan).position})
+        if plan.has(ContinuationPlan):  # MLflow keeps the first launch's params: the changes as tags
+            continued = plan.record(ContinuationPlan)
+            tracker.set_tags({**changed_tags(continued.changed or ""), "plan.resume.kept": continued.kept or ""})
     else:
         tracker.log_params(params)
         tracker.set_tags(run_tags(plan, env, run_dir, tr, name))

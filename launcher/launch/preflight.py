@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import OmegaConf
 
 from launcher.config.errors import raise_if_any
-from launcher.config.schema import Config, Unreachable, as_dict
+from launcher.config.schema import Config, OptimizerUpdate, PrecisionName, Unreachable, as_dict
 from launcher.files import CONFIG_FILE, PLAN_FILE, TUNING_FILE
 from launcher.launch.checkpointer import check_writable
 from launcher.launch.faults import OPT_IN, armed, ignored
@@ -23,7 +24,8 @@ from launcher.launch.review import collecting, review
 from launcher.launch.trial import open_trial
 from launcher.launch.tuning import command_line, copy_table
 from launcher.launch.tuning import decide as decide_step_by_timing
-from launcher.plan.decisions import FaultPlan, Plan
+from launcher.plan.continuation import Continuation, continue_run
+from launcher.plan.decisions import ContinuationPlan, FaultPlan, Plan
 from launcher.plan.environment import probe
 from launcher.plan.resolve import wants_measurements
 from launcher.tracking.uri import check_reachable, redact
@@ -67,6 +69,9 @@ def save_plan(plan: Plan, run_dir: Path) -> None:
 
 def preflight(config: Config, settings: dict, run_dir: Path, launch_dir: Path) -> Prepared:
     """Check everything, refuse every problem at once (ConfigError), then print and save the Plan."""
+    continuation = continued_run(config, settings, run_dir, checkpoint_directory(config, run_dir, launch_dir))
+    if continuation is not None:
+        keep_first_choices(config, continuation)
     env = probe(measure=wants_measurements(config))
     env, tune_record = decide_step_by_timing(config, env, command_line(), launch_dir)
     checked = review(config, env, lambda plan: runtime.configure(plan, config.seed, config.deterministic))
@@ -74,6 +79,9 @@ def preflight(config: Config, settings: dict, run_dir: Path, launch_dir: Path) -
     prepared = Prepared(checked.plan, env, checked.source, checked.strategy, config.tracking.uri, checked.init_source)
     if tune_record is not None:
         prepared.plan = prepared.plan.with_record(tune_record)
+    if continuation is not None:
+        problems.extend(continuation.refused)
+        prepared.plan = prepared.plan.with_record(_continuation_record(continuation))
     _arm_fault(prepared, problems)
     if not config.explain:
         _open_trial(config, prepared, problems)
@@ -93,6 +101,44 @@ def preflight(config: Config, settings: dict, run_dir: Path, launch_dir: Path) -
         copy_table(config, env, run_dir / TUNING_FILE)
     print(prepared.plan.render(), flush=True)
     return prepared
+
+
+def continued_run(config: Config, settings: dict, run_dir: Path, checkpoints: Path) -> Continuation | None:
+    """This launch continues the run in `run_dir` (an earlier launch's config.yaml and plan.yaml, and a checkpoint
+    it will resume): what it keeps and changes. None: a new run, or one that starts over."""
+    if not config.checkpoint.enabled or str(config.checkpoint.resume) != "auto":
+        return None  # off, starting over (never), or a checkpoint the person named: not this run's own thread
+    files = run_dir / CONFIG_FILE, run_dir / PLAN_FILE
+    if not all(f.is_file() for f in files) or not any(checkpoints.glob("ckpt-*.index")):
+        return None
+    before = yaml.safe_load(files[0].read_text()) or {}
+    decisions = (yaml.safe_load(files[1].read_text()) or {}).get("decisions", {})
+    return continue_run(before, settings, decisions, config.name)
+
+
+def keep_first_choices(config: Config, continuation: Continuation) -> None:
+    """Pin what `auto` chose at the run's first launch (a resume never re-measures: under other load it flipped
+    XLA and with it the step, drop_remainder and the steps per epoch)."""
+    pins = continuation.pins
+    if "precision.name" in pins:
+        config.precision.name = PrecisionName(str(pins["precision.name"]))
+    if "xla" in pins:
+        config.xla = "true" if pins["xla"] in (True, "True", "true") else "false"
+    if "optimizer.update" in pins:
+        config.optimizer.update = OptimizerUpdate(str(pins["optimizer.update"]))
+    if "train.steps_per_execution" in pins:
+        config.train.steps_per_execution = int(pins["train.steps_per_execution"])
+    if "tune" in pins:
+        config.tune = "off"
+
+
+def _continuation_record(continuation: Continuation) -> ContinuationPlan:
+    kept, changed = continuation.describe_pins(), continuation.describe_changes()
+    why_kept = "auto chose these at the run's first launch (plan.yaml); a continued run keeps them"
+    why_changed = "may change when a run continues: applied from this launch on (MLflow tags changed.<key>)"
+    return ContinuationPlan.of(
+        kept=(kept, why_kept) if kept else None, changed=(changed, why_changed) if changed else None
+    )
 
 
 def _arm_fault(prepared: Prepared, problems: list) -> None:

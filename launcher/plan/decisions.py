@@ -338,6 +338,15 @@ class ResumePlan(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ContinuationPlan(Section):
+    """A run continued by this launch: the `auto` choices its first launch made, kept, and the settings changed
+    since, applied (added at launch when the run dir holds an earlier launch and a checkpoint to resume)."""
+
+    kept: str | None = decision("resume.kept", optional=True)
+    changed: str | None = decision("resume.changed", optional=True)
+
+
+@dataclass(frozen=True, kw_only=True)
 class TunePlan(Section):
     """How tune=auto chose the step: the candidates timed (or the cached table), or why it did not tune."""
 

@@ -221,14 +221,41 @@ def test_rerun_in_the_same_run_dir_resumes_the_same_mlflow_run(cli_here, tmp_pat
     assert steps == [0, 1, 2, 3]
 
 
+def test_a_continued_run_keeps_autos_choices_applies_what_may_change_and_refuses_the_rest(cli_here, tmp_path):
+    """Issue 62, items 2 and 3: a changed learning rate was printed as applied and ignored; a resume re-measured
+    xla=auto and changed the step, drop_remainder and the steps per epoch."""
+    first = cli_here(*TINY, "train.epochs=1", "precision=auto", "xla=auto")
+    assert first.returncode == 0, first.stderr[-2000:]
+    decided = yaml.safe_load((tmp_path / "run" / "plan.yaml").read_text())["decisions"]
+    refused = cli_here(*TINY, "train.epochs=2", "precision=auto", "xla=auto", "optimizer.learning_rate=0.01")
+    assert refused.returncode == 2
+    assert "optimizer.learning_rate=0.01: expected the value this run started with, 0.001" in refused.stderr
+    assert "Resuming" not in refused.stdout
+    more = cli_here(*TINY, "train.epochs=2", "precision=auto", "xla=auto")
+    assert more.returncode == 0, more.stderr[-2000:]
+    again = yaml.safe_load((tmp_path / "run" / "plan.yaml").read_text())["decisions"]
+    kept = f"precision.name={decided['precision']['value']}, xla={str(decided['xla']['value']).lower()}"
+    assert again["resume.kept"]["value"].startswith(kept)
+    assert again["resume.changed"]["value"] == "train.epochs: 1 -> 2"
+    for key in ("step", "batch.drop_remainder", "train.steps_per_epoch"):
+        assert again[key]["value"] == decided[key]["value"], key
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
+    assert run.data.tags["changed.train.epochs"] == "1 -> 2" and run.data.params["train.epochs"] == "1"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [0, 1]
+
+
 def test_resuming_with_a_different_model_is_refused(cli_here, tmp_path):
     assert cli_here(*TINY, "precision=fp32", "train.epochs=1").returncode == 0
     other = cli_here("model=cnn", "precision=fp32", "train.epochs=2")
     assert other.returncode == 2
-    assert "model='cnn': expected 'mlp', the model of the checkpoint being resumed" in other.stderr
-    assert "fix: checkpoint.resume=never" in other.stderr
+    assert "model.name='cnn': expected the value this run started with, mlp" in other.stderr
+    assert "checkpoint.resume=never to start it over" in other.stderr
     wider = cli_here("model.hidden_units=[48]", "precision=fp32", "train.epochs=2")
-    assert "model.hidden_units=[48]: expected [32]" in wider.stderr
+    assert wider.returncode == 2
+    assert "model.hidden_units=[48]: expected the value this run started with, [32]" in wider.stderr
     assert list((tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))
 
 
