@@ -26,6 +26,7 @@ FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
 # What a FAILED launch failed at. Only a training failure may be restarted (`train.max_restarts`): the others would
 # fail the same way again (the numerics, the disk) or are the person's to fix (refusals have their own status).
 TRAINING_FAILURE, NUMERICS_STOP, CHECKPOINT_WRITE = "training", "numerics", "checkpoint_write"
+EXPORT_FAILURE = "export"  # training done, a requested export not written: a rerun of the same command only exports
 
 EXIT_FINISHED = 0
 EXIT_FAILED = 1  # training (or an examination) failed; also Hydra's own compose errors
@@ -239,7 +240,7 @@ class Ending:
     status: str
     exit_code: int
     error: str | None = None
-    failure: str | None = None  # TRAINING_FAILURE, NUMERICS_STOP or CHECKPOINT_WRITE, when FAILED
+    failure: str | None = None  # TRAINING_FAILURE, NUMERICS_STOP, CHECKPOINT_WRITE or EXPORT_FAILURE, when FAILED
     stop_reason: str | None = None  # a finished fit: epochs, max_steps, early_stopping, pruned or max_time
     tags: dict = field(default_factory=dict)
     message: str = ""
@@ -266,7 +267,7 @@ class StopContext:
 
 @runtime_checkable
 class EndsLaunch(Protocol):
-    """A stop that says how it ends the launch: `Preempted`, `NumericsStop`, `CheckpointWriteError`."""
+    """A stop that says how it ends the launch: `Preempted`, `NumericsStop`, `CheckpointWriteError`, `ExportFailed`."""
 
     def ending(self, context: StopContext) -> Ending: ...
 

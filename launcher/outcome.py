@@ -17,6 +17,7 @@ from launcher.contract import (  # noqa: F401 (how a fit ends: named here for ev
     CHECKPOINT_WRITE,
     EXIT_FAILED,
     EXIT_FINISHED,
+    EXPORT_FAILURE,
     FAILED,
     FINISHED,
     KILLED,

@@ -65,3 +65,21 @@ class HalfStepSGD(keras.optimizers.SGD):
 def halving(initial_learning_rate, decay_steps, every):
     """A user's schedule by import path: halves the rate every `every` steps (decay_steps unused)."""
     return keras.optimizers.schedules.ExponentialDecay(initial_learning_rate, every, 0.5, staircase=True)
+
+
+def words_with_a_lookup_table(n: int = 96):
+    """Raw strings in tf.data and an adapted TextVectorization (a lookup table) as the "preprocess": it trains, and
+    its SavedModel export fails (`untracked resource`, issue 62 item 7) until lookup tables are tracked."""
+    import keras
+    import tensorflow as tf
+
+    words = np.array(["red green", "blue sky", "green grass", "sky blue", "red rose", "grass green"] * (n // 6))
+    labels = np.array([0, 1, 0, 1, 0, 0] * (n // 6), dtype="int64")
+    vectorize = keras.layers.TextVectorization(max_tokens=16, output_mode="multi_hot")
+    vectorize.adapt(words)
+    split = n * 3 // 4
+    return {
+        "train": tf.data.Dataset.from_tensor_slices((words[:split], labels[:split])),
+        "val": tf.data.Dataset.from_tensor_slices((words[split:], labels[split:])),
+        "preprocess": vectorize,
+    }

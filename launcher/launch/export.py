@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from launcher.contract import EXIT_FAILED, EXPORT_FAILURE, FAILED, Ending, StopContext
 from launcher.launch.serving import SIGNATURE, ServingExports, export_saved_model, export_serving, served_inputs
 from launcher.train.ema import ema_weights
 
@@ -45,9 +46,33 @@ class Reloaded:
         return self._model
 
 
+class ExportFailed(RuntimeError):
+    """A requested export was not written (each other export was): the launch fails, its checkpoints kept, so the
+    same command again finds nothing to train and only exports."""
+
+    def __init__(self, failed: dict[str, str]):
+        self.failed = failed
+        super().__init__("; ".join(f"{name}: {why}" for name, why in failed.items()))
+
+    def ending(self, context: StopContext) -> Ending:
+        """FAILED, not restarted (an export fails the same way again until its cause is fixed); no traceback."""
+        error = f"ExportFailed: {self}"[:4900]
+        return Ending(
+            FAILED,
+            EXIT_FAILED,
+            error=error,
+            failure=EXPORT_FAILURE,
+            tags={"error": error},
+            message=f"\nNot exported: {self}.\nTraining is done and its checkpoints are kept: fix the cause and run "
+            "the same command again; it only exports. The MLflow run is marked FAILED.",
+            to_stderr=True,
+        )
+
+
 def export_trained(config, plan, built, source, tracker, run_dir: Path, best_exported=None, remote=None) -> None:
     """checkpoint.export_model, on the chief: model.keras (and best.keras), the serving formats and the MLflow
-    model, logged to the run; beside remote checkpoints too, where a machine without this disk finds them."""
+    model, logged to the run; beside remote checkpoints too, where a machine without this disk finds them. Every
+    export is tried; then any that failed fails the launch (`ExportFailed`)."""
     if not (config.checkpoint.export_model and plan.is_chief):
         return
     export_model(built.model, run_dir / "model.keras")
@@ -62,7 +87,12 @@ def export_trained(config, plan, built, source, tracker, run_dir: Path, best_exp
             remote.push_file(Path(best_exported))
         if "tflite" in exported.written:
             remote.push_file(exported.written["tflite"])
-    _log_mlflow_model(reloaded, config.tracking, built.task, source, tracker, run_dir, exported)
+    failed = {f"export.formats {name}": why for name, why in exported.failed.items()}
+    model_failure = _log_mlflow_model(reloaded, config.tracking, built.task, source, tracker, run_dir, exported)
+    if model_failure:
+        failed["tracking.log_model"] = model_failure
+    if failed:
+        raise ExportFailed(failed)
 
 
 def _export_for_serving(reloaded: Reloaded, formats, task, source, tracker, run_dir: Path) -> ServingExports:
@@ -78,18 +108,16 @@ def _export_for_serving(reloaded: Reloaded, formats, task, source, tracker, run_
         else:
             tracker.log_artifact(path, "model")
         print(f"  export   {name:<12} {path}" + (f"  ({exported.notes[name]})" if name in exported.notes else ""))
-    for name, why in exported.failed.items():
-        print(f"WARNING: export.formats {name}: not exported ({why}); the run and its other exports stand.")
     tracker.set_tags(tags)
     return exported
 
 
-def _log_mlflow_model(reloaded: Reloaded, tracking, task, source, tracker, run_dir: Path, exported) -> None:
+def _log_mlflow_model(reloaded: Reloaded, tracking, task, source, tracker, run_dir: Path, exported) -> str | None:
     """tracking.log_model: the MLflow model, the SavedModel's served function (the run's SavedModel, or one made
-    for it when export.formats has none), and tracking.register_model: a registered version of it. One that
-    cannot be made is said and tagged, never a failed run: the training is done and its other exports stand."""
+    for it when export.formats has none), and tracking.register_model: a registered version of it. Returns why it
+    could not be made (tagged; the caller fails the launch once every export was tried), else None."""
     if not tracking.enabled or not tracking.log_model:
-        return
+        return None
     from launcher.launch.mlflow_model import MODEL_ARTIFACT, save_mlflow_model  # MLflow's pyfunc: only when used
 
     saved = exported.written.get("saved_model")
@@ -103,12 +131,12 @@ def _log_mlflow_model(reloaded: Reloaded, tracking, task, source, tracker, run_d
         written = save_mlflow_model(saved or staging, example, run_dir / MODEL_ARTIFACT, signature, reloaded.path)
     except Exception as err:  # the training is done: say why the MLflow model is missing, keep the rest
         why = f"{type(err).__name__}: {' '.join(str(err).strip().splitlines()[:2])[:300]}"
-        print(f"WARNING: tracking.log_model: no MLflow model ({why}); the run and its other exports stand.")
         tracker.set_tags({"export.mlflow_model": f"failed: {why}"})
-        return
+        return why
     finally:
         if staging:
             shutil.rmtree(staging, ignore_errors=True)
     tracker.log_artifacts(written, MODEL_ARTIFACT)
     if tracking.register_model:
         tracker.register_model(tracking.register_model, MODEL_ARTIFACT)
+    return None
