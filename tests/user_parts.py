@@ -68,8 +68,8 @@ def halving(initial_learning_rate, decay_steps, every):
 
 
 def words_with_a_lookup_table(n: int = 96):
-    """Raw strings in tf.data and an adapted TextVectorization (a lookup table) as the "preprocess": it trains, and
-    its SavedModel export fails (`untracked resource`, issue 62 item 7) until lookup tables are tracked."""
+    """Raw strings in tf.data and an adapted TextVectorization (a lookup table) as the "preprocess" (its SavedModel
+    export failed with `untracked resource` until the launcher tracked the table; TFLite has no string ops)."""
     import keras
     import tensorflow as tf
 

@@ -107,8 +107,8 @@ def served_inputs(source, model) -> ServedInputs:
     first = source.first_raw(1)
     if not isinstance(first, dict | tuple | list):
         spec = input_spec(source)
-        if preprocessing is not None:  # the raw features' shape, which a loader's preprocessing may change
-            dtype = tf.as_dtype(raw[INPUT_NAME]) if INPUT_NAME in raw else spec.dtype
+        if preprocessing is not None:  # the raw features' shape and dtype, which a loader's preprocessing may change
+            dtype = tf.as_dtype(raw[INPUT_NAME]) if INPUT_NAME in raw else _raw_dtype(first, spec.dtype)
             spec = tf.TensorSpec([None, *np.asarray(first).shape[1:]], dtype, name=INPUT_NAME)
         return ServedInputs({INPUT_NAME: spec}, "one", preprocessing)
     names = list(first) if isinstance(first, dict) else _input_names(model, len(first))
@@ -116,9 +116,20 @@ def served_inputs(source, model) -> ServedInputs:
     specs = {}
     for name in names:
         array = np.asarray(arrays[name])
-        dtype = tf.as_dtype(raw[name]) if name in raw else tf.int32 if array.dtype.kind in "iu" else tf.float32
+        dtype = (
+            tf.as_dtype(raw[name])
+            if name in raw
+            else _raw_dtype(array, tf.int32 if array.dtype.kind in "iu" else tf.float32)
+        )
         specs[name] = tf.TensorSpec([None, *array.shape[1:]], dtype, name=name)
     return ServedInputs(specs, "dict" if isinstance(first, dict) else "tuple", preprocessing)
+
+
+def _raw_dtype(array, otherwise):
+    """Strings stay strings (raw text or categories a preprocess looks up); else `otherwise`."""
+    import tensorflow as tf
+
+    return tf.string if np.asarray(array).dtype.kind in "USO" else otherwise
 
 
 def _input_names(model, count: int) -> list[str]:
@@ -138,6 +149,8 @@ def export_saved_model(model, task, inputs: ServedInputs, path: Path) -> None:
         shutil.rmtree(path)
     archive = keras.export.ExportArchive()
     archive.track(model)
+    for state in inputs.preprocessing.tracked if inputs.preprocessing else ():
+        archive.track(state)  # a loader's preprocess layer: its lookup table is part of the served function
 
     def served(given):
         return task.served(model(inputs.model_input(given), training=False))

@@ -38,6 +38,7 @@ class Preprocessing:
     encoded: tuple[Encoded, ...] = ()
     served: str = "serving_default"
     raw_examples: Callable[[int], dict[str, np.ndarray]] | None = None  # n examples in the raw form, by name
+    tracked: tuple = ()  # objects holding TensorFlow state `apply` uses (a layer's lookup table): exported with it
 
     def prepare(self, raw: dict) -> dict:
         """The features the model takes, from a batch of raw inputs by name."""
@@ -105,4 +106,8 @@ def users(given) -> Preprocessing:
             return {"inputs": given(raw["inputs"])}
         return dict(given(raw))
 
-    return Preprocessing(apply)
+    import sys
+
+    tf = sys.modules.get("tensorflow")  # a callable of TensorFlow ops: TensorFlow is loaded already
+    stateful = tf is not None and isinstance(given, tf.Module | getattr(tf.__internal__.tracking, "Trackable", ()))
+    return Preprocessing(apply, tracked=(given,) if stateful else ())
