@@ -29,9 +29,10 @@ def quiet_tracking_logs() -> None:
 LOG_LEVEL_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_VERBOSITY": "ERROR", "ABSL_MIN_LOG_LEVEL": "2"}
 
 
-def quiet_tensorflow_logs(enabled: bool) -> None:
+def quiet_tensorflow_logs(enabled: bool, load: bool = True) -> None:
     """Hide TensorFlow's C++/absl start-up noise and MLflow's store set-up lines unless tf_logs=true (must run
-    before import)."""
+    before import); `load`: import TensorFlow now, its start-up lines swallowed (else `load_tensorflow_quietly`
+    later, after a check that needs no TensorFlow)."""
     if enabled:
         return
     quiet_tracking_logs()
@@ -42,8 +43,14 @@ def quiet_tensorflow_logs(enabled: bool) -> None:
     warnings.filterwarnings("ignore", module="keras")
     global _QUIET
     _QUIET = True
+    if load:
+        load_tensorflow_quietly()
+
+
+def load_tensorflow_quietly() -> None:
+    """Import TensorFlow with its C++ start-up lines swallowed (they bypass every log level)."""
     with quiet_stderr():
-        import tensorflow  # noqa: F401  (its C++ start-up lines bypass every log level)
+        import tensorflow  # noqa: F401
 
 
 @contextlib.contextmanager

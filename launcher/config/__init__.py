@@ -10,6 +10,7 @@ Modules:
     errors: `ConfigError`: every violation of a config, reported at once, never as a TF traceback
     help: `python -m launcher --help`: the launcher by name and the config groups to choose from
     imports: the user's components by import path (`module.path:attribute`) and installed plugins
+    keys: keys a person types that the launcher does not have: refused with the key meant
     models: the table of the model kinds the launcher knows, each saying what it is
     optimizers: the table of optimizers and learning-rate schedules a config names, and what each is
     precisions: the table of the precisions the launcher knows, each saying what it is

@@ -24,11 +24,11 @@ class Violation:
 class ConfigError(Exception):
     """Raised with all violations found, so a person fixes them in one go."""
 
-    def __init__(self, violations: Sequence[Violation]):
+    def __init__(self, violations: Sequence[Violation], note: str = ""):
         self.violations = tuple(violations)
         count = len(self.violations)
         head = f"Invalid configuration ({count} problem{'s' if count != 1 else ''}):"
-        super().__init__("\n".join([head, *(v.render() for v in self.violations)]))
+        super().__init__("\n".join([head, *(v.render() for v in self.violations), *([note] if note else [])]))
 
     @classmethod
     def single(cls, key: str, value: object, expected: str, fix: str) -> ConfigError:

@@ -13,17 +13,32 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launcher.config.errors import ConfigError
-from launcher.console import quiet_tensorflow_logs
+from launcher.console import load_tensorflow_quietly, quiet_tensorflow_logs
 from launcher.launch.lock import RunDirBusy, RunDirLock
 from launcher.outcome import EXIT_FAILED, EXIT_REFUSED, FAILED, REFUSED, TRAINING_FAILURE, OutcomeRecord
 
 
-def run_in_shell(body: Callable[[], OutcomeRecord], run_dir: Path, mode: str, tf_logs: bool = False) -> int:
-    """Run `body` locked in `run_dir`; write its outcome record; return the process's exit code."""
-    quiet_tensorflow_logs(tf_logs)
+def run_in_shell(
+    body: Callable[[], OutcomeRecord],
+    run_dir: Path,
+    mode: str,
+    tf_logs: bool = False,
+    first_pass: Callable[[], None] | None = None,
+) -> int:
+    """Run `body` locked in `run_dir`; write its outcome record; return the process's exit code. `first_pass`
+    checks what it can before TensorFlow loads: a refusal it raises costs no TensorFlow import."""
+    quiet_tensorflow_logs(tf_logs, load=False)
+
+    def whole() -> OutcomeRecord:
+        if first_pass is not None:
+            first_pass()
+        if not tf_logs:
+            load_tensorflow_quietly()
+        return body()
+
     try:
         with RunDirLock(run_dir):
-            record = _guarded(body, mode)
+            record = _guarded(whole, mode)
             record.write(run_dir)
             return record.exit_code
     except RunDirBusy as err:  # another launch owns the run dir: write nothing there

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
 
+from launcher.config.schema import to_config
 from launcher.config.strategies import strategy_of
 from launcher.launch.local_workers import local_worker_count
 from launcher.launch.shell import run_in_shell
@@ -26,8 +27,19 @@ def launch(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | Non
     """
     run_dir = worker_run_dir(cfg, run_dir)
     return run_in_shell(
-        lambda: train(cfg, run_dir, launch_dir, choices or {}), run_dir, "train", bool(cfg.get("tf_logs", False))
+        lambda: train(cfg, run_dir, launch_dir, choices or {}),
+        run_dir,
+        "train",
+        bool(cfg.get("tf_logs", False)),
+        first_pass=lambda: check_before_tensorflow(cfg, run_dir, launch_dir),
     )
+
+
+def check_before_tensorflow(cfg: DictConfig, run_dir: Path, launch_dir: Path) -> None:
+    """The config's own problems (unknown keys, the rules), refused before TensorFlow loads."""
+    from launcher.launch.preflight import first_pass  # loads TensorFlow's modules (not its runtime)
+
+    first_pass(to_config(cfg), run_dir, launch_dir)
 
 
 def train(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict) -> OutcomeRecord:

@@ -7,15 +7,17 @@ runtime uninitialised: logical CPU devices are configured afterwards.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import platform
 import time
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from launcher.console import quiet_stderr
-from launcher.plan.hardware import best_rate, measurement
+from launcher.plan.hardware import best_rate, cached_measurement, measurement
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,37 @@ def _probe_gpus() -> tuple[Gpu, ...]:
         capability = tuple(details.get("compute_capability") or (0, 0))
         gpus.append(Gpu(details.get("device_name", device.name), capability))
     return tuple(gpus)
+
+
+# Device nodes of the accelerators TensorFlow could find: where none exists, the machine is its CPUs alone and the
+# resolver can see it without importing TensorFlow.
+ACCELERATOR_NODES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg", "/dev/accel*")
+
+
+def probe_without_tensorflow(measure: bool) -> Environment | None:
+    """The machine as `probe` sees it, without importing TensorFlow, where that is exact: no accelerator device
+    node, and (`measure`) a cached matmul figure that is not due. None otherwise."""
+    if any(glob.glob(pattern) for pattern in ACCELERATOR_NODES):
+        return None
+    measured = cached_measurement() if measure else None
+    if measure and measured is None:
+        return None
+    try:
+        versions = version("tensorflow"), version("keras")
+    except PackageNotFoundError:
+        return None
+    return Environment(
+        cpu_count=os.cpu_count() or 1,
+        cpu_flags=read_cpu_flags(),
+        gpus=(),
+        tf_version=versions[0],
+        keras_version=versions[1],
+        tf_config=read_tf_config(),
+        slurm=read_slurm(),
+        machine=platform.machine(),
+        matmul_gflops=dict(measured.rates) if measured else {},
+        matmul_trust=measured.describe(time.time()) if measured else "",
+    )
 
 
 def probe(measure: bool = False) -> Environment:

@@ -149,6 +149,12 @@ def measured_rates() -> dict[str, float]:
     return dict(found.rates) if found else {}
 
 
+def cached_measurement(now: Callable[[], float] = time.time) -> Measurement | None:
+    """This machine's cached figure when it is not due, without measuring (None: `measurement` would measure)."""
+    cached = Measurement.from_json(_read(cache_file()).get(machine_key()))
+    return cached if cached is not None and not cached.due(now()) else None
+
+
 def measurement(now: Callable[[], float] = time.time) -> Measurement | None:
     """This machine's figure: the cached one, unless it is due (`Measurement.due`), then measured again in a
     child process. A measurement that fails keeps the cached figure; a provisional one does not replace a sound

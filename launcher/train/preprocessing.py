@@ -8,6 +8,7 @@ and scale; TFRecord shards parse); a user's loader may hand over a Keras layer o
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,8 +106,6 @@ def users(given) -> Preprocessing:
         if list(raw) == ["inputs"]:
             return {"inputs": given(raw["inputs"])}
         return dict(given(raw))
-
-    import sys
 
     tf = sys.modules.get("tensorflow")  # a callable of TensorFlow ops: TensorFlow is loaded already
     stateful = tf is not None and isinstance(given, tf.Module | getattr(tf.__internal__.tracking, "Trackable", ()))

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from support.cli import run_python
 from support.config import TINY
 from support.tracking import runs_in
 
@@ -341,3 +342,25 @@ def test_help_introduces_the_launcher_and_lists_the_groups_a_person_chooses():
     assert "strategy.port: a port number in 1..65535" in ranges  # declared once, on the schema field
     assert "model.hidden_units (mlp): a non-empty list of integers, each >= 1" in ranges
     assert "optimizer:" in done.stdout  # every key, with its default
+
+
+REFUSE_WITHOUT_TENSORFLOW = """
+import sys
+sys.argv = ["launcher", "precision=mixed", "loss_scale=none", "task.metrics=[acuracy]", "xla=false",
+            "hydra.run.dir={run}", "tracking.uri=sqlite:///{db}"]
+from launcher.__main__ import entry
+try:
+    entry()
+except SystemExit as exit_:
+    print("exit", exit_.code, "tensorflow loaded:", "tensorflow" in sys.modules)
+"""
+
+
+def test_a_config_the_rules_refuse_is_refused_before_tensorflow_loads_with_every_rule_problem(tmp_path):
+    """Issue 62, item 9: a refusal cost ~7 CPU-s (TensorFlow imported first); benchmarks/refusal_cost.py measures
+    it (1.1 against 6.8 CPU-s on an AMD EPYC)."""
+    done = run_python(REFUSE_WITHOUT_TENSORFLOW.format(run=tmp_path / "run", db=tmp_path / "mlflow.db"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "exit 2 tensorflow loaded: False" in done.stdout
+    assert "loss_scale='none'" in done.stderr and "task.metrics='acuracy'" in done.stderr
+    assert (tmp_path / "run" / "outcome.json").is_file()

@@ -128,11 +128,19 @@ def test_image_folder_names_empty_classes_and_broken_files(tmp_path):
     assert "1 file(s)" in message and str(tmp_path / "dog" / "bad.png") in message
 
 
-def test_data_problems_come_with_the_config_problems_in_one_refusal(cli_here, tmp_path):
+def test_the_rules_refuse_before_the_data_loads_then_the_data_problems_come_with_the_rest(cli_here, tmp_path):
+    """The rules' refusals come before TensorFlow loads (issue 62, item 9: ~1 CPU-s, not ~7), saying the data is
+    checked once they pass; then the data's problems come with every other problem the full pass finds."""
     path = tmp_path / "data.npz"
     np.savez(path, x=_nan_rows(), y=GOOD_Y)
     done = cli_here(*TINY, "dataset=npz", f"dataset.path={path}", "xla=maybe")
     assert done.returncode == 2, done.stderr[-2000:]
+    assert "Invalid configuration (1 problem)" in done.stderr, done.stderr[-2000:]
+    assert (
+        "xla='maybe'" in done.stderr and "the data, the model and the tracking server are checked once" in done.stderr
+    )
+    done = cli_here(*TINY, "dataset=npz", f"dataset.path={path}", "xla=false", "tracking.uri=http://127.0.0.1:9")
+    assert done.returncode == 2, done.stderr[-2000:]
     assert "Invalid configuration (2 problems)" in done.stderr, done.stderr[-2000:]
-    assert "xla='maybe'" in done.stderr and "finite inputs" in done.stderr
+    assert "finite inputs" in done.stderr and "tracking.uri" in done.stderr
     assert "Traceback" not in done.stderr
