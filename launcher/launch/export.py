@@ -9,8 +9,10 @@ The same concept one level up: `launcher.plan.rules.export` decides the formats 
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
+from launcher.config.errors import Violation, raise_if_any
 from launcher.contract import EXIT_FAILED, EXPORT_FAILURE, FAILED, Ending, StopContext
 from launcher.launch.serving import SIGNATURE, ServingExports, export_saved_model, export_serving, served_inputs
 from launcher.train.ema import ema_weights
@@ -67,6 +69,28 @@ class ExportFailed(RuntimeError):
             "the same command again; it only exports. The MLflow run is marked FAILED.",
             to_stderr=True,
         )
+
+
+def check_exports(config, plan, built, source) -> None:
+    """export.formats beyond model.keras, written once from the untrained model into a scratch dir before the first
+    step: a format this model cannot be written to is refused now (ConfigError), not found after training. Only
+    formats the person asked for (the MLflow model, made on every tracked run, is not tried twice)."""
+    formats = [f for f in plan.export.formats if f in ("saved_model", "tflite")]
+    if not (formats and config.checkpoint.export_model and plan.is_chief):
+        return
+    with tempfile.TemporaryDirectory(prefix="launcher-export-check-") as scratch:
+        untrained = Path(scratch) / "model.keras"
+        built.model.save(untrained)  # not compiled yet: no optimizer state to leave out
+        exported = export_serving(Reloaded(untrained).model, built.task, source, Path(scratch), formats)
+    raise_if_any(
+        Violation(
+            "export.formats",
+            name,
+            f"a format this model can be written to; tried before training on the untrained model: {why}",
+            f"export.formats=[{','.join(f for f in plan.export.formats if f not in exported.failed)}]",
+        )
+        for name, why in exported.failed.items()
+    )
 
 
 def export_trained(config, plan, built, source, tracker, run_dir: Path, best_exported=None, remote=None) -> None:

@@ -20,6 +20,7 @@ from launcher.contract import EXIT_FAILED, EXIT_FINISHED, FAILED, FINISHED, Endi
 from launcher.files import PLAN_FILE
 from launcher.launch.agree import agree_on_plan
 from launcher.launch.building import build_model
+from launcher.launch.export import check_exports
 from launcher.launch.finish import finish
 from launcher.launch.hooks.assembly import FitHooks, hooks_for
 from launcher.launch.mlflow_run import open_mlflow_run
@@ -99,8 +100,10 @@ class TrainingLaunch:
         self.plan, self.source = self.prepared.plan, self.prepared.source
 
     def build(self) -> None:
-        """Model, optimizer (+ loss-scale optimizer) and metrics inside the strategy scope; init_from, freeze."""
+        """Model, optimizer (+ loss-scale optimizer) and metrics inside the strategy scope; init_from, freeze; the
+        exports asked for, tried on the untrained model (one that cannot be written is refused before training)."""
         self.built, self.plan, self.freezer = build_model(self.config, self.plan, self.prepared, self.run_dir)
+        check_exports(self.config, self.plan, self.built, self.source)
 
     def restore(self) -> None:
         """Resume from the run's checkpoints (before tracking: another model's checkpoint is a ConfigError)."""

@@ -1,6 +1,7 @@
 """Issue 62, item 7: an adapted TextVectorization in a loader's "preprocess" left no SavedModel and no MLflow model
-(`untracked resource`), and the run ended FINISHED, exit 0. Its lookup table is now exported with the served
-function; an export that still cannot be written (TFLite has no string ops) fails the launch."""
+(`untracked resource`), found after the whole training, and the run ended FINISHED, exit 0. Its lookup table is now
+exported with the served function; a format the model cannot be written to is refused before training; an export
+that still fails at the end fails the launch, and the same command again only exports."""
 
 from __future__ import annotations
 
@@ -18,37 +19,59 @@ LOOKUP_TABLE_RUN = (
     "train.epochs=1",
     "model.hidden_units=[8]",
     "scaling.batch_size=16",
-    "export.formats=[keras,saved_model,tflite]",
 )
 
 
 def test_a_failed_export_ends_the_launch_failed_with_how_to_finish_it_and_no_traceback():
-    ending = ending_of(
-        ExportFailed({"export.formats saved_model": "AssertionError: untracked resource"}), StopContext()
-    )
+    failed = ExportFailed({"export.formats saved_model": "AssertionError: untracked resource"})
+    ending = ending_of(failed, StopContext())
     assert (ending.status, ending.exit_code, ending.failure) == (FAILED, EXIT_FAILED, EXPORT_FAILURE)
     assert ending.error == "ExportFailed: export.formats saved_model: AssertionError: untracked resource"
     assert ending.tags == {"error": ending.error} and not ending.traceback
     assert "run the same command again; it only exports" in ending.message
 
 
-def test_a_run_whose_export_fails_exits_1_failed_in_mlflow_and_its_rerun_only_exports(cli_here, tmp_path):
-    done = cli_here(*LOOKUP_TABLE_RUN)
-    assert done.returncode == 1, done.stderr[-3000:]
-    assert "Not exported: export.formats tflite: TFLite's builtin ops have no" in done.stderr
-    assert "Traceback" not in done.stderr and "saved_model" not in done.stderr.split("Not exported:")[1]
+def test_a_lookup_table_is_served_with_the_model_and_a_format_it_cannot_take_is_refused_before_training(
+    cli_here, tmp_path
+):
+    refused = cli_here(*LOOKUP_TABLE_RUN, "export.formats=[keras,saved_model,tflite]")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "export.formats='tflite': expected a format this model can be written to; tried before training" in (
+        refused.stderr
+    )
+    assert "TFLite's builtin ops have no" in refused.stderr and "fix: export.formats=[keras,saved_model]" in (
+        refused.stderr
+    )
+    assert "epoch 1/1" not in refused.stdout and runs_in(tmp_path / "mlflow.db") == []
+    done = cli_here(*LOOKUP_TABLE_RUN, "export.formats=[keras,saved_model]")
+    assert done.returncode == 0, done.stderr[-3000:]
     import tensorflow as tf
 
     served = tf.saved_model.load(str(tmp_path / "run" / "saved_model")).signatures["serving_default"]
     answer = served(tf.constant(["red green", "blue sky"]))  # raw strings in: the table travels with the model
     assert answer["probabilities"].shape == (2, 2)
     assert (tmp_path / "run" / "mlflow_model" / "MLmodel").is_file()
+
+
+def test_an_export_that_fails_at_the_end_fails_the_launch_and_the_rerun_only_exports(cli_here, tmp_path, monkeypatch):
+    from launcher.launch import mlflow_model
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(mlflow_model, "save_mlflow_model", full_disk)
+    done = cli_here(*LOOKUP_TABLE_RUN)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Not exported: tracking.log_model: OSError: [Errno 28] No space left on device" in done.stderr
+    assert "Traceback" not in done.stderr
     outcome = json.loads((tmp_path / "run" / "outcome.json").read_text())
     assert (outcome["status"], outcome["failure"]) == ("FAILED", "export")
     (run,) = runs_in(tmp_path / "mlflow.db")
-    assert run.info.status == "FAILED" and "tflite" in run.data.tags["error"]
+    assert run.info.status == "FAILED" and "No space left on device" in run.data.tags["error"]
     assert (tmp_path / "run" / "model.keras").is_file() and list((tmp_path / "run" / "checkpoints").glob("ckpt-*"))
+    monkeypatch.undo()
     again = cli_here(*LOOKUP_TABLE_RUN)
-    assert again.returncode == 1 and "Not exported" in again.stderr
+    assert again.returncode == 0, again.stderr[-3000:]
     assert "epoch 1/1" not in again.stdout  # nothing trained again: it only exports
-    assert len(runs_in(tmp_path / "mlflow.db")) == 1
+    (run,) = runs_in(tmp_path / "mlflow.db")
+    assert run.info.status == "FINISHED" and (tmp_path / "run" / "mlflow_model" / "MLmodel").is_file()
