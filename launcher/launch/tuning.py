@@ -182,12 +182,17 @@ def rule(config: Config, env: Environment) -> Candidate:
     return Candidate(plan.precision.name, plan.step.xla, plan.step.update)
 
 
+SPEED_NEUTRAL = ("dropout",)  # model keys that change the numbers a step computes, not its cost
+
+
 def signature(config: Config, env: Environment) -> str:
     """What a step's speed depends on: the model, the data, the batch, the strategy, the optimizer, steps per
-    call, the machine and TensorFlow. A changed batch or model width is another signature; a rerun is not."""
+    call, the machine and TensorFlow. A changed batch or model width is another signature; a rerun, or another
+    learning rate, seed, epoch count or dropout rate (jobs of one sweep) is not."""
     settings = as_dict(config)
     parts = {
-        "model": settings["model"],
+        # A dropout rate costs the same at any value: jobs of a sweep over it share one measurement.
+        "model": {k: v for k, v in settings["model"].items() if k not in SPEED_NEUTRAL},
         "dataset": {k: v for k, v in settings["dataset"].items() if k not in ("shuffle_seed",)},
         "scaling": settings["scaling"],
         "strategy": settings["strategy"],
