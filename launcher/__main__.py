@@ -145,6 +145,12 @@ def every_key() -> list[str]:
     return keys + groups
 
 
+def group_options() -> dict[str, list[str]]:
+    """The shipped config groups and their options (a person's own, from --config-dir or a search path, aside)."""
+    groups = [p for p in Path(CONF_DIR).iterdir() if p.is_dir()]
+    return {g.name: sorted(p.stem for p in g.glob("*.yaml")) for g in groups}
+
+
 def plugin_search_path(argv: list[str]) -> list[str]:
     """Installed plugins' config packages (entry points `launcher.configs`) join Hydra's search path, after any
     hydra.searchpath the person gave: their model/dataset/experiment YAML become choices."""
@@ -177,7 +183,7 @@ def entry() -> None:
         main()
     except SystemExit as exit_:
         if exit_.code == EXIT_FAILED and not _task_started:  # Hydra's compose errors (refusals exit 2)
-            hints = typo_hints(sys.argv[1:], every_key())
+            hints = typo_hints(sys.argv[1:], every_key(), group_options())
             print("\n".join(hints) or COMPOSE_FIX, file=sys.stderr)
         raise
     finally:

@@ -134,12 +134,18 @@ def _as_override(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def typo_hints(overrides: list[str], known: list[str]) -> list[str]:
+def typo_hints(overrides: list[str], known: list[str], options: dict[str, list[str]] | None = None) -> list[str]:
     """For Hydra's own refusal of a key it does not have (`trian.epochs=3`: "Could not override"), the key meant,
-    instead of its advice to add it with `+` (which the launcher refuses too)."""
+    instead of its advice to add it with `+` (which the launcher refuses too); for an option a group does not have
+    (`model=mpl`), the option meant."""
     hints = []
     for override in overrides:
         key, sep, value = override.lstrip("+~").partition("=")
+        if sep and key in (options or {}) and value not in options[key] and "," not in value:
+            close = difflib.get_close_matches(value, options[key], n=1, cutoff=0.6)
+            if close:
+                hints.append(f"{key}={value}: {key} has no option {value!r}; did you mean {key}={close[0]}?")
+            continue
         if not sep or key.startswith("hydra.") or key in known or any(k.startswith(f"{key}.") for k in known):
             continue
         meant = suggestion(key, known)

@@ -66,6 +66,15 @@ def test_hydras_refusal_of_an_unknown_key_gets_the_key_meant_not_its_advice_to_a
     )
 
 
+def test_an_option_a_group_does_not_have_gets_the_option_meant():
+    from launcher.__main__ import group_options
+
+    assert typo_hints(["model=mpl", "precision=bf61", "model=mlp", "strategy=zzz"], every_key(), group_options()) == [
+        "model=mpl: model has no option 'mpl'; did you mean model=mlp?",
+        "precision=bf61: precision has no option 'bf61'; did you mean precision=bf16?",
+    ]
+
+
 def test_the_cli_names_the_key_meant_when_hydra_refuses_a_typo(cli):
     ran = cli("trian.epochs=3", "explain=true")
     assert ran.returncode == 1
