@@ -101,8 +101,10 @@ def continue_run(before: dict, now: dict, decisions: dict, run: str) -> Continua
     changed, refused = [], []
     # Another model or dataset option is one change (its own keys differ with it): named once, by its name.
     swapped = [s for s in ("model", "dataset") if old.get(f"{s}.name") != new.get(f"{s}.name")]
-    for key in sorted(set(old) | set(new)):
-        if old.get(key) == new.get(key) or (key.split(".")[0] in swapped and not key.endswith(".name")):
+    # A key on one side only is the schema's change (a launcher upgraded between launches), not the person's; within
+    # a swapped model or dataset option only its name is compared.
+    for key in sorted(set(old) & set(new)):
+        if _same(old[key], new[key]) or (key.split(".")[0] in swapped and not key.endswith(".name")):
             continue
         if changeable(key):
             changed.append((key, old.get(key), new.get(key)))
@@ -118,6 +120,13 @@ def continue_run(before: dict, now: dict, decisions: dict, run: str) -> Continua
             pins["train.steps_per_execution"] = decisions["steps_per_execution"]["value"]
         pins["tune"] = "off"
     return Continuation(pins, tuple(changed), tuple(refused))
+
+
+def _same(before, now) -> bool:
+    """Equal as config.yaml holds them (YAML reads back ints, floats, lists; a NaN equals itself here)."""
+    if isinstance(before, float) and isinstance(now, float) and before != before and now != now:
+        return True
+    return before == now
 
 
 def changeable(key: str) -> bool:

@@ -73,3 +73,10 @@ def test_the_table_names_sections_and_keys_and_nothing_that_changes_a_step():
     assert changeable("tracking.tags.team") and changeable("export.formats") and changeable("train.epochs")
     assert not changeable("train.epochs_extra") and not changeable("optimizer.learning_rate")
     assert not any(key.startswith(("model", "dataset", "task", "optimizer", "precision", "seed")) for key in CHANGEABLE)
+
+
+def test_a_key_the_launcher_added_or_dropped_between_launches_is_not_a_change():
+    before = {k: v for k, v in BEFORE.items() if k != "tune"}  # a config.yaml from before `tune` existed
+    now = {**BEFORE, "sweep": {"varies": []}}
+    kept = continue_run(before, now, DECISIONS, "exp1")
+    assert (kept.changed, kept.refused) == ((), ())
