@@ -37,7 +37,7 @@ def launch(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | Non
 
 def check_before_tensorflow(cfg: DictConfig, run_dir: Path, launch_dir: Path) -> None:
     """The config's own problems (unknown keys, the rules), refused before TensorFlow loads."""
-    from launcher.launch.preflight import first_pass  # loads TensorFlow's modules (not its runtime)
+    from launcher.launch.preflight import first_pass  # fsspec and numpy: not for a process that only routes
 
     first_pass(to_config(cfg), run_dir, launch_dir)
 
