@@ -23,10 +23,10 @@ def start(target: Callable[[], object], name: str) -> threading.Thread:
     """Run `target` on a thread of its own that `settle` waits for. Daemon only so that a hung one cannot keep
     the process alive forever: `settle` is what ends it in time."""
     thread = threading.Thread(target=target, name=name, daemon=True)
-    with _guard:
+    with _guard:  # started under the lock: a thread another call prunes has ended, never one not started yet
         _started.difference_update([t for t in _started if not t.is_alive()])
         _started.add(thread)
-    thread.start()
+        thread.start()
     return thread
 
 

@@ -188,3 +188,12 @@ def nan_rows(form: str):
             "val": tf.data.Dataset.from_tensor_slices(({k: v[30:] for k, v in x.items()}, y["kind"][30:])),
         },
     }[form]()
+
+
+def repeated_tf():
+    """{"train": ds.repeat(), "val": ds}: an epoch that never ends."""
+    import tensorflow as tf
+
+    return {name: tf.data.Dataset.from_tensor_slices(parts) for name, parts in per_split().items()} | {
+        "train": tf.data.Dataset.from_tensor_slices(per_split()["train"]).repeat()
+    }

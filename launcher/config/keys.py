@@ -146,8 +146,10 @@ def typo_hints(overrides: list[str], known: list[str], options: dict[str, list[s
             if close:
                 hints.append(f"{key}={value}: {key} has no option {value!r}; did you mean {key}={close[0]}?")
             continue
-        if not sep or key.startswith("hydra.") or key in known or any(k.startswith(f"{key}.") for k in known):
-            continue
+        if override.startswith("-") or not sep or key.startswith("hydra.") or key in known:
+            continue  # a flag (--config-dir=...), Hydra's own, or a key the launcher has
+        if any(k.startswith(f"{key}.") or key.startswith(f"{k}.") for k in known):
+            continue  # a section, or a key inside one that takes a person's own keys (model.params.width)
         meant = suggestion(key, known)
         if meant is not None:
             hints.append(f"{key}: the launcher has no such key; did you mean {meant}?  fix: {meant}={value}")

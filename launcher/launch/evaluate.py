@@ -21,7 +21,7 @@ import numpy as np
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from launcher.config.errors import Violation, raise_if_any
+from launcher.config.errors import ConfigError, Violation, raise_if_any
 from launcher.config.models import CustomModelConfig
 from launcher.config.schema import DATASET_SCHEMAS, MODEL_SCHEMAS, Config, CustomDatasetConfig
 from launcher.files import CONFIG_FILE
@@ -69,13 +69,28 @@ def config_of_run(train_dir: Path, cfg, overrides: list[str]):
     for key in ("tracking.uri", "checkpoint.directory"):  # written with its credentials hidden: this command's
         if HIDDEN in str(OmegaConf.select(saved, key, default="")):
             given.add(key)
+    presets = [k for k in given if "." not in k and k not in node]  # debug=, experiment=: they set other sections
+    if presets:
+        chosen = next(o.split("=", 1)[1] for o in overrides if o.lstrip("+~").split("=", 1)[0] == presets[0])
+        raise ConfigError.single(
+            presets[0],
+            chosen,
+            "overrides of keys or sections the trained run has (a preset sets keys of its own choosing)",
+            "name the keys it would set instead, e.g. train.max_validation_steps=1",
+        )
     for key in sorted(given, key=lambda k: k.count(".")):
         value = OmegaConf.select(cfg, key, throw_on_missing=False)
-        if isinstance(value, DictConfig) or "." not in key:
-            node[key.split(".")[0]] = cfg[key.split(".")[0]] if isinstance(value, DictConfig) else value
-        else:
+        if "." in key:
             OmegaConf.update(node, key, value, merge=False, force_add=True)
+        elif not (isinstance(value, DictConfig) and _option(value) == _option(node[key])):
+            node[key] = value  # another option (its section as this command composed it), or a top-level value
+        # else the run's own option named again: its trained values stay; this command's dotted keys apply
     return node
+
+
+def _option(section) -> object:
+    """Which option a section is: its `name` (model, dataset, precision...) or `kind` (strategy)."""
+    return section.get("name", section.get("kind")) if isinstance(section, DictConfig) else None
 
 
 def _typed_like(saved):

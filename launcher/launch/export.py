@@ -74,31 +74,44 @@ class ExportFailed(RuntimeError):
 def check_exports(config, plan, built, source) -> None:
     """export.formats beyond model.keras, written once from the untrained model into a scratch dir before the first
     step: a format this model cannot be written to is refused now (ConfigError), not found after training. Only
-    formats the person asked for (the MLflow model, made on every tracked run, is not tried twice)."""
+    formats the person asked for (the MLflow model, made on every tracked run, is not tried twice). Every worker
+    checks, so all refuse together (the chief alone exports)."""
     formats = [f for f in plan.export.formats if f in ("saved_model", "tflite")]
-    if not (formats and config.checkpoint.export_model and plan.is_chief):
+    if not (formats and config.checkpoint.export_model):
         return
-    with tempfile.TemporaryDirectory(prefix="launcher-export-check-") as scratch:
-        untrained = Path(scratch) / "model.keras"
-        built.model.save(untrained)  # not compiled yet: no optimizer state to leave out
-        exported = export_serving(Reloaded(untrained).model, built.task, source, Path(scratch), formats)
+    try:
+        with tempfile.TemporaryDirectory(prefix="launcher-export-check-") as scratch:
+            untrained = Path(scratch) / "model.keras"
+            built.model.save(untrained)  # not compiled yet: no optimizer state to leave out
+            failed = export_serving(Reloaded(untrained).model, built.task, source, Path(scratch), formats).failed
+    except Exception as err:  # saving or reloading model.keras itself (e.g. a custom layer not registered)
+        failed = {"keras": f"{type(err).__name__}: {' '.join(str(err).splitlines()[:2])[:300]}"}
+    if "saved_model" in failed and "tflite" in formats:  # TFLite is converted from the SavedModel
+        failed.setdefault("tflite", f"needs the SavedModel, which failed: {failed['saved_model']}")
+    if "saved_model" not in formats:
+        failed.pop("saved_model", None)
+    working = [f for f in plan.export.formats if f not in failed]
     raise_if_any(
         Violation(
             "export.formats",
             name,
             f"a format this model can be written to; tried before training on the untrained model: {why}",
-            f"export.formats=[{','.join(f for f in plan.export.formats if f not in exported.failed)}]",
+            f"export.formats=[{','.join(working)}]"
+            if name != "keras"
+            else "register the model's custom objects (keras.saving.register_keras_serializable) so model.keras loads",
         )
-        for name, why in exported.failed.items()
+        for name, why in failed.items()
     )
 
 
-def export_trained(config, plan, built, source, tracker, run_dir: Path, best_exported=None, remote=None) -> None:
+def export_trained(
+    config, plan, built, source, tracker, run_dir: Path, best_exported=None, remote=None
+) -> dict[str, str]:
     """checkpoint.export_model, on the chief: model.keras (and best.keras), the serving formats and the MLflow
     model, logged to the run; beside remote checkpoints too, where a machine without this disk finds them. Every
-    export is tried; then any that failed fails the launch (`ExportFailed`)."""
+    export is tried; returns those that failed (name -> why), which fail the launch once the finish is done."""
     if not (config.checkpoint.export_model and plan.is_chief):
-        return
+        return {}
     export_model(built.model, run_dir / "model.keras")
     tracker.log_artifact(run_dir / "model.keras", "model")
     if best_exported:
@@ -115,8 +128,7 @@ def export_trained(config, plan, built, source, tracker, run_dir: Path, best_exp
     model_failure = _log_mlflow_model(reloaded, config.tracking, built.task, source, tracker, run_dir, exported)
     if model_failure:
         failed["tracking.log_model"] = model_failure
-    if failed:
-        raise ExportFailed(failed)
+    return failed
 
 
 def _export_for_serving(reloaded: Reloaded, formats, task, source, tracker, run_dir: Path) -> ServingExports:

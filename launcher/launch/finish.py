@@ -7,7 +7,7 @@ from pathlib import Path
 
 from launcher.contract import FitResult, headline
 from launcher.launch.agree import final_weights_agree
-from launcher.launch.export import export_trained
+from launcher.launch.export import ExportFailed, export_trained
 
 
 def finish(
@@ -27,11 +27,13 @@ def finish(
 ) -> str | None:
     """Export the model (and the best one) to the run dir and MLflow, check the workers' weights agree, test the
     model (train.test_at_end) and print the summary. Returns the final weights' digest (multi-worker)."""
-    export_trained(config, plan, built, source, tracker, run_dir, best.exported if best else None, remote)
+    failed = export_trained(config, plan, built, source, tracker, run_dir, best.exported if best else None, remote)
     digest = final_weights_agree(agreement, built.model, tracker)
     tested = evaluate_test_split(plan, engine, tracker, best, checkpointer)
     hint = tracker.ui_hint if plan.is_chief else "logged by the chief (worker 0)"
     print_summary(result, run_dir, hint, [m.name for m in built.task.train_metrics], tested)
+    if failed:  # after what every worker does together (the weights compared, the test split) and the summary
+        raise ExportFailed(failed)
     return digest
 
 

@@ -129,7 +129,11 @@ def _raw_dtype(array, otherwise):
     """Strings stay strings (raw text or categories a preprocess looks up); else `otherwise`."""
     import tensorflow as tf
 
-    return tf.string if np.asarray(array).dtype.kind in "USO" else otherwise
+    array = np.asarray(array)
+    text = array.dtype.kind in "US" or (
+        array.dtype.kind == "O" and array.size > 0 and isinstance(array.flat[0], str | bytes)
+    )
+    return tf.string if text else otherwise
 
 
 def _input_names(model, count: int) -> list[str]:

@@ -182,7 +182,7 @@ def rule(config: Config, env: Environment) -> Candidate:
     return Candidate(plan.precision.name, plan.step.xla, plan.step.update)
 
 
-SPEED_NEUTRAL = ("dropout",)  # model keys that change the numbers a step computes, not its cost
+SPEED_NEUTRAL = ("dropout",)  # model rates whose value above 0 changes the numbers a step computes, not its cost
 
 
 def signature(config: Config, env: Environment) -> str:
@@ -191,8 +191,9 @@ def signature(config: Config, env: Environment) -> str:
     learning rate, seed, epoch count or dropout rate (jobs of one sweep) is not."""
     settings = as_dict(config)
     parts = {
-        # A dropout rate costs the same at any value: jobs of a sweep over it share one measurement.
-        "model": {k: v for k, v in settings["model"].items() if k not in SPEED_NEUTRAL},
+        # A dropout rate costs the same at any value above 0 (at 0 the layer is left out): jobs of a sweep over it
+        # share one measurement.
+        "model": {k: (v > 0 if k in SPEED_NEUTRAL else v) for k, v in settings["model"].items()},
         "dataset": {k: v for k, v in settings["dataset"].items() if k not in ("shuffle_seed",)},
         "scaling": settings["scaling"],
         "strategy": settings["strategy"],

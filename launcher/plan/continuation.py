@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from launcher.config.errors import Violation
 from launcher.config.schema import flatten
 
-# What may change when a run continues (a key, or a section ending in "."), and why that is safe: each changes how
-# long it trains, what is written or logged, or how the launch behaves, never what one step learns. Everything else
-# is the run's own: refused with the value it started with and how to start a new run from its weights.
+# What may change when a run continues (a key, or a section ending in "."), and why: how long it trains, what is
+# written or logged, how the launch behaves, and where it runs (the strategy, the batch: the Plan's `resume` maps the
+# position; under scaling.lr_rule a new batch also scales the rate, as the Plan says). Never the model, the data,
+# the task, the optimizer or the seed: everything else is the run's own, refused with the value it started with and
+# how to start a new run from its weights.
 CHANGEABLE = {
     "train.epochs": "training continues to the new last epoch",
     "train.max_steps": "training continues to the new last step",
@@ -51,6 +53,7 @@ CHANGEABLE = {
     "tracking.log_model": "whether the model is logged",
     "tracking.tensorboard": "whether TensorBoard files are written",
     "tracking.parent_run_id": "the sweep the run is listed under",
+    "tracking.run_name": "the name MLflow shows (a continued sweep may name its jobs anew)",
     "tracking.sweep_id": "the sweep the run is listed under",
     "eval.": "read by mode=eval and mode=predict only",
     "doctor.": "read by mode=doctor only",

@@ -137,15 +137,18 @@ def _probe_gpus() -> tuple[Gpu, ...]:
     return tuple(gpus)
 
 
-# Device nodes of the accelerators TensorFlow could find: where none exists, the machine is its CPUs alone and the
-# resolver can see it without importing TensorFlow.
-ACCELERATOR_NODES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg", "/dev/accel*")
+# Device nodes of the accelerators TensorFlow could find on Linux, and the packages that plug other devices into
+# it: where neither exists, the machine is its CPUs alone and the resolver can see it without importing TensorFlow.
+ACCELERATOR_NODES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg", "/dev/accel*", "/dev/dri/renderD*")
+DEVICE_PLUGINS = ("tensorflow-metal", "tensorflow-directml-plugin", "intel-extension-for-tensorflow", "tensorflow-rocm")
 
 
 def probe_without_tensorflow(measure: bool) -> Environment | None:
     """The machine as `probe` sees it, without importing TensorFlow, where that is exact: no accelerator device
     node, and (`measure`) a cached matmul figure that is not due. None otherwise."""
-    if any(glob.glob(pattern) for pattern in ACCELERATOR_NODES):
+    if platform.system() != "Linux" or any(glob.glob(pattern) for pattern in ACCELERATOR_NODES):
+        return None
+    if any(_installed(name) for name in DEVICE_PLUGINS):
         return None
     measured = cached_measurement() if measure else None
     if measure and measured is None:
@@ -166,6 +169,14 @@ def probe_without_tensorflow(measure: bool) -> Environment | None:
         matmul_gflops=dict(measured.rates) if measured else {},
         matmul_trust=measured.describe(time.time()) if measured else "",
     )
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        version(distribution)
+    except PackageNotFoundError:
+        return False
+    return True
 
 
 def probe(measure: bool = False) -> Environment:

@@ -28,7 +28,16 @@ BATCH_KEYS = ("scaling", "scaling.batch_size", "scaling.batch_rule")
 DERIVED_BY = {
     "derived.batch.global": BATCH_KEYS,
     "derived.lr": (*BATCH_KEYS, "optimizer.learning_rate", "scaling.lr_rule", "scaling.reference_batch", "optimizer"),
-    "derived.train.steps_per_epoch": (*BATCH_KEYS, "dataset", "train.max_steps_per_epoch", "train.limit_fraction"),
+    # XLA (and the precision auto picks it for) sets drop_remainder, so the steps per epoch follow them too.
+    "derived.train.steps_per_epoch": (
+        *BATCH_KEYS,
+        "dataset",
+        "train.max_steps_per_epoch",
+        "train.limit_fraction",
+        "xla",
+        "precision",
+        "strategy",
+    ),
 }
 SAME_BATCH_FIX = "scaling.batch_rule=global (every job then runs scaling.batch_size as its global batch)"
 
@@ -37,6 +46,7 @@ def unswept_differences(rows: list[dict], swept: list[str]) -> list[str]:
     """Derived values the jobs differ in though the sweep varies none of the keys that set them, each with the
     fix: a reader comparing the jobs would otherwise credit the difference to what was swept."""
     found = []
+    swept = [key.lstrip("+~") for key in swept]
     for param, sources in DERIVED_BY.items():
         values = sorted({str(r.get(param)) for r in rows if r.get(param) not in ("", None)}, key=_numeric_first)
         if len(values) < 2 or any(key == s or key.startswith(f"{s}.") for key in swept for s in sources):

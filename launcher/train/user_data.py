@@ -118,8 +118,8 @@ def _add_test(source: DataSource, test, key: str, path: str) -> None:
                 key, path, f'a "test" entry like "train": a tf.data dataset (got {type(test).__name__})', "return ds"
             )
         raise_if_any(_spec_problems({"train": source.train.element_spec, "test": test.element_spec}, key, path))
-        raise_if_any(_stream_problems({"test": test}, key, path))
         source.test, source.num_test = test, _count(test)
+        raise_if_any(_stream_problems({"test": test}, key, path))
         return
     if not (isinstance(test, tuple | list) and len(test) in (2, 3)):
         raise ConfigError.single(
@@ -253,10 +253,10 @@ def _from_datasets(train, val, cfg, key: str, path: str) -> DataSource:
                 "drop .batch() from the loader; pad to a fixed length",
             )
     raise_if_any(_spec_problems(specs, key, path))
-    raise_if_any(_stream_problems({"train": train, "val": val}, key, path))
     first = first_array(x_spec)
     shape = tuple(first.shape)
-    num_train, num_val = _count(train), _count(val)
+    num_train, num_val = _count(train), _count(val)  # an infinite dataset is refused here, before it is read
+    raise_if_any(_stream_problems({"train": train, "val": val}, key, path))
     if cfg.limit:
         train, num_train = train.take(cfg.limit), min(num_train, cfg.limit)
     if isinstance(x_spec, dict | tuple):

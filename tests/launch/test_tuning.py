@@ -490,7 +490,8 @@ def test_a_first_launch_times_the_steps_and_a_second_reads_the_cache_and_picks_t
 
 def test_jobs_of_a_sweep_over_what_does_not_change_a_steps_speed_share_one_measurement():
     """Issue 62, item 4: jobs of one sweep time their steps once between them unless a swept key changes the step."""
-    base = tuning.signature(config("tune=auto"), EPYC_AVX512_BF16)
+    base = tuning.signature(config("tune=auto", "model.dropout=0.2"), EPYC_AVX512_BF16)
     for same in ("optimizer.learning_rate=0.01", "train.epochs=9", "seed=3", "model.dropout=0.3"):
-        assert tuning.signature(config("tune=auto", same), EPYC_AVX512_BF16) == base, same
-    assert tuning.signature(config("tune=auto", "model.hidden_units=[64]"), EPYC_AVX512_BF16) != base
+        assert tuning.signature(config("tune=auto", "model.dropout=0.2", same), EPYC_AVX512_BF16) == base, same
+    for other in ("model.hidden_units=[64]", "model.dropout=0.0"):  # at 0 the dropout layer is left out
+        assert tuning.signature(config("tune=auto", "model.dropout=0.2", other), EPYC_AVX512_BF16) != base, other

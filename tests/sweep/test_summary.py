@@ -103,10 +103,12 @@ def test_derived_values_the_sweep_did_not_vary_are_named_with_the_fix():
     rows = table_rows(
         [_derived("strategy=default", "64", "0.001", "22"), _derived("strategy=mirrored", "128", "0.001", "11")]
     )
-    (batch, steps) = unswept_differences(rows, ["precision", "strategy"])
+    (batch,) = unswept_differences(rows, ["precision", "+strategy"])  # steps follow the strategy: not named again
     assert batch.startswith("batch.global differs between jobs (64, 128) though the sweep varies none of scaling,")
     assert "it follows precision, strategy. fix: scaling.batch_rule=global" in batch
-    assert steps.startswith("train.steps_per_epoch differs between jobs (11, 22)")
+    ragged = table_rows([_derived("lr=0.001", "64", "0.001", "22"), _derived("lr=0.01", "64", "0.01", "11")])
+    (steps,) = unswept_differences(ragged, ["optimizer.learning_rate"])
+    assert steps.startswith("train.steps_per_epoch differs between jobs (11, 22) though the sweep varies none of")
     # Swept on purpose: nothing to say.
     assert unswept_differences(rows, ["scaling.batch_size"]) == []
     same = table_rows([_derived("a", "64", "0.001", "22"), _derived("b", "64", "0.01", "22")])

@@ -121,6 +121,7 @@ def test_heads_without_task_heads_take_the_one_task_and_a_config_object_names_ea
         ("short_feature", r"every feature and head \(lengths: age 40, dose 39, kind 40, size 40\)"),
         ("short_head", r"every feature and head \(lengths: age 40, dose 40, kind 40, size 38\)"),
         ("ragged_feature_tf", r"train's feature 'dose' is \(None,\)"),
+        ("repeated_tf", r"finite datasets \(an epoch must end\)"),  # refused before the NaN check reads it
     ],
 )
 def test_a_broken_loader_is_refused_naming_the_feature_or_head(loader, match):
