@@ -11,6 +11,7 @@ from pathlib import Path
 
 from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.tasks import known_epoch_metrics, monitor_problems
+from launcher.launch.export import check_exports
 from launcher.launch.preflight import Prepared, save_plan
 from launcher.plan.decisions import Plan, render_record
 from launcher.train.fine_tune import Freezer, freeze_record, frozen_layers, load_matching
@@ -44,6 +45,7 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path) -> tuple:
     if records:
         save_plan(plan, run_dir)
     _check_monitor(config, plan, built)
+    check_exports(config, plan, built, prepared.source)  # the formats asked for, tried before the first step
     return built, plan, freezer
 
 

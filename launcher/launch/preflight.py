@@ -105,7 +105,8 @@ def preflight(config: Config, settings: dict, run_dir: Path, launch_dir: Path) -
 
 
 FIRST_PASS_NOTE = (
-    "  (found before TensorFlow loaded: the data, the model and the tracking server are checked once these pass)"
+    "  (the config's own problems, found first: the data, the model and the tracking server are checked once "
+    "these pass)"
 )
 
 

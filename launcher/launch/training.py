@@ -20,7 +20,6 @@ from launcher.contract import EXIT_FAILED, EXIT_FINISHED, FAILED, FINISHED, Endi
 from launcher.files import PLAN_FILE
 from launcher.launch.agree import agree_on_plan
 from launcher.launch.building import build_model
-from launcher.launch.export import check_exports
 from launcher.launch.finish import finish
 from launcher.launch.hooks.assembly import FitHooks, hooks_for
 from launcher.launch.mlflow_run import open_mlflow_run
@@ -103,7 +102,6 @@ class TrainingLaunch:
         """Model, optimizer (+ loss-scale optimizer) and metrics inside the strategy scope; init_from, freeze; the
         exports asked for, tried on the untrained model (one that cannot be written is refused before training)."""
         self.built, self.plan, self.freezer = build_model(self.config, self.plan, self.prepared, self.run_dir)
-        check_exports(self.config, self.plan, self.built, self.source)
 
     def restore(self) -> None:
         """Resume from the run's checkpoints (before tracking: another model's checkpoint is a ConfigError)."""

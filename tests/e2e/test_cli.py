@@ -195,7 +195,15 @@ def test_bad_input_is_a_clear_error_not_a_traceback(cli_here, tmp_path, override
 
 def test_refused_config_keeps_earlier_runs(cli_here, tmp_path):
     assert cli_here(*TINY, "precision=fp32", "train.epochs=1").returncode == 0
-    bad = cli_here("precision=fp32", "train.epochs=1", "model=transformer", "model.num_heads=3", "model.embed_dim=32")
+    # Another run dir: in the same one the changed model would be refused as a continued run's change.
+    bad = cli_here(
+        "precision=fp32",
+        "train.epochs=1",
+        "model=transformer",
+        "model.num_heads=3",
+        "model.embed_dim=32",
+        f"hydra.run.dir={tmp_path}/other",
+    )
     assert bad.returncode == 2
     assert "model.embed_dim=32: expected a multiple of model.num_heads (3)" in bad.stderr
     assert "fix: model.embed_dim=30" in bad.stderr
