@@ -141,8 +141,7 @@ def every_key() -> list[str]:
     keys = schema_keys(Config)
     for group, schemas in (("model", MODEL_SCHEMAS), ("dataset", DATASET_SCHEMAS)):
         keys += sorted({f"{group}.{k}" for schema in schemas.values() for k in schema_keys(schema)})
-    groups = [p.name for p in Path(CONF_DIR).iterdir() if p.is_dir()]
-    return keys + groups
+    return keys + list(group_options())
 
 
 def group_options() -> dict[str, list[str]]:

@@ -125,12 +125,13 @@ def _violation(key: str, value: object, section: str, known: list[str]) -> Viola
             f"{where} (none is named {key!r})",
             f"remove {key}; `python -m launcher --cfg job` lists every key, `--help` every group",
         )
-    return Violation(key, value, f"{where} (did you mean {meant}?)", f"{meant}={_as_override(value)}")
+    return Violation(key, value, f"{where} (did you mean {meant}?)", f"{meant}={as_override(value)}")
 
 
-def _as_override(value: object) -> str:
+def as_override(value: object) -> str:
+    """A value as a command-line override writes it: lists in brackets, booleans lower-case."""
     if isinstance(value, list | tuple):
-        return "[" + ",".join(_as_override(v) for v in value) + "]"
+        return "[" + ",".join(as_override(v) for v in value) + "]"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.config.errors import Violation
+from launcher.config.keys import as_override
 from launcher.config.schema import flatten
 
 # What may change when a run continues (a key, or a section ending in "."), and why: how long it trains, what is
@@ -84,10 +85,10 @@ class Continuation:
     refused: tuple[Violation, ...]
 
     def describe_pins(self) -> str:
-        return ", ".join(f"{k}={_shown(v)}" for k, v in self.pins.items())
+        return ", ".join(f"{k}={as_override(v)}" for k, v in self.pins.items())
 
     def describe_changes(self) -> str:
-        return "; ".join(f"{key}: {_shown(before)} -> {_shown(now)}" for key, before, now in self.changed)
+        return "; ".join(f"{key}: {as_override(before)} -> {as_override(now)}" for key, before, now in self.changed)
 
 
 def changed_tags(described: str) -> dict[str, str]:
@@ -137,18 +138,14 @@ def changeable(key: str) -> bool:
 
 
 def _refusal(key: str, before, now, run: str) -> Violation:
-    fresh = f"name={run}-2 model.init_from={run} {key}={_shown(now)}" if run else f"model.init_from=<this run> {key}"
+    fresh = (
+        f"name={run}-2 model.init_from={run} {key}={as_override(now)}" if run else f"model.init_from=<this run> {key}"
+    )
     return Violation(
         key,
         now,
-        f"the value this run started with, {_shown(before)}: a continued run keeps its settings (those that may "
+        f"the value this run started with, {as_override(before)}: a continued run keeps its settings (those that may "
         "change are listed in docs/checkpoints.md, 'Continuing a run')",
-        f"{key}={_shown(before)} to continue it; checkpoint.resume=never to start it over; or a new run from its "
+        f"{key}={as_override(before)} to continue it; checkpoint.resume=never to start it over; or a new run from its "
         f"weights: {fresh}",
     )
-
-
-def _shown(value) -> str:
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(_shown(v) for v in value) + "]"
-    return str(value).lower() if isinstance(value, bool) else str(value)

@@ -157,18 +157,7 @@ def probe_without_tensorflow(measure: bool) -> Environment | None:
         versions = version("tensorflow"), version("keras")
     except PackageNotFoundError:
         return None
-    return Environment(
-        cpu_count=os.cpu_count() or 1,
-        cpu_flags=read_cpu_flags(),
-        gpus=(),
-        tf_version=versions[0],
-        keras_version=versions[1],
-        tf_config=read_tf_config(),
-        slurm=read_slurm(),
-        machine=platform.machine(),
-        matmul_gflops=dict(measured.rates) if measured else {},
-        matmul_trust=measured.describe(time.time()) if measured else "",
-    )
+    return _environment((), *versions, measured)
 
 
 def _installed(distribution: str) -> bool:
@@ -187,12 +176,17 @@ def probe(measure: bool = False) -> Environment:
     with quiet_stderr():
         gpus = _probe_gpus()
     measured = measurement() if measure and not gpus else None
+    return _environment(gpus, tf.__version__, keras.version(), measured)
+
+
+def _environment(gpus: tuple[Gpu, ...], tf_version: str, keras_version: str, measured) -> Environment:
+    """The Environment both probes describe: the devices and versions they found, the rest read here."""
     return Environment(
         cpu_count=os.cpu_count() or 1,
         cpu_flags=read_cpu_flags(),
         gpus=gpus,
-        tf_version=tf.__version__,
-        keras_version=keras.version(),
+        tf_version=tf_version,
+        keras_version=keras_version,
         tf_config=read_tf_config(),
         slurm=read_slurm(),
         machine=platform.machine(),

@@ -108,5 +108,5 @@ def users(given) -> Preprocessing:
         return dict(given(raw))
 
     tf = sys.modules.get("tensorflow")  # a callable of TensorFlow ops: TensorFlow is loaded already
-    stateful = tf is not None and isinstance(given, tf.Module | getattr(tf.__internal__.tracking, "Trackable", ()))
+    stateful = tf is not None and isinstance(given, tf.__internal__.tracking.Trackable)  # a layer, a tf.Module
     return Preprocessing(apply, tracked=(given,) if stateful else ())

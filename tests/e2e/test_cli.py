@@ -366,7 +366,7 @@ except SystemExit as exit_:
 
 def test_a_config_the_rules_refuse_is_refused_before_tensorflow_loads_with_every_rule_problem(tmp_path):
     """Issue 62, item 9: a refusal cost ~7 CPU-s (TensorFlow imported first); benchmarks/refusal_cost.py measures
-    it (1.1 against 6.8 CPU-s on an AMD EPYC)."""
+    it (1.1 against 6.8 CPU-s on a 2-core AMD EPYC with AVX-512 BF16, no AMX)."""
     done = run_python(REFUSE_WITHOUT_TENSORFLOW.format(run=tmp_path / "run", db=tmp_path / "mlflow.db"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "exit 2 tensorflow loaded: False" in done.stdout
