@@ -21,6 +21,7 @@ os.environ["LAUNCHER_TEST_FAULTS"] = "1"
 import pytest  # noqa: E402
 from support import suite  # noqa: E402
 from support.cli import cli, cli_here, launcher_here  # noqa: E402, F401  (fixtures)
+from support.databases import postgres  # noqa: E402, F401  (fixture)
 from support.exit_codes import every_exit_code_read  # noqa: E402, F401  (autouse fixture)
 from support.suite import (  # noqa: E402, F401  (autouse fixtures)
     environment_after_each_test,

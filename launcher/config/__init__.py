@@ -15,10 +15,12 @@ Modules:
     optimizers: the table of optimizers and learning-rate schedules a config names, and what each is
     precisions: the table of the precisions the launcher knows, each saying what it is
     samplers: the hyper-parameter search's samplers and pruners by name, and how to build each
+    study_storage: where an Optuna study lives (a database URL or a journal file), opened with a heartbeat
     schema: structured-config schema: every key a person can set, with its type
     strategies: the table of the distribution strategies the launcher knows, each saying what it is
     tasks: the table of what each task needs: its loss, metrics, head and labels (no TensorFlow)
 
-May import: Hydra, OmegaConf and the standard library (Optuna only inside `samplers`' functions). Never
-TensorFlow, never another launcher package: every other stage imports this one.
+May import: Hydra, OmegaConf and the standard library (Optuna and SQLAlchemy only inside the functions of
+`samplers` and `study_storage`). Never TensorFlow, never another launcher package: every other stage imports
+this one.
 """

@@ -126,12 +126,3 @@ def prunes(spec: Mapping | None) -> bool:
 
 # What the sweeper stores on the study for its trials' training processes (Optuna user attributes).
 STUDY_PRUNER, STUDY_OBJECTIVES = "launcher.pruner", "launcher.objectives"
-
-
-def open_storage(url: str):
-    """The study's storage; SQLite waits for a lock instead of failing, as parallel trials write to it."""
-    import optuna
-
-    if url.startswith("sqlite:"):
-        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
-    return url

@@ -48,9 +48,11 @@ class Prepared:
 
 
 def settings_of(config: Config) -> dict:
-    """The config as written and logged (config.yaml, MLflow params): never the tracking URI's credentials."""
+    """The config as written and logged (config.yaml, MLflow params): never the credentials of the tracking URI,
+    the checkpoint store or a search's study storage."""
     settings = as_dict(config)
     settings["tracking"]["uri"] = redact(settings["tracking"]["uri"])
+    settings["sweep"]["study"] = redact(str(settings["sweep"]["study"]))
     settings["checkpoint"]["directory"] = redact(str(settings["checkpoint"]["directory"]))
     return settings
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.config.errors import ConfigError
-from launcher.config.samplers import STUDY_OBJECTIVES, STUDY_PRUNER, make_pruner, open_storage, prunes
+from launcher.config.samplers import STUDY_OBJECTIVES, STUDY_PRUNER, make_pruner, prunes
 from launcher.config.schema import SweepConfig
+from launcher.config.study_storage import open_storage
 from launcher.plan.decisions import TrialPlan
 from launcher.tracking.uri import redact
 

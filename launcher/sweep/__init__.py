@@ -5,6 +5,7 @@ Modules:
     champion: the registry after a sweep: the `champion` alias goes to the best trial's version if it beats the holder
     job: one sweep job: a fresh `python -m launcher` process, recorded as a child run
     search: the launcher's hyper-parameter search: a Hydra sweeper on Optuna
+    shared: one search pulled by several sweepers: the shared study names the sweep, its parent run, its summariser
     space: a search space over any config key: parsed, checked, sampled by an Optuna trial
     summary: the sweep's comparison artifacts on the parent run: a table (CSV, Markdown) and plots
 

@@ -20,11 +20,12 @@ from launcher.console import quiet_tracking_logs
 from launcher.files import STOP_FILE, SWEEP_FILE, read_json, write_json_atomic
 from launcher.sweep.champion import crown, goal_of
 from launcher.sweep.job import stopped_by, swept_keys
+from launcher.sweep.shared import SharedStudy
 from launcher.sweep.space import flatten
 from launcher.sweep.summary import summarise
 from launcher.tracking.client import with_retry
 from launcher.tracking.tracker import open_run
-from launcher.tracking.uri import check_reachable, resolve_uri
+from launcher.tracking.uri import check_reachable, initialise_store, redact, resolve_uri
 
 
 def _swept(config: DictConfig) -> list[str]:
@@ -45,6 +46,10 @@ class SweepCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         previous = read_json(sweep_dir / SWEEP_FILE)
+        shared = SharedStudy.of(config)
+        if shared is not None:
+            self._join(config, sweep_dir, shared, previous)
+            return
         if previous and previous.get("sweep_id"):
             self._continue(config, sweep_dir, previous)
             return
@@ -54,6 +59,27 @@ class SweepCallback(Callback):
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
         if uri is not None:
             self._open_parent(config, sweep_dir, state, uri)
+
+    def _join(self, config: DictConfig, sweep_dir: Path, shared: SharedStudy, previous: dict | None) -> None:
+        """A search on a shared study: its sweep id and parent run are the study's, whichever sweeper made them."""
+        sweep_id, creator = shared.join(config)
+        if previous and previous.get("sweep_id") == sweep_id:  # this sweep dir ran (or runs) this study already
+            self._continue(config, sweep_dir, previous)
+            return
+        print(
+            f"Search {sweep_id}: study {shared.name!r} in {redact(shared.storage)} "
+            + ("(created by this sweeper)" if creator else "(joined: other sweepers pull trials from it too)"),
+            flush=True,
+        )
+        state = {"sweep_id": sweep_id, "parent_run_id": None, "uri": None, "swept_keys": _swept(config)}
+        write_json_atomic(sweep_dir / SWEEP_FILE, state)
+        if not config.tracking.enabled:
+            return
+        uri = _reachable_uri(config)
+        made = shared.recorded_parent(uri, creator) or _parent_made_before(uri, config.tracking.experiment, sweep_id)
+        self._open_parent(config, sweep_dir, state, uri, made)
+        if made is None:
+            shared.record_parent(uri, state["parent_run_id"])
 
     def _open_parent(self, config: DictConfig, sweep_dir: Path, state: dict, uri: str, made: str | None = None):
         """The parent run, created with the sweep's id as a tag (so a rerun finds it if this sweep is killed before
@@ -99,7 +125,14 @@ class SweepCallback(Callback):
         state.update(sweep_pid=os.getpid(), tensorflow_loaded="tensorflow" in sys.modules)
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
         stop = stopped_by(sweep_dir)
-        if state.get("parent_run_id"):
+        shared = SharedStudy.of(config)
+        if shared is not None and state.get("parent_run_id") and not shared.summarised_here():
+            print(
+                f"Study {shared.name!r} goes on in other sweepers (or one of them ended its last trial): the sweeper "
+                "that ends the last trial summarises the parent run.",
+                flush=True,
+            )
+        elif state.get("parent_run_id"):
             # The registry first, while the parent still runs: its decision is tagged before the summary ends it.
             champion = crown(state["uri"], state["parent_run_id"], goal_of(config))
             direction = config.hydra.sweeper.get("direction")
@@ -127,6 +160,7 @@ class SweepCallback(Callback):
 def _reachable_uri(config: DictConfig) -> str:
     uri = resolve_uri(config.tracking.uri, Path.cwd())
     check_reachable(uri)
+    initialise_store(uri)
     return uri
 
 

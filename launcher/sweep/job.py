@@ -160,10 +160,17 @@ def _job_dir(sweep_dir: Path, given: Path, overrides: list[str]) -> Path:
     for found in sorted(sweep_dir.glob(f"*/{JOB_FILE}")):
         if read_json(found, {}).get("overrides") == wanted:
             return found.parent
-    if (given / JOB_FILE).exists():  # the sweep's values changed: this number is another job now
+    there = read_json(given / JOB_FILE)
+    if there is not None and _but_trial(there.get("overrides") or []) == _but_trial(wanted):
+        return given  # a search's trial queued again (its sweeper died) runs where its first run did
+    if there is not None:  # the sweep's values changed: this number is another job now
         given = given.with_name(f"{given.name}-{hashlib.sha1(' '.join(wanted).encode()).hexdigest()[:8]}")
     given.mkdir(parents=True, exist_ok=True)
     return given
+
+
+def _but_trial(overrides: list[str]) -> list[str]:
+    return [o for o in overrides if not o.startswith("sweep.trial=")]
 
 
 def _sweep_state(sweep_dir: Path) -> dict:
@@ -235,6 +242,29 @@ def _settle_killed_child(state: dict, run_id: str, name: str, log_path: Path, co
     }
     with_retry(client.log_batch, run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     with_retry(client.set_terminated, run_id, status=status)
+
+
+def settle_abandoned(sweep_dir: Path, numbers: list[int]) -> None:
+    """Search trials failed because their sweeper stopped beating (killed, machine gone): child runs they left
+    RUNNING are FAILED with the reason, as their retries run them again."""
+    from mlflow.entities import RunTag
+    from mlflow.tracking import MlflowClient
+
+    state = read_json(sweep_dir / SWEEP_FILE, {})
+    if not state.get("parent_run_id") or not numbers:
+        return
+    client = MlflowClient(state["uri"])
+    parent = with_retry(client.get_run, state["parent_run_id"])
+    running = with_retry(
+        client.search_runs,
+        [parent.info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{state['parent_run_id']}' and attributes.status = 'RUNNING'",
+    )
+    for run in [r for r in running if r.data.params.get("sweep.trial") in {str(n) for n in numbers}]:
+        reason = "its sweeper stopped beating (killed, or its machine gone): the search runs the trial again"
+        with_retry(client.log_batch, run.info.run_id, tags=[RunTag("error", reason)])
+        with_retry(client.set_terminated, run.info.run_id, status="FAILED")
+        print(f"Trial {run.data.params.get('sweep.trial')}: {reason}; its run {run.info.run_id} is FAILED.", flush=True)
 
 
 def _shown(override: str) -> str:

@@ -7,13 +7,17 @@ stopped it), or failed. Everything is checked before the first trial, and refuse
 
 The study lives in its storage (`<sweep dir>/optuna.db` by default), so the same named sweep again continues it:
 finished and pruned trials stay, a trial a killed sweep left running is resumed into its job dir and child run,
-and new trials are asked until the study holds `n_trials`.
+and new trials are asked until the study holds `n_trials`. A storage given in `hydra.sweeper.storage` may be
+shared by several sweepers running the same command (`launcher.sweep.shared`): each beats for the trials it
+runs, takes no other sweeper's running trial, fails and queues again one whose sweeper stopped beating, and
+waits until the study is done.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import os
 import sys
 import time
 import warnings
@@ -26,21 +30,23 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from launcher.config.bounds import declared
 from launcher.config.errors import ConfigError, Violation
-from launcher.config.samplers import (
-    PRUNERS,
-    STUDY_OBJECTIVES,
-    STUDY_PRUNER,
-    make_sampler,
-    open_storage,
-    prunes,
-    spec_problems,
-)
+from launcher.config.samplers import PRUNERS, STUDY_OBJECTIVES, STUDY_PRUNER, make_sampler, prunes, spec_problems
 from launcher.config.schema import flatten, to_config
+from launcher.config.study_storage import Heartbeat, open_storage, storage_problems
 from launcher.config.tasks import head_metric_names, known_epoch_metrics, metric_names, metric_problem, objective
 from launcher.files import SWEEP_FILE, read_json, write_json_atomic
 from launcher.outcome import EXIT_REFUSED
 from launcher.sweep.callback import withdraw
-from launcher.sweep.job import DONE, PRUNED, STOPPED, stopped_by
+from launcher.sweep.job import DONE, PRUNED, STOPPED, settle_abandoned, stopped_by
+from launcher.sweep.shared import (
+    beating,
+    counted,
+    fail_stale,
+    is_surplus,
+    quiet_heartbeat_warnings,
+    retried_from,
+    tell_told,
+)
 from launcher.sweep.space import (
     Dimension,
     KeyFacts,
@@ -56,6 +62,7 @@ from launcher.sweep.space import (
 from launcher.sweep.summary import sweep_goal
 
 SEARCH_DIR = "search"  # in the sweep's summary dir: the study's own artifacts
+POLL = 2.0  # seconds between looks at a shared study whose last trials other sweepers run
 
 
 class Search(Sweeper):
@@ -74,6 +81,9 @@ class Search(Sweeper):
         n_jobs: int = 1,
         timeout: float | None = None,
         params: Mapping | None = None,
+        heartbeat_interval: int = 20,
+        grace_period: int = 60,
+        max_retry: int = 2,
     ):
         self.study_name = study_name
         self.storage = storage
@@ -85,10 +95,12 @@ class Search(Sweeper):
         self.n_jobs = n_jobs
         self.timeout = timeout
         self.params = _plain(params) or {}
+        self.heartbeat = Heartbeat(heartbeat_interval, grace_period, max_retry)
         self.config: DictConfig | None = None
         self.launcher = None
         self.hydra_context = None
         self._bounds_found: dict[str, str] | None = None
+        self._storage = None  # the study's, once the search starts
 
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
@@ -143,7 +155,16 @@ class Search(Sweeper):
         problems += spec_problems("pruner", self.pruner, "hydra.sweeper.pruner")
         if self.sampler.get("name") == "grid":
             problems += grid_space(dimensions)[1]
-        for key, value, least in (("n_trials", self.n_trials, 1), ("n_jobs", self.n_jobs, 1)):
+        if self.storage:
+            problems += storage_problems(str(self.storage))
+        beats = self.heartbeat
+        for key, value, least in (
+            ("n_trials", self.n_trials, 1),
+            ("n_jobs", self.n_jobs, 1),
+            ("heartbeat_interval", beats.interval, 1),
+            ("grace_period", beats.grace_period, 2 * beats.interval if isinstance(beats.interval, int) else 2),
+            ("max_retry", beats.retries, 0),
+        ):
             if not isinstance(value, int) or value < least:
                 problems.append(Violation(f"hydra.sweeper.{key}", value, f"an integer >= {least}", f"{key}=1"))
         if len(self.directions) != len(self.objectives) or any(
@@ -234,20 +255,20 @@ class Search(Sweeper):
             withdraw(Path(self.config.hydra.sweep.dir))
             raise SystemExit(EXIT_REFUSED)
         sweep_dir = Path(self.config.hydra.sweep.dir)
+        shared = bool(self.storage)  # given: other sweepers may pull trials from the same study
         storage_url = str(self.storage or f"sqlite:///{sweep_dir / 'optuna.db'}")
         grid, _ = grid_space(dimensions) if self.sampler.get("name") == "grid" else ({}, [])
         if grid:
             dimensions = [d.as_grid() for d in dimensions]
-        storage = open_storage(storage_url)
+        quiet_heartbeat_warnings()
+        storage = self._storage = open_storage(storage_url, self.heartbeat if shared else None)
         earlier = self._trials_so_far(storage)
-        seed = self.sampler.get("seed")
-        # A seeded sampler started again would propose its first points again: offset by the trials it has.
-        sampler = make_sampler(self.sampler, None if seed is None else int(seed) + earlier, grid)
+        seed, seed_note = self._seed(shared, earlier)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.create_study(
             study_name=self.study_name,
             storage=storage,
-            sampler=sampler,
+            sampler=make_sampler(self.sampler, seed, grid),
             directions=self.directions,
             load_if_exists=True,
         )
@@ -255,39 +276,77 @@ class Search(Sweeper):
         study.set_user_attr(STUDY_OBJECTIVES, self.objectives)
         self._remember_study(sweep_dir, storage_url)
         total = min(self.n_trials, math.prod(len(v) for v in grid.values())) if grid else self.n_trials
-        self._announce(dimensions, earlier, total)
+        self._announce(dimensions, earlier, total, seed_note, "joined" if shared else "continuing")
 
-        resumed = [
-            (t.number, [override_of(k, v) for k, v in t.params.items()])
-            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        ]
+        # A private study's running trials were left by a killed run of this sweep (no other sweeper uses it).
+        resumed = (
+            []
+            if shared
+            else [
+                (t.number, t.number, [override_of(k, v) for k, v in t.params.items()])
+                for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            ]
+        )
         started = time.monotonic()
         while not stopped_by(sweep_dir):
             if self.timeout and time.monotonic() - started > float(self.timeout):
                 print(f"hydra.sweeper.timeout={self.timeout} s reached: no new trials.", flush=True)
                 break
+            if shared and (abandoned := fail_stale(study)):
+                settle_abandoned(sweep_dir, abandoned)
             batch = resumed[: self.n_jobs]
             resumed = resumed[len(batch) :]
-            while len(batch) < self.n_jobs and len(study.trials) < total:
+            while len(batch) < self.n_jobs and self._left(study, total):
                 trial = study.ask()
+                if is_surplus(study, trial, total):  # another sweeper asked the last trial at the same moment
+                    break
                 chosen = suggest(trial, dimensions, self._config_value)
-                batch.append((trial.number, [override_of(k, v) for k, v in chosen.items()]))
+                job = retried_from(trial)  # a trial queued again runs in its first run's job dir
+                values = [override_of(k, v) for k, v in chosen.items()]
+                batch.append((trial.number, trial.number if job is None else job, values))
             if not batch:
+                if shared and study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                    # Other sweepers' trials: one whose sweeper dies is queued again, for whoever looks next.
+                    time.sleep(min(self.heartbeat.interval, POLL))
+                    continue
                 break
-            for number, job in self._launch(fixed, batch):
-                self._tell(study, number, job)
+            with beating(storage if shared else None, study, [number for number, _, _ in batch]):
+                for number, job in self._launch(fixed, batch):
+                    self._tell(study, number, job)
         write_report(study, self.objectives, sweep_dir / "summary" / SEARCH_DIR)
 
-    def _launch(self, fixed: list[str], batch: list[tuple[int, list[str]]]):
-        """Run a batch of trials at once; each job's number (its dir under the sweep dir) is its trial's number,
-        so a trial resumed by a later run of the sweep is the same job. Numbers that do not follow each other
-        (trials resumed beside new ones) are launched one by one."""
-        numbers = [number for number, _ in batch]
+    @staticmethod
+    def _left(study, total: int) -> bool:
+        """Whether a trial is there to take: one queued again, or fewer than `total` counted."""
+        from optuna.trial import TrialState
+
+        return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) or len(counted(study)) < total
+
+    def _seed(self, shared: bool, earlier: int) -> tuple[int | None, str | None]:
+        """The sampler's seed, and what the announcement says of it. A seeded sampler started again would propose
+        its first points again: offset by the trials the study has. Sweepers sharing a study each draw their own
+        seed unless one is given (then they propose the same points)."""
+        given = self.sampler.get("seed")
+        if not shared:
+            return (0 if given is None else int(given)) + earlier, None
+        if given is None:
+            seed = int.from_bytes(os.urandom(4), "little") >> 1
+            return seed, f"sampler seed {seed}, this sweeper's own (hydra.sweeper.sampler.seed=N fixes one for all)"
+        return int(given) + earlier, (
+            f"sampler seed fixed at {given}: sweepers started together propose the same points "
+            "(hydra.sweeper.sampler.seed=null gives each its own)"
+        )
+
+    def _launch(self, fixed: list[str], batch: list[tuple[int, int, list[str]]]):
+        """Run a batch of trials at once; each job's number (its dir under the sweep dir) is its trial's number
+        (a trial queued again: its first run's), so a trial resumed by a later run of the sweep is the same job.
+        Numbers that do not follow each other (trials resumed beside new ones) are launched one by one."""
+        numbers = [job for _, job, _ in batch]
         groups = [batch] if numbers == list(range(numbers[0], numbers[0] + len(numbers))) else [[b] for b in batch]
         for group in groups:
-            jobs = [tuple([*fixed, *values, f"sweep.trial={number}"]) for number, values in group]
-            returns = self.launcher.launch(jobs, initial_job_idx=group[0][0])
-            yield from zip([number for number, _ in group], returns, strict=True)
+            jobs = [tuple([*fixed, *values, f"sweep.trial={number}"]) for number, _, values in group]
+            returns = self.launcher.launch(jobs, initial_job_idx=group[0][1])
+            yield from zip([number for number, _, _ in group], returns, strict=True)
 
     def _trials_so_far(self, storage) -> int:
         try:
@@ -302,7 +361,7 @@ class Search(Sweeper):
         state["study"] = {"storage": storage_url, "name": self.study_name}
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
 
-    def _announce(self, dimensions: list[Dimension], earlier: int, total: int) -> None:
+    def _announce(self, dimensions: list[Dimension], earlier: int, total: int, seed_note: str | None, how: str) -> None:
         goal = ", ".join(f"{d} {o}" for o, d in zip(self.objectives, self.directions, strict=True))
         print(
             f"Search: study {self.study_name!r}, {goal}; sampler {self.sampler.get('name', 'tpe')}, pruner "
@@ -310,7 +369,8 @@ class Search(Sweeper):
             f"{total} trials"
             + (f" (the grid's size; n_trials={self.n_trials})" if total < self.n_trials else "")
             + f", {self.n_jobs} at a time"
-            + (f"; continuing: {earlier} trial(s) in the study already" if earlier else ""),
+            + (f"; {how}: {earlier} trial(s) in the study already" if earlier else "")
+            + (f"; {seed_note}" if seed_note else ""),
             flush=True,
         )
         for dim in dimensions:
@@ -321,19 +381,19 @@ class Search(Sweeper):
         from optuna.trial import TrialState
 
         if job.status != JobStatus.COMPLETED:
-            study.tell(number, state=TrialState.FAIL)
+            tell_told(self._storage, study, number, state=TrialState.FAIL)
             return
         result = job.return_value
         if result.status == STOPPED:  # left RUNNING: the same sweep again resumes it
             return
         if result.status == PRUNED:
-            study.tell(number, state=TrialState.PRUNED)
+            tell_told(self._storage, study, number, state=TrialState.PRUNED)
             return
         values = [result.value(name) for name in self.objectives]
         if result.status != DONE or any(math.isnan(v) for v in values):  # failed, or never logged the objective
-            study.tell(number, state=TrialState.FAIL)
+            tell_told(self._storage, study, number, state=TrialState.FAIL)
             return
-        study.tell(number, values)
+        tell_told(self._storage, study, number, values=values)
 
 
 def logged_metrics(task_cfg) -> tuple[str, list[str] | None]:
@@ -360,9 +420,10 @@ def write_report(study, objectives: list[str], out: Path) -> dict:
     from optuna.trial import TrialState
 
     out.mkdir(parents=True, exist_ok=True)
-    trials = study.get_trials(deepcopy=False)
+    trials = counted(study)  # a trial queued again (its sweeper died) counts once
     counts = {state.name.lower(): sum(t.state == state for t in trials) for state in TrialState}
     report: dict[str, Any] = {"objectives": objectives, "trials": len(trials), "states": counts, "notes": []}
+    report["queued_again"] = len(study.get_trials(deepcopy=False)) - len(trials)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     if complete:
         best = study.best_trials if len(objectives) > 1 else [study.best_trial]

@@ -8,6 +8,7 @@ minutes of retries. A URI may carry credentials (`https://user:password@host`,
 from __future__ import annotations
 
 import base64
+import fcntl
 import re
 import urllib.request
 from pathlib import Path
@@ -51,6 +52,20 @@ def resolve_uri(uri: str, base: Path) -> str:
     if "://" not in uri:
         return (base / uri).resolve().as_uri()
     return uri
+
+
+def initialise_store(uri: str) -> None:
+    """A local SQLite store made (its tables created) by one process at a time: several sweepers or launches
+    starting together on a new store would each create the tables, and all but one fail."""
+    if not uri.startswith("sqlite:///"):
+        return
+    from mlflow.tracking import MlflowClient
+
+    path = Path(uri[len("sqlite:///") :].split("?", 1)[0])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        MlflowClient(uri).search_experiments(max_results=1)
 
 
 def check_reachable(uri: str, timeout: float = 5.0) -> None:

@@ -37,6 +37,8 @@ TF_FREE_MODULES = [
     "launcher.sweep.search",
     "launcher.sweep.space",
     "launcher.config.samplers",
+    "launcher.config.study_storage",
+    "launcher.sweep.shared",
     "launcher.launch.trial",
     "launcher.launch.hooks.pruning",
     "launcher.plan.resolve",

@@ -1,0 +1,194 @@
+"""One search, several sweepers: the same `python -m launcher -m hparams_search=...` command started more than once on
+one shared study (a real PostgreSQL on 127.0.0.1, a journal file, SQLite), as a person starts it on several machines.
+Together they run exactly n_trials trials, each trained once, into one MLflow parent run; a sweeper killed mid-trial
+leaves a trial another sweeper runs again. The pure parts: tests/sweep/test_shared_study.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import warm
+import yaml
+from support.config import ROOT
+from support.databases import PASSWORD
+from support.tracking import runs_in
+
+from launcher.config.study_storage import open_storage
+from launcher.files import JOB_FILE, read_json
+from launcher.sweep.shared import SURPLUS, TOLD_BY
+
+pytestmark = pytest.mark.slow
+
+SEARCH = {
+    "defaults": [{"override /hydra/sweeper": "search"}],
+    "objective": "val_accuracy",
+    "hydra": {
+        "sweeper": {
+            "n_trials": 4,
+            "heartbeat_interval": 1,
+            "grace_period": 4,
+            "params": {"optimizer.learning_rate": {"low": 1.0e-3, "high": 0.1, "log": True}},
+        }
+    },
+}
+# 1437 training examples at batch 64 without XLA: 23 steps an epoch. No exports: the search is under test.
+SMALL = [
+    "model.hidden_units=[16]",
+    "scaling.batch_size=64",
+    "xla=false",
+    "tracking.system_metrics=false",
+    "checkpoint.export_model=false",
+    "tracking.log_model=false",
+]
+
+
+def _command(tmp_path: Path, storage: str, sweep: str, epochs: int = 2) -> list[str]:
+    conf = tmp_path / "conf" / "hparams_search"
+    conf.mkdir(parents=True, exist_ok=True)
+    (conf / "shared.yaml").write_text("# @package _global_\n" + yaml.safe_dump(SEARCH, sort_keys=False))
+    return [
+        sys.executable,
+        "-m",
+        "launcher",
+        "-m",
+        f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+        "hparams_search=shared",
+        f"hydra.sweeper.storage={storage}",
+        f"hydra.sweep.dir={tmp_path / sweep}",
+        # A store no process made yet: the sweepers create it at the same moment.
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"train.epochs={epochs}",
+        *SMALL,
+    ]
+
+
+def _start(command: list[str], **options) -> subprocess.Popen:
+    return warm.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **options)
+
+
+def _jobs(tmp_path: Path, sweeps: list[str]) -> dict[int, list[Path]]:
+    """Trial number -> the job dirs that ran it, across the sweepers' sweep dirs."""
+    found: dict[int, list[Path]] = {}
+    for sweep in sweeps:
+        for job in (tmp_path / sweep).glob(f"*/{JOB_FILE}"):
+            trial = [o for o in read_json(job)["overrides"] if o.startswith("sweep.trial=")]
+            found.setdefault(int(trial[0].split("=")[1]), []).append(job.parent)
+    return found
+
+
+def _one_parent(tmp_path: Path):
+    runs = runs_in(tmp_path / "mlflow.db")
+    parents = [r for r in runs if r.data.tags.get("sweep.role") == "parent"]
+    assert len(parents) == 1, [(r.info.run_name, r.data.tags.get("sweep.role")) for r in runs]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    return parents[0], children, runs
+
+
+def test_two_sweepers_started_together_on_postgres_run_the_study_once_into_one_parent(tmp_path, postgres):
+    command = _command(tmp_path, postgres, "sweep-a")
+    first = _start(command)
+    second = _start(_command(tmp_path, postgres, "sweep-b"))
+    outputs = [process.communicate(timeout=600)[0] for process in (first, second)]
+    for process, output in zip((first, second), outputs, strict=True):
+        assert process.returncode == 0, output[-3000:]
+        assert "AttributeError" not in output
+    assert sorted("created by this sweeper" in out for out in outputs) == [False, True], outputs
+    seeds = [
+        line.split("sampler seed ")[1].split(",")[0]
+        for out in outputs
+        for line in out.splitlines()
+        if "sampler seed " in line
+    ]
+    assert len(seeds) == 2 and seeds[0] != seeds[1]  # each its own: no duplicate proposals from one seed
+
+    study = optuna.load_study(study_name="launcher", storage=open_storage(postgres))
+    trials = study.get_trials()
+    assert [t.number for t in trials] == [0, 1, 2, 3] and {t.state.name for t in trials} == {"COMPLETE"}
+    assert len({t.params["optimizer.learning_rate"] for t in trials}) == 4
+    jobs = _jobs(tmp_path, ["sweep-a", "sweep-b"])
+    assert sorted(jobs) == [0, 1, 2, 3] and all(len(dirs) == 1 for dirs in jobs.values())  # each trained once
+    assert {t.system_attrs[TOLD_BY] for t in trials} == {f"{os.uname().nodename}:{p.pid}" for p in (first, second)}
+
+    parent, children, runs = _one_parent(tmp_path)
+    assert parent.info.status == "FINISHED" and len(runs) == 5
+    assert sorted(int(c.data.params["sweep.trial"]) for c in children) == [0, 1, 2, 3]
+    assert {c.info.status for c in children} == {"FINISHED"}
+    assert parent.data.metrics["best.val_accuracy"] == pytest.approx(study.best_value)
+    # The password: nowhere in what the sweepers print, in MLflow, or in what a trial writes for people.
+    assert not [out for out in outputs if PASSWORD in out]
+    for run in runs:
+        assert PASSWORD not in repr(run.data.params) + repr(run.data.tags)
+    for dirs in jobs.values():
+        for name in ("config.yaml", "plan.yaml", "job.log"):
+            assert PASSWORD not in (dirs[0] / name).read_text(), name
+
+
+def test_a_sweeper_killed_mid_trial_leaves_its_trial_to_the_other_which_runs_it_again(tmp_path):
+    storage = f"journal://{tmp_path}/study/study.log"
+    # Killed with everything it started (its own session: its job and the server that forked it), as a machine goes.
+    first = _start(_command(tmp_path, storage, "sweep-a", epochs=12), start_new_session=True)
+    deadline = time.time() + 300
+    while not list((tmp_path / "sweep-a").glob(f"*/{JOB_FILE}")):
+        assert first.poll() is None and time.time() < deadline, first.stdout.read()[-3000:]
+        time.sleep(0.1)
+    second = _start(_command(tmp_path, storage, "sweep-b", epochs=12))
+    time.sleep(1.0)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    killed = _jobs(tmp_path, ["sweep-a"])
+    output = second.communicate(timeout=600)[0]
+    assert second.returncode == 0, output[-3000:]
+
+    study = optuna.load_study(study_name="launcher", storage=open_storage(storage))
+    trials = study.get_trials()
+    abandoned = [t for t in trials if t.state.name == "FAIL"]
+    assert len(abandoned) >= 1 and not [t for t in trials if SURPLUS in t.user_attrs]
+    retries = {t.system_attrs["failed_trial"]: t for t in trials if "failed_trial" in t.system_attrs}
+    assert sorted(retries) == sorted(t.number for t in abandoned)  # each abandoned trial queued again, once
+    for failed in abandoned:
+        assert failed.number in killed  # it was the killed sweeper's
+        assert retries[failed.number].params == failed.params and retries[failed.number].state.name == "COMPLETE"
+    finished = [t for t in trials if t.state.name == "COMPLETE"]
+    assert len(finished) == 4  # n_trials: the retry counts, its failed first run does not
+    report = read_json(tmp_path / "sweep-b" / "summary" / "search" / "search.json")
+    assert report["trials"] == 4 and report["states"]["complete"] == 4 and report["states"]["fail"] == 0
+
+    parent, children, _ = _one_parent(tmp_path)
+    assert parent.info.status == "FINISHED"
+    done = [c for c in children if c.info.status == "FINISHED"]
+    assert sorted(int(c.data.params.get("sweep.trial", -1)) for c in done) == sorted(t.number for t in finished) or (
+        len(done) == 4
+    )
+    assert not [c for c in children if c.info.status == "RUNNING"]  # the killed trial's run, if made, is FAILED
+    for c in children:
+        if c.info.status == "FAILED":
+            assert "its sweeper stopped beating" in c.data.tags["error"]
+
+
+def test_a_second_sweeper_on_the_same_sqlite_study_and_sweep_dir_takes_no_running_trial(tmp_path):
+    """The issue's case: the second sweeper, started while the first's trial ran, trained that trial again and
+    crashed telling it (`Cannot tell a COMPLETE trial`), its parent left RUNNING."""
+    storage = f"sqlite:///{tmp_path}/study.db"
+    command = _command(tmp_path, storage, "sweep", epochs=4)
+    first = _start(command)
+    deadline = time.time() + 300
+    while not list((tmp_path / "sweep").glob(f"*/{JOB_FILE}")):
+        assert first.poll() is None and time.time() < deadline
+        time.sleep(0.1)
+    second = _start(command)
+    outputs = [process.communicate(timeout=600)[0] for process in (first, second)]
+    for process, output in zip((first, second), outputs, strict=True):
+        assert process.returncode == 0, output[-3000:]
+        assert "Cannot tell" not in output
+    trials = optuna.load_study(study_name="launcher", storage=open_storage(storage)).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 4
+    assert all(len(dirs) == 1 for dirs in _jobs(tmp_path, ["sweep"]).values())
+    parent, children, _ = _one_parent(tmp_path)
+    assert parent.info.status == "FINISHED" and len(children) == 4
