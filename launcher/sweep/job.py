@@ -262,7 +262,7 @@ def settle_abandoned(sweep_dir: Path, numbers: list[int]) -> None:
     )
     for run in [r for r in running if r.data.params.get("sweep.trial") in {str(n) for n in numbers}]:
         reason = "its sweeper stopped beating (killed, or its machine gone): the search runs the trial again"
-        with_retry(client.log_batch, run.info.run_id, tags=[RunTag("error", reason)])
+        with_retry(client.log_batch, run.info.run_id, tags=[RunTag("error", reason), RunTag("sweep.retried", "true")])
         with_retry(client.set_terminated, run.info.run_id, status="FAILED")
         print(f"Trial {run.data.params.get('sweep.trial')}: {reason}; its run {run.info.run_id} is FAILED.", flush=True)
 

@@ -85,7 +85,7 @@ def table_rows(runs) -> list[dict]:
     rows = []
     tested = sorted({m for run in runs for m in run.data.metrics if is_test_metric(m)})
     for run in runs:
-        status = "PRUNED" if is_pruned(run) else run.info.status
+        status = "PRUNED" if is_pruned(run) else "RETRIED" if is_retried(run) else run.info.status
         row = {"job": run.info.run_name, "status": status, "run_id": run.info.run_id}
         row.update({p: run.data.params.get(p, "") for p in PARAMS})
         row.update({m: run.data.metrics.get(m, "") for m in (*SUMMARY_METRICS, *tested)})
@@ -177,6 +177,11 @@ def sweep_goal(objectives, direction, default: str) -> tuple[list[str], list[str
 def is_pruned(run) -> bool:
     """A search's trial its pruner stopped: FINISHED, but its final metrics are from an early epoch."""
     return run.data.tags.get("pruned") == "true"
+
+
+def is_retried(run) -> bool:
+    """A shared search's trial whose sweeper died: FAILED, and run again by another sweeper (not a failed job)."""
+    return run.data.tags.get("sweep.retried") == "true"
 
 
 def best_run(runs, objective: str, direction: str | None = None):
@@ -297,7 +302,7 @@ def summarise(
     plot_curves(client, runs, out / "val_loss_curves.png")
     plot_metric_vs_job(rows, out / "val_accuracy_by_job.png")
     with_retry(client.log_artifacts, parent_run_id, str(out), "summary")
-    failed = sum(r["status"] not in ("FINISHED", "PRUNED") for r in rows)
+    failed = sum(r["status"] not in ("FINISHED", "PRUNED", "RETRIED") for r in rows)
     with_retry(client.set_tag, parent_run_id, "sweep.jobs", str(len(rows)))
     with_retry(client.set_tag, parent_run_id, "sweep.failed_jobs", str(failed))
     links = SweepLinks(MlflowUi.of(uri), parent.info.experiment_id, parent_run_id, tuple(r.info.run_id for r in runs))
