@@ -1,5 +1,6 @@
 """MultiWorkerMirroredStrategy as a person runs it: `strategy.local_workers=N` starts N worker processes on
-127.0.0.1; workers started by hand (strategy.workers) are checked against each other; bad clusters are refused
+127.0.0.1; workers started by hand (a TF_CONFIG as a TFJob writes it; strategy.workers) are checked against each
+other; bad clusters are refused
 before anything waits, and a peer that never comes is named.
 
 A worker that cannot join is killed by its watchdog (`launcher.train.cluster_watchdog`).
@@ -105,6 +106,30 @@ def test_two_local_workers_train_like_one_process_with_the_same_global_batch(tmp
         tmp_path,
     )
     assert abs(single.result.final["loss"] - chief["metrics"]["loss"]) < 0.02
+
+
+@pytest.mark.slow
+def test_workers_started_by_hand_with_the_tf_config_a_tfjob_writes_train_one_run(tmp_path):
+    """The chief + worker layout Kubernetes' TFJob (and JobSet recipes) set in TF_CONFIG, one process each, the
+    same command and run dir: one MLflow run (the chief's), the same weights on both."""
+    ports = free_ports(2)
+    cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]}
+    job, db = tmp_path / "job", tmp_path / "mlflow.db"
+    procs = []
+    for task in ({"type": "chief", "index": 0}, {"type": "worker", "index": 0}):
+        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": task})}
+        args = launcher("strategy=multi_worker", "xla=false", run_dir=job, db=db)
+        procs.append(warm.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = [p.communicate(timeout=300) for p in procs]
+    for proc, (out, err) in zip(procs, results, strict=True):
+        assert proc.returncode == 0, (out + err)[-3000:]
+    assert re.search(r"replicas\s+2\s+2 worker\(s\) x 1 device\(s\)", results[0][0])
+    assert re.search(r"process.is_chief\s+False", results[1][0])
+    chief, other = outcome(job), outcome(job / "workers" / "worker1")
+    assert chief["status"] == other["status"] == "FINISHED"
+    assert chief["weights_sha256"] == other["weights_sha256"]
+    (run,) = mlflow_runs(db)
+    assert run.info.status == "FINISHED" and run.data.tags["plan.strategy"] == "multi_worker"
 
 
 def start_job(args, log, job, step, err=None):
