@@ -8,6 +8,7 @@ Modules:
     background: threads the launcher starts beside its work, ended before the process is
     console: what the console shows: TensorFlow's, absl's and MLflow's start-up noise quieted
     contract: the engine's contract: where training is, what it asks of its hooks, what it returns
+    dirlock: one process per directory (a launch's run dir, a sweep's dir): a second holder is refused
     files: the files one stage leaves for another, and the two ways they are read and written
     outcome: what one process did, as a typed record (`outcome.json`), and its exit code
     config/: what a person can set, and how a wrong setting is reported

@@ -15,9 +15,12 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from launcher import forkserver
+from launcher.config.errors import ConfigError, Violation
 from launcher.config.tasks import objective
 from launcher.console import quiet_tracking_logs
+from launcher.dirlock import SWEEP_LOCK_FILE, DirLock, Held, describe
 from launcher.files import STOP_FILE, SWEEP_FILE, read_json, write_json_atomic
+from launcher.outcome import EXIT_REFUSED
 from launcher.sweep.champion import crown, goal_of
 from launcher.sweep.job import stopped_by, swept_keys
 from launcher.sweep.shared import SharedStudy
@@ -38,6 +41,8 @@ def _swept(config: DictConfig) -> list[str]:
 class SweepCallback(Callback):
     """Creates the parent MLflow run before the jobs start and summarises the sweep after."""
 
+    _lock: DirLock | None = None  # the sweep dir's, while this sweeper runs (a sweep of its own)
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not config.get("tf_logs", False):
             quiet_tracking_logs()
@@ -45,8 +50,10 @@ class SweepCallback(Callback):
             forkserver.share()  # jobs on this machine, whichever process starts them, fork from one server
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        previous = read_json(sweep_dir / SWEEP_FILE)
         shared = SharedStudy.of(config)
+        if shared is None:  # a sweep of its own: one sweeper at a time in its dir (a shared study takes several)
+            self._hold(sweep_dir)
+        previous = read_json(sweep_dir / SWEEP_FILE)
         if shared is not None:
             self._join(config, sweep_dir, shared, previous)
             return
@@ -59,6 +66,24 @@ class SweepCallback(Callback):
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
         if uri is not None:
             self._open_parent(config, sweep_dir, state, uri)
+
+    def _hold(self, sweep_dir: Path) -> None:
+        """The sweep dir's lock, held until this sweeper ends; another live sweeper's is refused (exit 2), before
+        this one records anything: its jobs would be the other's."""
+        self._lock = DirLock(sweep_dir, SWEEP_LOCK_FILE, "sweep")
+        try:
+            self._lock.acquire()
+        except Held as held:
+            refusal = Violation(
+                "hydra.sweep.dir",
+                str(sweep_dir),
+                f"a sweep dir no other sweeper is using (this one is held by {describe(held.owner)})",
+                "wait for it (the same command then continues the sweep), stop it, or give this sweep another "
+                "name=; several sweepers share one search through a study storage: hydra.sweeper.storage="
+                "journal:///shared/folder/study.log (docs/sweeps.md)",
+            )
+            print(ConfigError([refusal]), file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_REFUSED) from None
 
     def _join(self, config: DictConfig, sweep_dir: Path, shared: SharedStudy, previous: dict | None) -> None:
         """A search on a shared study: its sweep id and parent run are the study's, whichever sweeper made them."""
@@ -147,6 +172,8 @@ class SweepCallback(Callback):
             )
             if champion:
                 print(champion, flush=True)
+        if self._lock is not None:
+            self._lock.release()
         if stop:
             print(
                 f"sweep.fail_fast=true: the sweep stopped at {stop['job']} (exit {stop['exit_code']}, see "

@@ -287,6 +287,8 @@ def summarise(
     if differences:
         tags["sweep.unswept_differences"] = " | ".join(differences)[:4900]
     params = {k: v for k, v in params.items() if k not in parent.data.params}  # a continued sweep logged them
+    # A sweep run again with nothing new: its summary's values are on the parent already, logged once.
+    metrics = {k: v for k, v in metrics.items() if parent.data.metrics.get(k) != float(v)}
     now = int(time.time() * 1000)
     with_retry(
         client.log_batch,

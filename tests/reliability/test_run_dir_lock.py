@@ -12,6 +12,7 @@ import pytest
 from support.config import TINY
 from support.tracking import runs_in
 
+from launcher.dirlock import SWEEP_LOCK_FILE, DirLock, Held
 from launcher.launch.lock import LOCK_FILE, RunDirBusy, RunDirLock
 
 
@@ -23,6 +24,16 @@ def test_a_second_holder_is_refused_with_the_owner_named(tmp_path):
     assert f"pid {os.getpid()}" in message and "fix:" in message
     # Released cleanly: the next launch takes it without a notice.
     RunDirLock(tmp_path).acquire()
+
+
+def test_a_sweep_dir_is_held_by_one_sweeper_beside_its_jobs_run_dirs(tmp_path):
+    """The sweep's lock is a file of its own: a job's launch lock in a sub-dir, or the sweep dir as a run dir,
+    is another lock."""
+    with DirLock(tmp_path, SWEEP_LOCK_FILE, "sweep"), pytest.raises(Held) as refused:
+        DirLock(tmp_path, SWEEP_LOCK_FILE, "sweep").acquire()
+    assert refused.value.owner["pid"] == os.getpid() and refused.value.directory == tmp_path
+    with DirLock(tmp_path, SWEEP_LOCK_FILE, "sweep"), RunDirLock(tmp_path / "0"), RunDirLock(tmp_path):
+        pass
 
 
 def test_a_lock_left_by_a_killed_launch_is_taken_over(tmp_path, capfd):

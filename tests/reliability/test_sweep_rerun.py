@@ -1,5 +1,6 @@
 """Re-running the same named sweep continues it: finished jobs skipped, a killed job resumed from its
-checkpoint into the same MLflow child run (a search's study: tests/reliability/test_search_sweeps.py)."""
+checkpoint into the same MLflow child run, a second sweeper on the live sweep refused, a finished sweep's summary
+logged once (a search's study: tests/reliability/test_search_sweeps.py)."""
 
 from __future__ import annotations
 
@@ -74,6 +75,15 @@ def test_a_killed_sweep_rerun_skips_finished_jobs_and_resumes_the_killed_one(tmp
     while "paused at after_save 23" not in _read(sweep / "1" / "job.log"):
         assert first.poll() is None and time.time() < deadline, "the sweep ended before job 1's first checkpoint"
         time.sleep(0.1)
+    _, _, running = _children(tmp_path)
+    # The same named sweep started again while it runs: refused at once, recording nothing (before: its job was
+    # refused by the run-dir lock and recorded as a FAILED child, or it marked the first's live child FAILED).
+    second = warm.run(_command(tmp_path, *SWEEP), cwd=ROOT, timeout=300)
+    assert second.returncode == 2, second.stderr[-3000:]
+    assert "hydra.sweep.dir" in second.stderr and f"held by pid {first.pid}" in second.stderr
+    assert "Traceback" not in second.stderr
+    _, _, after_second = _children(tmp_path)
+    assert {k: r.info.status for k, r in after_second.items()} == {k: r.info.status for k, r in running.items()}
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     assert read_json(sweep / "0" / OUTCOME_FILE)["status"] == "FINISHED"
@@ -98,3 +108,10 @@ def test_a_killed_sweep_rerun_skips_finished_jobs_and_resumes_the_killed_one(tmp
     assert kids["scaling.batch_size=64"].info.run_id == killed_run
     assert all(k.info.status == "FINISHED" for k in kids.values()) and parent.info.status == "FINISHED"
     assert sorted(m.step for m in client.get_metric_history(killed_run, "val_loss")) == [0, 1, 2, 3]
+
+    # The finished sweep run again: nothing trains, and the parent's summary is not logged a second time.
+    summary = {k: len(client.get_metric_history(parent.info.run_id, k)) for k in parent.data.metrics}
+    assert summary and set(summary.values()) == {1}
+    third = warm.run(_command(tmp_path, *SWEEP), cwd=ROOT, timeout=600)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert {k: len(client.get_metric_history(parent.info.run_id, k)) for k in parent.data.metrics} == summary

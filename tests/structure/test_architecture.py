@@ -1,7 +1,7 @@
 """The package tree reads as the data flow, and imports point one way.
 
 config -> plan -> train -> launch     (sweep beside launch; leaves: contract, files, console, outcome, forkserver,
-background)
+background, dirlock)
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from support.cli import run_python
 from support.config import ROOT
 
 PACKAGE = ROOT / "launcher"
-LEAVES = {"contract", "files", "console", "outcome", "forkserver", "background"}
+LEAVES = {"contract", "files", "console", "outcome", "forkserver", "background", "dirlock"}
 # What each stage may import from the launcher (besides itself).
 ALLOWED = {
     "config": set(),
@@ -20,9 +20,10 @@ ALLOWED = {
     "train": {"config", "plan", "contract", "console", "background"},
     "tracking": {"config", "files"},
     "launch": {
-        *("config", "plan", "train", "tracking", "contract", "files", "console", "outcome", "forkserver", "background")
+        *("config", "plan", "train", "tracking", "contract", "files", "console", "outcome", "forkserver", "background"),
+        "dirlock",
     },
-    "sweep": {"config", "tracking", "contract", "files", "console", "outcome", "forkserver"},
+    "sweep": {"config", "tracking", "contract", "files", "console", "outcome", "forkserver", "dirlock"},
     "doctor": {"config", "plan", "train", "launch", "tracking", "contract", "files", "console", "outcome"},
     "__main__": {"config", "launch", "sweep", "doctor", "outcome", "background"},
     **{leaf: set() for leaf in LEAVES},
