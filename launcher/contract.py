@@ -221,12 +221,22 @@ class EpochResult:
 
 @dataclass
 class FitResult:
+    """The epochs this launch trained; `earlier`: those a resumed run trained before it (from its checkpoint), so
+    a launch that resumes with nothing left to train still reports the run's final metrics and history."""
+
     epochs: list[EpochResult] = field(default_factory=list)
     stopped_early: bool = False
+    earlier: list[EpochResult] = field(default_factory=list)
+
+    @property
+    def history(self) -> list[EpochResult]:
+        """Every epoch of the run, the resumed ones first."""
+        return [*self.earlier, *self.epochs]
 
     @property
     def final(self) -> dict[str, float]:
-        return self.epochs[-1].logs if self.epochs else {}
+        history = self.history
+        return history[-1].logs if history else {}
 
 
 # ------------------------------------------------------------------ how a fit ends

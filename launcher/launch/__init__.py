@@ -11,6 +11,7 @@ Modules:
     batch_outputs: `mode=predict eval.input=`: predictions written a chunk at a time (Parquet, CSV) or npz
     batch_predict: `mode=predict eval.input=`: a file or folder through the run's SavedModel, in bounded memory
     building: the build step: model, optimizer, metrics in the strategy scope; init_from, freeze
+    checkpoint_index: TensorFlow's checkpoint index, rebuilt from the checkpoint files when lost or garbled
     checkpoint_policy: when to save: the checkpoint save rule as pure arithmetic on the position
     checkpointer: checkpoints a run can bet on: exact resume, keep-N, best model, verified restores
     evaluate: `mode=eval` and `mode=predict`: a trained run's model on a split, logged beside it

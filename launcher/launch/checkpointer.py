@@ -26,6 +26,7 @@ from pathlib import Path
 from launcher.config.errors import ConfigError, Violation
 from launcher.contract import CHECKPOINT_WRITE, EXIT_FAILED, FAILED, Ending, Position, StopContext
 from launcher.files import read_json, write_json_atomic
+from launcher.launch import checkpoint_index
 from launcher.launch.faults import fault_point
 
 STATE_FILE = "launcher_state.json"
@@ -64,6 +65,25 @@ def check_writable(directory: Path) -> None:
         ) from None
 
 
+def owner_problem(directory: Path, run_dir: Path) -> ConfigError | None:
+    """A checkpoint directory that holds another run's checkpoints (two run names given one
+    `checkpoint.directory`): resuming them would continue that run, and its MLflow run, under this one's name.
+    A run is known by its run dir's name (`name=`), so the same run continued on another machine, or from a moved
+    folder, is still itself."""
+    state = read_json(directory / STATE_FILE, {})
+    owner = state.get("run_dir")
+    if not owner or Path(owner).name == Path(run_dir).name:
+        return None
+    return ConfigError.single(
+        "checkpoint.directory",
+        str(directory),
+        f"a checkpoint directory of this run ({Path(run_dir).resolve()}): it holds the checkpoints of run {owner} "
+        f"(MLflow run {state.get('mlflow_run_id') or 'none'})",
+        "give each run its own directory (checkpoint.directory=/shared/checkpoints/${name}), continue that run "
+        f"(hydra.run.dir={owner}), or checkpoint.resume=never to set its checkpoints aside and start this run there",
+    )
+
+
 def worker_temp_dir(directory: Path, worker: int) -> Path:
     """Where a non-chief worker's saves go (and are removed from)."""
     return directory / f".worker{worker}-temp"
@@ -94,6 +114,8 @@ class Checkpointer:
                 for name in ("epoch", "step_in_epoch", "global_step")
             }
         self.checkpoint = tf.train.Checkpoint(model=built.model, optimizer=built.optimizer, **self.counters)
+        if self.is_chief and (repaired := checkpoint_index.repair(directory)):  # before the manager reads it
+            self._warn(repaired)
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, str(directory), max_to_keep=cfg.max_to_keep, checkpoint_name="ckpt"
         )
@@ -112,12 +134,15 @@ class Checkpointer:
     def previous_state(self) -> dict:
         return read_json(self.state_path, {})
 
-    def record(self, mlflow_run_id: str | None, layout: dict | None = None) -> None:
-        """Remember the model config, MLflow run and layout (strategy, replicas, batch) of this run."""
+    def record(self, mlflow_run_id: str | None, layout: dict | None = None, run_dir: Path | None = None) -> None:
+        """Remember the model config, MLflow run, layout (strategy, replicas, batch) and run dir of this run: the
+        directory is this run's, and another run's launch is refused in it (`owner_problem`)."""
         if not self.is_chief:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         state = {"model": self.model_config, "mlflow_run_id": mlflow_run_id, "layout": layout}
+        if run_dir is not None:
+            state["run_dir"] = str(Path(run_dir).resolve())
         write_json_atomic(self.state_path, state)
         self._upload("state", lambda m: m.push_file(self.state_path))
 

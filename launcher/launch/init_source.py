@@ -9,6 +9,7 @@ file or a `ckpt-N` checkpoint prefix is used as it is. TensorFlow-free: the weig
 from __future__ import annotations
 
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def locate_init_source(wanted: str, launch_dir: Path, tracking_uri: str) -> Init
     path = Path(wanted).expanduser()
     path = path if path.is_absolute() else launch_dir / path
     if path.suffix == ".keras" and path.is_file():
-        return InitSource(path, "keras", str(path))
+        return InitSource(_whole(path, wanted), "keras", str(path))
     if Path(f"{path}.index").is_file():
         return InitSource(path, "checkpoint", f"checkpoint {path}")
     try:
@@ -51,7 +52,8 @@ def locate_init_source(wanted: str, launch_dir: Path, tracking_uri: str) -> Init
             if (run_dir / name).is_file():
                 record = OutcomeRecord.read(run_dir)
                 run_id = (record.run_id if record else None) or remembered_run(run_dir)
-                return InitSource(run_dir / name, "keras", f"{run_dir / name} (run {run_dir.name})", run_id)
+                path = _whole(run_dir / name, wanted)
+                return InitSource(path, "keras", f"{path} (run {run_dir.name})", run_id)
     raise ConfigError.single(
         KEY,
         wanted,
@@ -59,6 +61,26 @@ def locate_init_source(wanted: str, launch_dir: Path, tracking_uri: str) -> Init
         "model, models:/<name>/<version>, a .keras file or a ckpt-N checkpoint prefix"
         + (f" ({run_dir} has no best.keras or model.keras)" if run_dir is not None else " (none found by that name)"),
         "model.init_from=<the run's name>, e.g. the name= it was trained with",
+    )
+
+
+def _whole(path: Path, wanted: str) -> Path:
+    """`path`, a `.keras` file (a zip archive) that is whole: one cut short (a crash or a full disk while it was
+    written) is named as such, where Keras would say the file is not found."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            broken = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        broken = str(err)
+    if broken is None:
+        return path
+    raise ConfigError.single(
+        KEY,
+        wanted,
+        f"a whole .keras file: {path} ({path.stat().st_size} bytes) is truncated or damaged ({broken}): what a "
+        "crash or a full disk leaves while a model is written",
+        "export it again (re-running its run finishes its exports), or start from the run's checkpoint: "
+        "model.init_from=<its run dir>/checkpoints/ckpt-<step>",
     )
 
 

@@ -15,16 +15,14 @@ them, and URLs with embedded credentials are redacted before they reach the Plan
 from __future__ import annotations
 
 import os
-import re
-import time
 from pathlib import Path
 
 import fsspec
 
 from launcher.config.errors import ConfigError
+from launcher.launch.checkpoint_index import SIDECAR, complete_steps, write_index
 from launcher.launch.faults import fault_point
 
-SIDECAR = re.compile(r"ckpt-(\d+)\.json$")
 STATE_FILES = ("launcher_state.json",)
 FIX = 'set checkpoint.directory to a bucket you can write (credentials from the usual environment), or "" for local'
 
@@ -94,7 +92,7 @@ class RemoteCheckpoints:
         """Download the complete remote checkpoints the local directory lacks, when the remote's newest is newer
         than the local's; the local manager state is written to list them. Returns the steps downloaded."""
         remote = self.complete_steps()
-        here = _complete_local(local)
+        here = complete_steps(local)
         if not remote or (here and max(here) >= max(remote)):
             return []
         local.mkdir(parents=True, exist_ok=True)
@@ -107,7 +105,7 @@ class RemoteCheckpoints:
         for name in STATE_FILES:
             if self.fs.exists(self._path(name)):
                 self.fs.get(self._path(name), str(local / name))
-        _write_manager_state(local, sorted(set(here) | set(wanted)))
+        write_index(local, sorted(set(here) | set(wanted)))
         return wanted
 
     # ------------------------------------------------------------- writing
@@ -143,24 +141,3 @@ class RemoteCheckpoints:
             if f"ckpt-{step}" not in kept:  # the sidecar first: a half-deleted checkpoint is an incomplete one
                 self.fs.rm(self._path(f"ckpt-{step}.json"))
                 self.fs.rm(self.fs.glob(self._path(f"ckpt-{step}.*")))
-
-
-def _complete_local(local: Path) -> list[int]:
-    if not local.is_dir():
-        return []
-    return sorted(
-        int(m.group(1))
-        for p in local.glob("ckpt-*.json")
-        if (m := SIDECAR.match(p.name)) and (local / f"ckpt-{m.group(1)}.index").exists()
-    )
-
-
-def _write_manager_state(local: Path, steps: list[int]) -> None:
-    """TensorFlow's CheckpointManager state file (text format), listing `steps` oldest first. The manager keeps
-    (and rotates) only checkpoints whose timestamp is after `last_preserved_timestamp`: each gets one."""
-    now = time.time()
-    lines = [f'model_checkpoint_path: "ckpt-{steps[-1]}"']
-    lines += [f'all_model_checkpoint_paths: "ckpt-{s}"' for s in steps]
-    lines += [f"all_model_checkpoint_timestamps: {now - len(steps) + i:.3f}" for i in range(len(steps))]
-    lines.append(f"last_preserved_timestamp: {now - len(steps) - 1:.3f}")
-    (local / "checkpoint").write_text("\n".join(lines) + "\n")

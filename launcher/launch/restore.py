@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.config.models import architecture
-from launcher.contract import Position
-from launcher.launch.checkpointer import Checkpointer, set_aside
+from launcher.contract import EpochResult, Position
+from launcher.launch.checkpointer import Checkpointer, owner_problem, set_aside
 from launcher.launch.preflight import save_plan
 from launcher.plan.decisions import InitPlan, Plan, ResumePlan, render_record
 from launcher.plan.resume import decide_resume, layout_of
@@ -27,6 +27,14 @@ class Restored:
     position: Position | None = None
     sidecar: dict = field(default_factory=dict)
 
+    def earlier_epochs(self) -> list[EpochResult]:
+        """The epochs the run ended before this launch, as its checkpoint's history holds them."""
+        if self.position is None:
+            return []
+        ended = [e for e in self.sidecar.get("history") or [] if e["epoch"] < self.position.epoch]
+        position_keys = ("epoch", "global_step")
+        return [EpochResult(e["epoch"], {k: v for k, v in e.items() if k not in position_keys}) for e in ended]
+
 
 def restore(config, settings: dict, plan: Plan, built, directory: Path, remote, run_dir: Path) -> Restored:
     """checkpoint.resume=never sets the old checkpoints aside; else the newest (or the named) one is restored,
@@ -40,6 +48,8 @@ def restore(config, settings: dict, plan: Plan, built, directory: Path, remote, 
             print(f"WARNING: checkpoint.resume=never: remote checkpoints moved to {redact(aside)}", flush=True)
     elif remote is not None and (pulled := remote.pull(directory)):
         print(f"  remote   downloaded ckpt-{pulled[-1]} (and {len(pulled) - 1} older) from {remote.url}")
+    if plan.is_chief and str(cfg.resume) != "never" and (taken := owner_problem(directory, run_dir)):
+        raise taken
     checkpointer = Checkpointer(cfg, directory, built, architecture(settings["model"]), plan.worker_index, remote)
     restored = checkpointer.restore()
     if not restored:

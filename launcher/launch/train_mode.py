@@ -49,7 +49,7 @@ def train(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict) -> Ou
     outcome = execute(cfg, run_dir, launch_dir, choices)
     result = outcome.result
     final = result.final if result else {}
-    history = [e.logs for e in result.epochs] if result else []
+    history = [e.logs for e in result.history] if result else []  # the run's, a resumed run's earlier epochs too
     return OutcomeRecord(
         status=outcome.status or FINISHED,  # None: nothing trained (explain=true)
         exit_code=EXIT_FINISHED if outcome.exit_code is None else outcome.exit_code,

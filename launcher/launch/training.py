@@ -132,7 +132,7 @@ class TrainingLaunch:
             init_source=prepared.init_source,
         )
         if checkpointer:
-            checkpointer.record(self.tracker.run_id, layout_of(self.plan))
+            checkpointer.record(self.tracker.run_id, layout_of(self.plan), self.run_dir)
 
     def fit(self) -> Outcome:
         """Train with the hooks; mark the MLflow run FINISHED, KILLED or FAILED whatever happens. Every stop says
@@ -169,6 +169,7 @@ class TrainingLaunch:
                     freezer=self.freezer,
                 )
                 outcome.result = engine.fit(config.train.epochs, start=restored.position, hooks=hooks.hooks)
+                outcome.result.earlier = restored.earlier_epochs()
                 tags = hooks.stop_tags(outcome.result, plan.schedule)
                 outcome.stop_reason = tags["stop_reason"]
                 self.tracker.set_tags(tags)

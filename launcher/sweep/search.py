@@ -39,6 +39,7 @@ from launcher.outcome import EXIT_REFUSED
 from launcher.sweep.callback import withdraw
 from launcher.sweep.job import DONE, PRUNED, STOPPED, settle_abandoned, stopped_by
 from launcher.sweep.shared import (
+    beat_once,
     beating,
     counted,
     fail_stale,
@@ -300,6 +301,8 @@ class Search(Sweeper):
                 trial = study.ask()
                 if is_surplus(study, trial, total):  # another sweeper asked the last trial at the same moment
                     break
+                if shared:  # beating from its first moment: a trial never beaten for is never found stale
+                    beat_once(storage, study, trial.number)
                 chosen = suggest(trial, dimensions, self._config_value)
                 job = retried_from(trial)  # a trial queued again runs in its first run's job dir
                 values = [override_of(k, v) for k, v in chosen.items()]

@@ -160,6 +160,11 @@ def tell_told(storage, study, number: int, **how) -> None:
     study.tell(number, skip_if_finished=True, **how)
 
 
+def beat_once(storage, study, number: int) -> None:
+    """A heartbeat for trial `number` now (Optuna's database storage never finds a trial stale that has none)."""
+    storage.record_heartbeat(_trial_id(storage, study, number))
+
+
 @contextlib.contextmanager
 def beating(storage, study, numbers: list[int]):
     """Heartbeats for `numbers` while their jobs run (none without a heartbeat storage): other sweepers leave a

@@ -1,0 +1,134 @@
+"""A run's record stays its own under what production does to it: two run names on one checkpoint directory, a
+lost checkpoint index, a truncated `.keras` given to `model.init_from`, a kill after the last checkpoint. Each
+case failed on the code before it (say so in the commit that adds one); docs/guarantees.md lists them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import warm
+from support.config import ROOT
+from support.tracking import runs_in, store
+
+from launcher.config.errors import ConfigError
+from launcher.launch.checkpoint_index import INDEX
+from launcher.launch.init_source import locate_init_source
+
+# 1437 training examples at batch 32 without XLA (the ragged last batch trained on): 45 steps an epoch.
+SMALL = ["model.hidden_units=[16]", "scaling.batch_size=32", "xla=false", "precision=fp32"]
+STEPS_PER_EPOCH = 45
+
+
+def _args(run_dir: Path, *overrides: str) -> list[str]:
+    return [f"hydra.run.dir={run_dir}", f"tracking.uri={store(run_dir.parent / 'mlflow.db')}", *SMALL, *overrides]
+
+
+def _here(launcher_here, run_dir: Path, *overrides: str):
+    done = launcher_here(_args(run_dir, *overrides), run_dir.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_two_run_names_on_one_checkpoint_directory_the_second_is_refused_and_the_first_keeps_its_record(
+    tmp_path, launcher_here
+):
+    """Before: run `second` resumed `first`'s checkpoint ("Resuming at epoch 2") and logged into first's MLflow
+    run, which then held epochs it never trained."""
+    shared = tmp_path / "shared-checkpoints"
+    _here(launcher_here, tmp_path / "first", f"checkpoint.directory={shared}", "train.epochs=1")
+    (first_run,) = runs_in(tmp_path / "mlflow.db")
+    files = {p.name: p.read_bytes() for p in shared.iterdir() if p.is_file()}
+    second = launcher_here(_args(tmp_path / "second", f"checkpoint.directory={shared}", "train.epochs=2"), tmp_path)
+    assert second.returncode == 2, second.stderr[-3000:]
+    assert f"checkpoint.directory='{shared}'" in second.stderr
+    assert str(tmp_path / "first") in second.stderr and str(tmp_path / "second") in second.stderr
+    assert first_run.info.run_id in second.stderr and "Traceback" not in second.stderr
+    assert "Resuming" not in second.stdout
+    (after,) = runs_in(tmp_path / "mlflow.db")  # no run for `second`, and first's untouched
+    assert after.info.run_id == first_run.info.run_id and after.data.metrics == first_run.data.metrics
+    assert {p.name: p.read_bytes() for p in shared.iterdir() if p.is_file()} == files
+    # The fix it gives: its own directory trains.
+    _here(
+        launcher_here, tmp_path / "second", f"checkpoint.directory={tmp_path / 'second-checkpoints'}", "train.epochs=1"
+    )
+
+
+def test_a_lost_emptied_or_garbled_checkpoint_index_is_rebuilt_from_the_files_and_the_run_resumes(
+    tmp_path, launcher_here
+):
+    """TensorFlow lists a directory's checkpoints from its `checkpoint` file alone: before, a missing or garbled
+    one restarted training from step 0 over the files beside it (a second MLflow run), an empty one a traceback."""
+    run_dir = tmp_path / "run"
+    args = ["checkpoint.max_to_keep=10"]
+    first = _here(launcher_here, run_dir, *args, "train.epochs=1")
+    run_id = json.loads((run_dir / "outcome.json").read_text())["run_id"]
+    index = run_dir / "checkpoints" / INDEX
+    damages = {
+        "missing": (lambda: index.unlink(), "is missing"),
+        "empty": (lambda: index.write_text(""), "is empty or unreadable"),
+        "garbled": (lambda: index.write_bytes(b"\x00\xffnot an index"), "is empty or unreadable"),
+    }
+    assert "Resuming" not in first.stdout
+    for epochs, (damage, said) in enumerate(damages.values(), start=2):
+        step = (epochs - 1) * STEPS_PER_EPOCH
+        kept = {p.name: p.read_bytes() for p in (run_dir / "checkpoints").glob("ckpt-*")}
+        damage()
+        again = _here(launcher_here, run_dir, *args, f"train.epochs={epochs}")
+        assert f"Resuming at epoch {epochs}, step 0 (global step {step})" in again.stdout, again.stdout[-2000:]
+        assert f"checkpoint index {index} {said}: rebuilt from the checkpoint files there" in again.stderr
+        assert f"ckpt-{step})" in again.stderr
+        for name, content in kept.items():  # nothing intact overwritten
+            assert (run_dir / "checkpoints" / name).read_bytes() == content, name
+        assert json.loads((run_dir / "outcome.json").read_text())["run_id"] == run_id  # the same MLflow run
+    assert sorted(int(p.stem.split("-")[1]) for p in (run_dir / "checkpoints").glob("ckpt-*.index")) == [
+        STEPS_PER_EPOCH * k for k in range(1, 5)
+    ]
+
+
+def test_a_run_killed_after_its_last_checkpoint_reports_its_true_final_metrics_when_finished_again(
+    tmp_path, launcher_here
+):
+    """Killed once the last epoch's checkpoint was complete (before its metrics reached MLflow and before the
+    exports): the same command finds nothing to train and finishes the exports. Before, its outcome.json said
+    `"metrics": {}` and `"history": []`, and a search's study recorded that trial FAIL."""
+    run_dir = tmp_path / "run"
+    args = ["train.epochs=2"]
+    total = 2 * STEPS_PER_EPOCH
+    killed = _killed_at(run_dir, f"KILL@after_save:{total}", *args)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not (run_dir / "outcome.json").exists() and not (run_dir / "model.keras").exists()
+    history = json.loads((run_dir / "checkpoints" / f"ckpt-{total}.json").read_text())["history"]
+    again = _here(launcher_here, run_dir, *args)
+    assert "Nothing to train" in again.stdout and (run_dir / "model.keras").exists()
+    outcome = json.loads((run_dir / "outcome.json").read_text())
+    assert outcome["status"] == "FINISHED" and len(outcome["history"]) == 2
+    assert outcome["metrics"]["val_accuracy"] == history[-1]["val_accuracy"] > 0.1  # trained: above chance
+    assert outcome["metrics"]["loss"] == history[-1]["loss"]
+    assert re.search(rf"Done\.\n(.*\n)*\s+val_accuracy\s+{history[-1]['val_accuracy']:.4f}\n", again.stdout)
+
+
+def test_a_truncated_keras_file_is_named_as_truncated_not_as_missing(tmp_path):
+    """What a crash mid-export leaves (Keras writes a .keras in place): before, Keras's `File not found`."""
+    whole = tmp_path / "whole.keras"
+    with zipfile.ZipFile(whole, "w") as archive:
+        archive.writestr("config.json", "{}" * 2000)
+        archive.writestr("model.weights.h5", os.urandom(20000))
+    assert locate_init_source(str(whole), tmp_path, f"sqlite:///{tmp_path}/m.db").path == whole
+    cut = tmp_path / "cut.keras"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    with pytest.raises(ConfigError, match=r"model.init_from=.*cut.keras.*is truncated or damaged") as refused:
+        locate_init_source("cut.keras", tmp_path, f"sqlite:///{tmp_path}/m.db")
+    assert "fix: export it again" in str(refused.value) and "not found" not in str(refused.value)
+
+
+def _killed_at(run_dir: Path, fault: str, *overrides: str):
+    """A launch of its own process until the test-only fault (launcher/launch/faults.py) fires at its point."""
+    command = [sys.executable, "-m", "launcher", *_args(run_dir, *overrides)]
+    return warm.run(command, cwd=ROOT, timeout=600, env={**os.environ, "LAUNCHER_FAULT": fault})
