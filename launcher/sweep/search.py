@@ -288,11 +288,20 @@ class Search(Sweeper):
                 for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             ]
         )
+        self._run_trials(study, fixed, dimensions, total, resumed, shared)
+        write_report(study, self.objectives, sweep_dir / "summary" / SEARCH_DIR)
+
+    def _run_trials(self, study, fixed: list[str], dimensions, total: int, resumed: list, shared: bool) -> None:
+        """Batches of trials until the study holds `total` (resumed ones first), the timeout, or a fail-fast stop.
+        On a shared study: first fail the trials of dead sweepers (queued again), and wait while others run."""
+        from optuna.trial import TrialState
+
+        sweep_dir, storage = Path(self.config.hydra.sweep.dir), self._storage
         started = time.monotonic()
         while not stopped_by(sweep_dir):
             if self.timeout and time.monotonic() - started > float(self.timeout):
                 print(f"hydra.sweeper.timeout={self.timeout} s reached: no new trials.", flush=True)
-                break
+                return
             if shared and (abandoned := fail_stale(study)):
                 settle_abandoned(sweep_dir, abandoned)
             batch = resumed[: self.n_jobs]
@@ -312,11 +321,10 @@ class Search(Sweeper):
                     # Other sweepers' trials: one whose sweeper dies is queued again, for whoever looks next.
                     time.sleep(min(self.heartbeat.interval, POLL))
                     continue
-                break
+                return
             with beating(storage if shared else None, study, [number for number, _, _ in batch]):
                 for number, job in self._launch(fixed, batch):
                     self._tell(study, number, job)
-        write_report(study, self.objectives, sweep_dir / "summary" / SEARCH_DIR)
 
     @staticmethod
     def _left(study, total: int) -> bool:
