@@ -29,7 +29,8 @@ from launcher.plan.continuation import Continuation, continue_run
 from launcher.plan.decisions import ContinuationPlan, FaultPlan, Plan
 from launcher.plan.environment import probe, probe_without_tensorflow
 from launcher.plan.resolve import resolve_all, wants_measurements
-from launcher.tracking.uri import check_reachable, redact
+from launcher.tracking.client import check_experiment_active
+from launcher.tracking.uri import check_reachable, redact, resolve_uri
 from launcher.train import runtime
 
 
@@ -95,7 +96,7 @@ def preflight(config: Config, settings: dict, run_dir: Path, launch_dir: Path) -
             if prepared.remote is not None:
                 collecting(problems, prepared.remote.check_writable)
     if config.tracking.enabled and not config.explain:
-        _check_tracking_server(config, prepared, problems)
+        _check_tracking_server(config, prepared, problems, launch_dir)
     raise_if_any(problems)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_plan(prepared.plan, run_dir)
@@ -192,13 +193,15 @@ def _open_trial(config: Config, prepared: Prepared, problems: list) -> None:
         prepared.plan = prepared.plan.with_record(record)
 
 
-def _check_tracking_server(config: Config, prepared: Prepared, problems: list) -> None:
+def _check_tracking_server(config: Config, prepared: Prepared, problems: list, launch_dir: Path) -> None:
     """An unreachable server refuses the launch, or (tracking.on_unreachable=local) is swapped for the
-    local store with a warning in the Plan."""
+    local store with a warning in the Plan. A reachable one's experiment must not be a deleted one."""
     tr = config.tracking
     unreachable = []
     collecting(unreachable, check_reachable, tr.uri)
     if not unreachable:
+        if prepared.plan.is_chief:  # the one that tracks
+            collecting(problems, check_experiment_active, resolve_uri(tr.uri, launch_dir), tr.experiment)
         return
     if tr.on_unreachable != Unreachable.local:
         problems.extend(unreachable)

@@ -26,7 +26,7 @@ from launcher.sweep.job import stopped_by, swept_keys
 from launcher.sweep.shared import SharedStudy
 from launcher.sweep.space import flatten
 from launcher.sweep.summary import summarise
-from launcher.tracking.client import with_retry
+from launcher.tracking.client import check_experiment_active, with_retry
 from launcher.tracking.tracker import open_run
 from launcher.tracking.uri import check_reachable, initialise_store, redact, resolve_uri
 
@@ -188,6 +188,7 @@ def _reachable_uri(config: DictConfig) -> str:
     uri = resolve_uri(config.tracking.uri, Path.cwd())
     check_reachable(uri)
     initialise_store(uri)
+    check_experiment_active(uri, config.tracking.experiment)
     return uri
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 
+from launcher.config.errors import ConfigError
 from launcher.tracking.links import EXPERIMENT_KIND
 
 PARAM_LIMIT = 500  # MLflow's value length limits
@@ -63,6 +64,24 @@ def experiment_id(client, name: str, artifact_location: str | None) -> str:
         if found is None:
             raise
         return found.experiment_id
+
+
+def check_experiment_active(uri: str, name: str) -> None:
+    """Refuse an experiment deleted in MLflow before anything is built: no run can be created in it, and MLflow keeps
+    its name (so it cannot be made again) until it is purged."""
+    from mlflow.tracking import MlflowClient
+
+    found = with_retry(MlflowClient(uri).get_experiment_by_name, name)
+    if found is None or found.lifecycle_stage != "deleted":
+        return
+    raise ConfigError.single(
+        "tracking.experiment",
+        name,
+        f"an active MLflow experiment (experiment {found.experiment_id} of that name was deleted; MLflow keeps its "
+        "name, and every run in it, until it is purged)",
+        f"restore it (mlflow experiments restore --experiment-id {found.experiment_id}), or "
+        "tracking.experiment=<another name>",
+    )
 
 
 def is_outage(err: BaseException) -> bool:

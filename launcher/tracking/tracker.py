@@ -98,7 +98,8 @@ class Tracker:
         self._record_in = run_dir if remember else None
         location = None if uri.startswith("http") else (artifact_root / experiment).resolve().as_uri()
         self.experiment_id = experiment_id(self.client, experiment, location)
-        self.resumed = bool(resume_run_id) and self._exists(resume_run_id)
+        deleted = bool(resume_run_id) and self._deleted(resume_run_id)
+        self.resumed = bool(resume_run_id) and not deleted and self._exists(resume_run_id)
         self.decision: Decision | None = None  # what became of the run dir's earlier run (no checkpoint)
         if self.resumed:
             # A resumed launch continues the same MLflow run (same params, one metric history).
@@ -106,7 +107,18 @@ class Tracker:
             self.run_id = resume_run_id
         else:
             earlier = run_dir_run(self.client, self._record_in) if self._record_in is not None else None
-            self.run_id = self._start(run_name, parent_run_id, earlier, params or {}, tags or {})
+            # A checkpoint's run deleted in MLflow (its UI's delete): a new run continues it, linked to it.
+            linked = {**(tags or {}), PREDECESSOR_TAG: resume_run_id} if deleted else tags or {}
+            self.run_id = self._start(run_name, parent_run_id, earlier, params or {}, linked)
+            if deleted:
+                print(
+                    f"WARNING: this run's MLflow run {resume_run_id} was deleted in MLflow; the run continues into "
+                    f"a new MLflow run {self.run_id} (tag {PREDECESSOR_TAG}), its earlier epochs logged again from "
+                    f"the checkpoint. To continue the old one instead: mlflow runs restore --run-id {resume_run_id}, "
+                    "before the next launch.",
+                    file=sys.stderr,
+                    flush=True,
+                )
         if self._record_in is not None:
             remember_run(self._record_in, self.run_id, self.experiment_id)
         self.held = HeldPoints()
@@ -177,6 +189,14 @@ class Tracker:
         """A continued run (resumed or started over in): the points its earlier launches logged."""
         if self.resumed or self.adopted:
             self.held = HeldPoints.of_run(self.client, self.run_id)
+
+    def _deleted(self, run_id: str) -> bool:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.client.get_run(run_id).info.lifecycle_stage == "deleted"
+        except MlflowException:
+            return False
 
     def _exists(self, run_id: str) -> bool:
         from mlflow.exceptions import MlflowException

@@ -132,3 +132,35 @@ def _killed_at(run_dir: Path, fault: str, *overrides: str):
     """A launch of its own process until the test-only fault (launcher/launch/faults.py) fires at its point."""
     command = [sys.executable, "-m", "launcher", *_args(run_dir, *overrides)]
     return warm.run(command, cwd=ROOT, timeout=600, env={**os.environ, "LAUNCHER_FAULT": fault})
+
+
+def test_a_run_whose_mlflow_run_was_deleted_continues_into_a_linked_run_and_a_deleted_experiment_is_refused(
+    tmp_path, launcher_here
+):
+    """What the MLflow UI's delete buttons do (a soft delete: the run's or experiment's lifecycle stage). Before:
+    `MlflowException: The run ... must be in the 'active' state` after the build, and every later launch into a
+    deleted experiment a traceback."""
+    from mlflow.tracking import MlflowClient
+
+    run_dir = tmp_path / "run"
+    _here(launcher_here, run_dir, "train.epochs=1")
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (first,) = runs_in(tmp_path / "mlflow.db")
+    client.delete_run(first.info.run_id)
+    again = _here(launcher_here, run_dir, "train.epochs=2")
+    assert f"MLflow run {first.info.run_id} was deleted in MLflow" in again.stderr
+    assert "Resuming at epoch 2" in again.stdout and "Traceback" not in again.stderr
+    (second,) = runs_in(tmp_path / "mlflow.db")  # the deleted one stays deleted, out of the search
+    assert second.info.status == "FINISHED" and second.info.run_id != first.info.run_id
+    assert second.data.tags["launcher.predecessor_run_id"] == first.info.run_id
+    assert [m.step for m in client.get_metric_history(second.info.run_id, "val_loss")] == [0, 1]  # epoch 1 again
+    assert client.get_run(first.info.run_id).info.lifecycle_stage == "deleted"
+
+    client.delete_experiment(second.info.experiment_id)
+    refused = launcher_here(_args(run_dir, "train.epochs=3"), tmp_path)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "tracking.experiment='launcher': expected an active MLflow experiment" in refused.stderr
+    assert f"mlflow experiments restore --experiment-id {second.info.experiment_id}" in refused.stderr
+    assert "Plan:" not in refused.stdout and "Traceback" not in refused.stderr  # refused before anything is built
+    assert client.get_experiment(second.info.experiment_id).lifecycle_stage == "deleted"  # nothing of it lost
+    assert len(client.search_runs([second.info.experiment_id], run_view_type=3)) == 2
