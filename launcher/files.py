@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +41,44 @@ def read_json(path: Path, default: Any = None) -> Any:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write to a temporary file, fsync, rename: a reader sees the old file or the new one."""
+    write_text_atomic(path, json.dumps(data, indent=2))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file, fsync, rename: a reader sees the old file or the new one; a write that fails
+    (a full disk) leaves neither a half file nor its temporary one."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=2)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def written_aside(path: Path, write: Callable[[Path], object]) -> None:
+    """`write(aside)` writes a file or folder under a name beside `path` (same suffix: Keras wants `.keras`), which
+    then replaces `path`: a reader, or a crash, finds the old one or the new one whole, never a half-written one
+    (what a full disk or a kill mid-write leaves is removed, or ignored by its name)."""
+    path = Path(path)
+    aside = path.with_name(f"{path.stem}.partial{path.suffix}")
+    _remove(aside)
+    try:
+        write(aside)
+    except BaseException:
+        _remove(aside)
+        raise
+    if path.is_dir():  # a folder cannot be renamed over another: the old one goes first
+        shutil.rmtree(path)
+    os.replace(aside, path)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)

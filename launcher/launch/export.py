@@ -14,6 +14,7 @@ from pathlib import Path
 
 from launcher.config.errors import Violation, raise_if_any
 from launcher.contract import EXIT_FAILED, EXPORT_FAILURE, FAILED, Ending, StopContext
+from launcher.files import written_aside
 from launcher.launch.serving import SIGNATURE, ServingExports, export_saved_model, export_serving, served_inputs
 from launcher.train.ema import ema_weights
 
@@ -26,7 +27,7 @@ def export_model(model, path: Path) -> None:
     model.optimizer = None
     try:
         with ema_weights(model, optimizer):
-            model.save(path)
+            written_aside(path, model.save)  # Keras writes in place: a crash would leave half a model
     finally:
         model.optimizer = optimizer
 
@@ -46,6 +47,13 @@ class Reloaded:
 
             self._model = keras.saving.load_model(self.path, compile=False)
         return self._model
+
+
+def _reason(err: BaseException) -> str:
+    """The OS's reason for a failed write (`[Errno 28] No space left on device: path`), else the error's first line."""
+    if isinstance(err, OSError) and err.strerror:
+        return f"{err.strerror} ({err.filename or 'writing'})" if err.filename else err.strerror
+    return f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
 
 
 class ExportFailed(RuntimeError):
@@ -112,7 +120,10 @@ def export_trained(
     export is tried; returns those that failed (name -> why), which fail the launch once the finish is done."""
     if not (config.checkpoint.export_model and plan.is_chief):
         return {}
-    export_model(built.model, run_dir / "model.keras")
+    try:
+        export_model(built.model, run_dir / "model.keras")
+    except Exception as err:  # a full disk, a folder not writable: every other export is made from this one
+        raise ExportFailed({"model.keras": _reason(err)}) from err
     tracker.log_artifact(run_dir / "model.keras", "model")
     if best_exported:
         tracker.log_artifact(best_exported, "model")

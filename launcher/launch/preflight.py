@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.schema import Config, OptimizerUpdate, PrecisionName, Unreachable, as_dict
-from launcher.files import CONFIG_FILE, PLAN_FILE, TUNING_FILE
+from launcher.files import CONFIG_FILE, PLAN_FILE, TUNING_FILE, write_text_atomic
 from launcher.launch.checkpointer import check_writable
 from launcher.launch.faults import OPT_IN, armed, ignored
 from launcher.launch.remote import RemoteCheckpoints, is_remote
@@ -68,7 +68,7 @@ def checkpoint_directory(config: Config, run_dir: Path, launch_dir: Path) -> Pat
 
 
 def save_plan(plan: Plan, run_dir: Path) -> None:
-    (run_dir / PLAN_FILE).write_text(plan.to_yaml())
+    write_text_atomic(run_dir / PLAN_FILE, plan.to_yaml())
 
 
 def preflight(config: Config, settings: dict, run_dir: Path, launch_dir: Path) -> Prepared:
@@ -100,7 +100,7 @@ def preflight(config: Config, settings: dict, run_dir: Path, launch_dir: Path) -
     raise_if_any(problems)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_plan(prepared.plan, run_dir)
-    (run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(settings))
+    write_text_atomic(run_dir / CONFIG_FILE, OmegaConf.to_yaml(settings))
     if tune_record is not None:
         copy_table(config, env, run_dir / TUNING_FILE)
     print(prepared.plan.render(), flush=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from launcher.files import written_aside
 from launcher.train.preprocessing import Preprocessing
 
 SIGNATURE = "serving_default"
@@ -260,7 +261,7 @@ def export_serving(model, task, source, run_dir: Path, formats: list[str]) -> Se
     saved = run_dir / "saved_model"
     try:
         inputs = served_inputs(source, model)
-        export_saved_model(model, task, inputs, saved)
+        written_aside(saved, lambda aside: export_saved_model(model, task, inputs, aside))
     except Exception as err:  # the training is done: say why this export is missing, keep the others
         done.failed["saved_model"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
         return done
@@ -270,8 +271,9 @@ def export_serving(model, task, source, run_dir: Path, formats: list[str]) -> Se
         try:
             example = inputs.example(source, 8)
             path = run_dir / "model.tflite"
-            done.notes["tflite"] = export_tflite(model, task, inputs, path, example, saved)
-            done.written["tflite"] = path
+            notes = []
+            written_aside(path, lambda aside: notes.append(export_tflite(model, task, inputs, aside, example, saved)))
+            done.notes["tflite"], done.written["tflite"] = notes[0], path
         except TfliteUnsupported as err:
             done.failed["tflite"] = str(err)
         except Exception as err:  # the training is done: say why this export is missing, keep the others

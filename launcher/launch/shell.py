@@ -14,6 +14,7 @@ from pathlib import Path
 
 from launcher.config.errors import ConfigError
 from launcher.console import load_tensorflow_quietly, quiet_tensorflow_logs
+from launcher.files import OUTCOME_FILE
 from launcher.launch.lock import RunDirBusy, RunDirLock
 from launcher.outcome import EXIT_FAILED, EXIT_REFUSED, FAILED, REFUSED, TRAINING_FAILURE, OutcomeRecord
 
@@ -39,7 +40,16 @@ def run_in_shell(
     try:
         with RunDirLock(run_dir):
             record = _guarded(whole, mode)
-            record.write(run_dir)
+            try:
+                record.write(run_dir)
+            except OSError as err:  # a full disk: the record is what sweeps and supervisors read, so this failed
+                print(
+                    f"\nERROR: {OUTCOME_FILE} could not be written in {run_dir} ({err.strerror or err}); the launch "
+                    f"ended {record.status}. Free space and run the same command again.",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return record.exit_code or EXIT_FAILED
             return record.exit_code
     except RunDirBusy as err:  # another launch owns the run dir: write nothing there
         print(f"\n{err}\n", file=sys.stderr, flush=True)

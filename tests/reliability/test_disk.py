@@ -5,6 +5,7 @@ The disk is real: a small tmpfs mounted on the run's checkpoint directory (needs
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -84,3 +85,33 @@ def test_a_read_only_checkpoint_directory_is_refused_before_anything_is_logged(c
     assert "a writable checkpoint directory (Read-only file system)" in done.stderr
     assert "checkpoint=off" in done.stderr and "Traceback" not in done.stderr
     assert not runs_in(tmp_path / "mlflow.db")
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_while_exporting_stops_cleanly_and_the_same_command_finishes_the_exports(
+    cli_here, tmp_path, small_disk
+):
+    """Before: three tracebacks (`[Errno 28] No space left on device`), a half-written model.keras where the model
+    is expected, an empty outcome.json.tmp and no outcome.json. The checkpoints are on another disk (they fit);
+    the run dir's disk has room for the Plan and logs, not for the model."""
+    run_dir = small_disk(tmp_path / "run", "size=64k")
+    outside = f"checkpoint.directory={tmp_path / 'checkpoints'}"
+    done = cli_here(*RUN, outside)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert "Not exported: model.keras: No space left on device" in done.stderr
+    left = sorted(p.name for p in run_dir.iterdir())
+    assert not [n for n in left if "model" in n or n.endswith(".tmp")], left  # no half model, no temporary files
+    outcome = json.loads((run_dir / "outcome.json").read_text())
+    assert outcome["status"] == "FAILED" and outcome["failure"] == "export"
+    client, run = _run(tmp_path)
+    assert run.info.status == "FAILED" and "No space left on device" in run.data.tags["error"]
+    assert len(list((tmp_path / "checkpoints").glob("ckpt-*.json"))) == 4  # training is done, kept
+
+    subprocess.run(["mount", "-o", "remount,size=64m", str(run_dir)], check=True)
+    again = cli_here(*RUN, outside)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "Nothing to train" in again.stdout and (run_dir / "model.keras").is_file()
+    assert json.loads((run_dir / "outcome.json").read_text())["metrics"]["val_loss"] > 0
+    client, finished = _run(tmp_path)
+    assert finished.info.run_id == run.info.run_id and finished.info.status == "FINISHED"
