@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from launcher.config.errors import ConfigError, Violation, raise_if_any
 from launcher.config.models import CustomModelConfig
 from launcher.config.schema import DATASET_SCHEMAS, MODEL_SCHEMAS, Config, CustomDatasetConfig
-from launcher.files import CONFIG_FILE
+from launcher.files import CONFIG_FILE, written_aside
 from launcher.launch.find_run import find_training_run
 from launcher.launch.shell import run_in_shell
 from launcher.outcome import EXIT_FINISHED, FINISHED, OutcomeRecord
@@ -273,10 +273,12 @@ class Evaluation:
             labels.append(_to_numpy(batch[1]))
         columns = prediction_columns(task, _concatenate(outputs), _concatenate(labels))
         path = self.run_dir / str(self.config.eval.output)
-        if path.suffix == ".csv":
-            _write_csv(path, columns)
-        else:
-            np.savez(path, **columns)
+        if path.suffix not in (".csv", ".npz"):  # as np.savez names it
+            path = path.with_name(f"{path.name}.npz")
+        # Beside its name, then renamed: a crash or a full disk never leaves half a predictions file.
+        written_aside(
+            path, lambda aside: _write_csv(aside, columns) if path.suffix == ".csv" else _savez(aside, columns)
+        )
         examples = len(next(iter(columns.values())))
         print(f"  predictions of {examples} examples written to {path}", flush=True)
         return {f"{split}_examples": float(examples)}, [path]
@@ -382,3 +384,9 @@ def _write_csv(path: Path, columns: dict) -> None:
         writer.writerow(header)
         for row in zip(*(values for values in flat.values()), strict=True):
             writer.writerow([f"{v:.6g}" if isinstance(v, float | np.floating) else v for part in row for v in part])
+
+
+def _savez(path: Path, columns: dict) -> None:
+    """np.savez to exactly `path` (given a name without .npz, numpy adds one)."""
+    with open(path, "wb") as handle:
+        np.savez(handle, **columns)
