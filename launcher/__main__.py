@@ -30,6 +30,7 @@ from launcher.launch.restarts import (
 )
 from launcher.launch.train_mode import launch as launch_training
 from launcher.outcome import EXIT_FAILED
+from launcher.sweep import callback as sweep_callback
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 COMPOSE_FIX = (
@@ -38,6 +39,14 @@ COMPOSE_FIX = (
     "every config group and its options; `python -m launcher --cfg job` prints every key with "
     "its current value."
 )
+
+GRAMMAR_FIX = (
+    "fix: write each override as Hydra's grammar reads it, quoted for your shell: 'model.hidden_units=[64,32]', "
+    "'name=\"my run\"' (https://hydra.cc/docs/advanced/override_grammar/basic/)."
+)
+# Hydra's flags that take the next argument (it is no override).
+DEEPEST = 50  # brackets in one override: OmegaConf's nodes recurse per level
+VALUED_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd"}
 
 register_configs()
 register_help(CONF_DIR)
@@ -172,18 +181,46 @@ def register_search_sweeper() -> None:
     Plugins.instance().register(SearchSweeper)
 
 
+def compose_fix(arguments: list[str]) -> str:
+    """The fix under Hydra's compose error: the grammar's for an override it cannot parse (a bracket left open, a
+    value nested hundreds deep), else the closest keys and options to what was mistyped, else the general one."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides, skip = [], False
+    for argument in arguments:
+        if not skip and not argument.startswith("-"):
+            overrides.append(argument)
+        skip = argument in VALUED_FLAGS
+    deepest = max((_nesting(o) for o in overrides), default=0)
+    if deepest > DEEPEST:  # parsed, then composed past Python's recursion limit (a RecursionError)
+        return f"fix: a value nested {deepest} deep is more than a config holds (at most {DEEPEST}); write it flatter."
+    try:
+        OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # Hydra's grammar errors
+        return GRAMMAR_FIX
+    return "\n".join(typo_hints(arguments, every_key(), group_options())) or COMPOSE_FIX
+
+
+def _nesting(text: str) -> int:
+    depth = deepest = 0
+    for char in text:
+        depth += (char in "[{") - (char in "]}")
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def entry() -> None:
     """Run Hydra; when composing the config fails, add the fix to Hydra's message."""
     global _task_started
     _task_started = False  # a fresh start for each call (the test suite calls it in-process)
+    sweep_callback.started = False
     register_search_sweeper()
     sys.argv[1:] = plugin_search_path(sys.argv[1:])
     try:
         main()
     except SystemExit as exit_:
-        if exit_.code == EXIT_FAILED and not _task_started:  # Hydra's compose errors (refusals exit 2)
-            hints = typo_hints(sys.argv[1:], every_key(), group_options())
-            print("\n".join(hints) or COMPOSE_FIX, file=sys.stderr)
+        if exit_.code == EXIT_FAILED and not _task_started and not sweep_callback.started:  # Hydra's compose errors
+            print(compose_fix(sys.argv[1:]), file=sys.stderr)
         raise
     finally:
         _settle_background()

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.config.errors import Violation
+from launcher.config.errors import ConfigError, Violation
 
 JOURNAL = "journal://"
 BEAT = "launcher.heartbeat"  # the journal's last beat of a running trial (a trial system attribute)
@@ -95,7 +95,31 @@ def open_storage(url: str, heartbeat: Heartbeat | None = None):
             return optuna.storages.JournalStorage(backend)
         return _beating_journal()(backend, heartbeat, beats["heartbeat_stale_trial_callback"])
     engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite:") else {"pool_pre_ping": True}
-    return _first_open(lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine, **beats))
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        return _first_open(lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine, **beats))
+    except OperationalError as err:  # no server there, a wrong password, a database that does not exist
+        reason = " ".join(str(err.orig or err).split())[:300]
+        raise ConfigError.single(
+            KEY,
+            shown(url),
+            f"a database that answers ({reason})",
+            "start it or correct the URL; a journal file needs no server: "
+            "hydra.sweeper.storage=journal:///shared/folder/study.log",
+        ) from None
+
+
+def shown(url: str) -> str:
+    """The URL as messages show it: a database URL's password as ***."""
+    if url.startswith(JOURNAL):
+        return url
+    import sqlalchemy
+
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy reads: nothing in it is a password it knows of
+        return url
 
 
 def _first_open(make, attempts: int = 5):

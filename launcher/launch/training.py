@@ -173,6 +173,7 @@ class TrainingLaunch:
                 tags = hooks.stop_tags(outcome.result, plan.schedule)
                 outcome.stop_reason = tags["stop_reason"]
                 self.tracker.set_tags(tags)
+                guard.finishing = True
                 outcome.weights_sha256 = self.finish(outcome.result, engine, hooks)
                 ending = Ending(FINISHED, EXIT_FINISHED, stop_reason=outcome.stop_reason)
             except BaseException as stop:

@@ -38,12 +38,24 @@ def _swept(config: DictConfig) -> list[str]:
     return swept_keys(list(config.hydra.overrides.task)) + list(space)
 
 
+started = False  # set once a sweep's callback runs in this process: Hydra composed its config
+
+
 class SweepCallback(Callback):
     """Creates the parent MLflow run before the jobs start and summarises the sweep after."""
 
     _lock: DirLock | None = None  # the sweep dir's, while this sweeper runs (a sweep of its own)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global started
+        started = True  # composed: what fails from here is the sweep's, not the config's
+        try:
+            self._start(config)
+        except ConfigError as refused:  # a tracking server or study storage that cannot be used: said, nothing run
+            print(f"\n{refused}\n", file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_REFUSED) from None
+
+    def _start(self, config: DictConfig) -> None:
         if not config.get("tf_logs", False):
             quiet_tracking_logs()
         if not str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):

@@ -262,7 +262,11 @@ class Search(Sweeper):
         if grid:
             dimensions = [d.as_grid() for d in dimensions]
         quiet_heartbeat_warnings()
-        storage = self._storage = open_storage(storage_url, self.heartbeat if shared else None)
+        try:
+            storage = self._storage = open_storage(storage_url, self.heartbeat if shared else None)
+        except ConfigError as refused:
+            print(f"\n{refused}\n", file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_REFUSED) from None
         earlier = self._trials_so_far(storage)
         seed, seed_note = self._seed(shared, earlier)
         optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -79,3 +79,16 @@ def test_the_cli_names_the_key_meant_when_hydra_refuses_a_typo(cli):
     ran = cli("trian.epochs=3", "explain=true")
     assert ran.returncode == 1
     assert "did you mean train.epochs?  fix: train.epochs=3" in ran.stderr
+
+
+def test_an_override_hydras_grammar_cannot_read_gets_the_grammars_fix_not_the_options_one():
+    """Before: a bracket left open, or a value nested 300 deep (a RecursionError in Hydra), was followed by "give
+    that key one of the listed options", which says nothing of what is wrong."""
+    from launcher.__main__ import COMPOSE_FIX, GRAMMAR_FIX, compose_fix
+
+    deep = "model.hidden_units=" + "[" * 300 + "]" * 300
+    for broken in ("model.hidden_units=[64,32", "name=a b=c"):
+        assert compose_fix(["-m", broken, "--cfg", "job"]) == GRAMMAR_FIX, broken
+    assert compose_fix([deep]).startswith("fix: a value nested 300 deep is more than a config holds")
+    assert compose_fix(["--cfg", "job", "precision=mixed"]) == COMPOSE_FIX  # parses: the general fix
+    assert "did you mean train.epochs" in compose_fix(["trian.epochs=3"])

@@ -50,3 +50,13 @@ def test_a_process_the_person_signals_escalates_and_gets_its_handlers_back(handl
     with PreemptionGuard(escalates=False):  # nothing received: nothing to ignore afterwards
         pass
     assert [signal.getsignal(sig) for sig in STOPS] == before
+
+
+def test_a_signal_after_training_says_the_exports_finish_first_not_a_step_boundary_there_is_not(capsys, handlers_kept):
+    """Before: SIGTERM during the export said "saving at the next step boundary", which never came."""
+    with PreemptionGuard() as guard:
+        guard.finishing = True
+        os.kill(os.getpid(), signal.SIGTERM)
+    out = capsys.readouterr().out
+    assert "Signal SIGTERM: training is done; the exports finish first (a second signal stops them)." in out
+    assert "step boundary" not in out

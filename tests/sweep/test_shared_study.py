@@ -156,3 +156,14 @@ def test_the_journal_heartbeat_keeps_its_beats_on_the_trial(tmp_path, monkeypatc
     assert storage._get_stale_trial_ids(study._study_id) == []  # beat at +8, 9 s ago
     monkeypatch.setattr(study_storage.time, "time", lambda: now + 19)
     assert storage._get_stale_trial_ids(study._study_id) == [trial._trial_id]
+
+
+def test_a_database_that_does_not_answer_is_refused_with_its_password_hidden(monkeypatch):
+    from launcher.config.errors import ConfigError
+
+    monkeypatch.setattr(study_storage.time, "sleep", lambda seconds: None)  # the retries of a first open
+    with pytest.raises(ConfigError) as refused:
+        open_storage("postgresql://u:hunter2@127.0.0.1:9/optuna")
+    message = str(refused.value)
+    assert "hydra.sweeper.storage='postgresql://u:***@127.0.0.1:9/optuna': expected a database that answers" in message
+    assert "Connection refused" in message and "hunter2" not in message and "journal:///" in message

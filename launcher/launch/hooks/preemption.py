@@ -31,6 +31,7 @@ class PreemptionGuard:
         self.escalates = escalates
         self.signals = (signal.SIGTERM, signal.SIGINT, *extra_signals)  # SIGUSR1: Slurm's time-limit warning
         self.received: int | None = None  # set by the handler, at any moment
+        self.finishing = False  # training is over: the exports and the summary run, no step boundary is left
         self.agreed: int | None = None  # what every worker saw at the last boundary (multi-worker)
         self.agree = None  # multi-worker: callable(received) -> the signal any worker received, or None
         self._previous: dict[int, object] = {}
@@ -58,7 +59,12 @@ class PreemptionGuard:
         name = signal.Signals(signum).name
         if self.received is None:
             self.received = signum
-            print(f"\nSignal {name}: saving at the next step boundary, then stopping.", flush=True)
+            then = (
+                "training is done; the exports finish first (a second signal stops them)"
+                if self.finishing
+                else "saving at the next step boundary, then stopping"
+            )
+            print(f"\nSignal {name}: {then}.", flush=True)
             return
         if self.escalates and signum in (signal.SIGTERM, signal.SIGINT):
             previous = self._previous.get(signum)
