@@ -28,6 +28,7 @@ from launcher.contract import CHECKPOINT_WRITE, EXIT_FAILED, FAILED, Ending, Pos
 from launcher.files import read_json, write_json_atomic
 from launcher.launch import checkpoint_index
 from launcher.launch.faults import fault_point
+from launcher.launch.lock import CHECKPOINTS_LOCK_FILE
 
 STATE_FILE = "launcher_state.json"
 FIX_FRESH = "checkpoint.resume=never to start fresh in this run dir, or a new hydra.run.dir"
@@ -35,12 +36,15 @@ FIX_FRESH = "checkpoint.resume=never to start fresh in this run dir, or a new hy
 
 def set_aside(directory: Path) -> None:
     """resume=never in a dir that has checkpoints: move them aside, never delete them."""
-    if not directory.exists() or not any(directory.iterdir()):
-        return
+    kept = [p for p in directory.iterdir() if p.name != CHECKPOINTS_LOCK_FILE] if directory.exists() else []
+    if not kept:
+        return  # nothing there but this launch's own lock
     aside, index = directory.with_name(f"{directory.name}.replaced"), 1
     while aside.exists():
         aside, index = directory.with_name(f"{directory.name}.replaced{index}"), index + 1
-    shutil.move(str(directory), str(aside))
+    aside.mkdir()
+    for entry in kept:  # the lock stays: this launch holds the directory
+        shutil.move(str(entry), str(aside / entry.name))
     print(f"WARNING: checkpoint.resume=never: previous checkpoints moved to {aside}", file=sys.stderr, flush=True)
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import sys
 import traceback
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 from launcher.config.errors import ConfigError
 from launcher.console import load_tensorflow_quietly, quiet_tensorflow_logs
 from launcher.files import OUTCOME_FILE
-from launcher.launch.lock import RunDirBusy, RunDirLock
+from launcher.launch.lock import CheckpointDirLock, RunDirBusy, RunDirLock
 from launcher.outcome import EXIT_FAILED, EXIT_REFUSED, FAILED, REFUSED, TRAINING_FAILURE, OutcomeRecord
 
 
@@ -25,9 +26,11 @@ def run_in_shell(
     mode: str,
     tf_logs: bool = False,
     first_pass: Callable[[], None] | None = None,
+    checkpoints: Path | None = None,
 ) -> int:
-    """Run `body` locked in `run_dir`; write its outcome record; return the process's exit code. `first_pass`
-    checks what it can before TensorFlow loads: a refusal it raises costs no TensorFlow import."""
+    """Run `body` locked in `run_dir` (and in `checkpoints`, a checkpoint directory outside it); write its outcome
+    record; return the process's exit code. `first_pass` checks what it can before TensorFlow loads: a refusal it
+    raises costs no TensorFlow import."""
     quiet_tensorflow_logs(tf_logs, load=False)
 
     def whole() -> OutcomeRecord:
@@ -38,7 +41,7 @@ def run_in_shell(
         return body()
 
     try:
-        with RunDirLock(run_dir):
+        with RunDirLock(run_dir), CheckpointDirLock(checkpoints) if checkpoints else nullcontext():
             record = _guarded(whole, mode)
             try:
                 record.write(run_dir)

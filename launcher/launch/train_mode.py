@@ -32,7 +32,21 @@ def launch(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | Non
         "train",
         bool(cfg.get("tf_logs", False)),
         first_pass=lambda: check_before_tensorflow(cfg, run_dir, launch_dir),
+        checkpoints=own_checkpoint_directory(cfg, run_dir, launch_dir),
     )
+
+
+def own_checkpoint_directory(cfg: DictConfig, run_dir: Path, launch_dir: Path) -> Path | None:
+    """A local `checkpoint.directory` outside the run dir, of a one-process run: held for the launch (a multi-worker
+    job's workers all read the chief's; an object store's is staged in the run dir)."""
+    configured = str(cfg.checkpoint.get("directory") or "").strip()
+    if not configured or "://" in configured or not cfg.checkpoint.get("enabled", True):
+        return None
+    if not strategy_of(cfg.strategy.kind).single_process or local_worker_count(cfg.strategy):
+        return None
+    path = Path(configured).expanduser()
+    path = path if path.is_absolute() else launch_dir / path
+    return None if path.resolve().is_relative_to(run_dir.resolve()) else path
 
 
 def check_before_tensorflow(cfg: DictConfig, run_dir: Path, launch_dir: Path) -> None:

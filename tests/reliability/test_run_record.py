@@ -20,6 +20,7 @@ from support.tracking import runs_in, store
 from launcher.config.errors import ConfigError
 from launcher.launch.checkpoint_index import INDEX
 from launcher.launch.init_source import locate_init_source
+from launcher.launch.lock import CheckpointDirLock
 
 # 1437 training examples at batch 32 without XLA (the ragged last batch trained on): 45 steps an epoch.
 SMALL = ["model.hidden_units=[16]", "scaling.batch_size=32", "xla=false", "precision=fp32"]
@@ -54,6 +55,12 @@ def test_two_run_names_on_one_checkpoint_directory_the_second_is_refused_and_the
     (after,) = runs_in(tmp_path / "mlflow.db")  # no run for `second`, and first's untouched
     assert after.info.run_id == first_run.info.run_id and after.data.metrics == first_run.data.metrics
     assert {p.name: p.read_bytes() for p in shared.iterdir() if p.is_file()} == files
+    # Two runs started together on one new directory, before either has named it its own: the second is refused.
+    fresh = tmp_path / "fresh-checkpoints"
+    with CheckpointDirLock(fresh):  # a live launch of another run holds it
+        together = launcher_here(_args(tmp_path / "third", f"checkpoint.directory={fresh}", "train.epochs=1"), tmp_path)
+    assert together.returncode == 2 and "a checkpoint directory no other launch is using" in together.stderr
+    assert [p.name for p in fresh.iterdir()] == ["checkpoints.lock"]
     # The fix it gives: its own directory trains.
     _here(
         launcher_here, tmp_path / "second", f"checkpoint.directory={tmp_path / 'second-checkpoints'}", "train.epochs=1"
