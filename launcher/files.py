@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,12 +49,15 @@ def write_text_atomic(path: Path, text: str) -> None:
     """Write to a temporary file, fsync, rename: a reader sees the old file or the new one; a write that fails
     (a full disk) leaves neither a half file nor its temporary one."""
     path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    # A name of its own: two processes writing one file (sweepers sharing a sweep dir) never share a temporary one.
+    handle_no, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(name)
     try:
-        with open(tmp, "w") as handle:
+        with os.fdopen(handle_no, "w") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # as open() would have made it (mkstemp's file is 0600)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -72,9 +76,23 @@ def written_aside(path: Path, write: Callable[[Path], object]) -> None:
     except BaseException:
         _remove(aside)
         raise
-    if path.is_dir():  # a folder cannot be renamed over another: the old one goes first
-        shutil.rmtree(path)
+    if path.is_dir():  # a folder cannot be renamed over another: the old one is renamed away first, then removed
+        old = path.with_name(f"{path.stem}.old{path.suffix}")
+        _remove(old)
+        os.replace(path, old)
+        os.replace(aside, path)
+        _remove(old)
+        return
     os.replace(aside, path)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()  # read once, at import: reading it sets it for a moment, which no other thread may see
 
 
 def _remove(path: Path) -> None:

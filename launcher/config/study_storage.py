@@ -25,6 +25,18 @@ DRIVERS = {"psycopg": "psycopg[binary]", "psycopg2": "psycopg2-binary", "pymysql
 FORMS = "a database URL (sqlite:///path.db, postgresql://user:password@host/db, mysql://...) or journal:///path.log"
 
 
+DEFAULT_STUDY = "launcher"  # hydra.sweeper.study_name's default
+SEARCH = "launcher.search"  # study user attribute: what the study searches, for a joiner to compare with
+
+
+def study_name(configured: str, sweep_name: str, shared: bool) -> str:
+    """The study's name: on a shared storage a search named `name=s1` is study `s1` unless one is given, so two
+    searches on one database never pull from each other's study; a study of its own keeps `launcher`."""
+    if shared and configured == DEFAULT_STUDY and sweep_name:
+        return sweep_name
+    return configured
+
+
 @dataclass(frozen=True)
 class Heartbeat:
     """How sweepers sharing a study tell a live trial from one whose sweeper died."""
@@ -62,7 +74,9 @@ def storage_problems(url: str) -> list[Violation]:
         parsed = sqlalchemy.engine.make_url(url)
         dialect = parsed.get_dialect()
     except (ArgumentError, NoSuchModuleError, ValueError) as why:
-        return [Violation(KEY, url, f"{FORMS} ({why})", "hydra.sweeper.storage=journal:///shared/folder/study.log")]
+        return [
+            Violation(KEY, shown(url), f"{FORMS} ({why})", "hydra.sweeper.storage=journal:///shared/folder/study.log")
+        ]
     try:
         dialect.import_dbapi()
     except ImportError as missing:

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 
 from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.schema import Config, OptimizerUpdate, PrecisionName, Unreachable, as_dict
+from launcher.config.study_storage import shown
 from launcher.files import CONFIG_FILE, PLAN_FILE, TUNING_FILE, write_text_atomic
 from launcher.launch.checkpointer import check_writable
 from launcher.launch.faults import OPT_IN, armed, ignored
@@ -53,7 +54,7 @@ def settings_of(config: Config) -> dict:
     the checkpoint store or a search's study storage."""
     settings = as_dict(config)
     settings["tracking"]["uri"] = redact(settings["tracking"]["uri"])
-    settings["sweep"]["study"] = redact(str(settings["sweep"]["study"]))
+    settings["sweep"]["study"] = shown(str(settings["sweep"]["study"]))
     settings["checkpoint"]["directory"] = redact(str(settings["checkpoint"]["directory"]))
     return settings
 

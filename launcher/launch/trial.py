@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from launcher.config.errors import ConfigError
 from launcher.config.samplers import STUDY_OBJECTIVES, STUDY_PRUNER, make_pruner, prunes
 from launcher.config.schema import SweepConfig
-from launcher.config.study_storage import open_storage
+from launcher.config.study_storage import open_storage, shown
 from launcher.plan.decisions import TrialPlan
-from launcher.tracking.uri import redact
 
 
 @dataclass
@@ -25,12 +24,25 @@ class Trial:
     objective: str | None  # None: a multi-objective study (Optuna prunes single-objective ones only)
     pruning: bool
     handle: object  # optuna.trial.Trial
+    closed: bool = False  # the study ended the trial meanwhile (a shared study's, its sweeper silent too long)
 
     def report(self, value: float, step: int) -> None:
-        self.handle.report(value, step)
+        from optuna.exceptions import UpdateFinishedTrialError
+
+        if self.closed:
+            return
+        try:
+            self.handle.report(value, step)
+        except UpdateFinishedTrialError:
+            self.closed = True
+            print(
+                f"Trial {self.number} was ended by its study meanwhile (its sweeper went silent and another runs it "
+                "again): this run trains on without reporting.",
+                flush=True,
+            )
 
     def should_prune(self) -> bool:
-        return self.pruning and self.handle.should_prune()
+        return self.pruning and not self.closed and self.handle.should_prune()
 
 
 def open_trial(sweep: SweepConfig, val_every_steps: int | None, multi_worker: bool) -> tuple[Trial, TrialPlan] | None:
@@ -40,7 +52,7 @@ def open_trial(sweep: SweepConfig, val_every_steps: int | None, multi_worker: bo
         return None
     import optuna
 
-    where = f"study {sweep.study_name!r} in {redact(sweep.study)}"
+    where = f"study {sweep.study_name!r} in {shown(sweep.study)}"
     try:
         storage = open_storage(sweep.study)
         study_id = storage.get_study_id_from_name(sweep.study_name)

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher import forkserver
 from launcher.config.errors import ConfigError, Violation
+from launcher.config.study_storage import shown, storage_problems
 from launcher.config.tasks import objective
 from launcher.console import quiet_tracking_logs
 from launcher.dirlock import SWEEP_LOCK_FILE, DirLock, Held, describe
@@ -28,7 +29,7 @@ from launcher.sweep.space import flatten
 from launcher.sweep.summary import summarise
 from launcher.tracking.client import check_experiment_active, with_retry
 from launcher.tracking.tracker import open_run
-from launcher.tracking.uri import check_reachable, initialise_store, redact, resolve_uri
+from launcher.tracking.uri import check_reachable, initialise_store, resolve_uri
 
 
 def _swept(config: DictConfig) -> list[str]:
@@ -98,25 +99,33 @@ class SweepCallback(Callback):
             raise SystemExit(EXIT_REFUSED) from None
 
     def _join(self, config: DictConfig, sweep_dir: Path, shared: SharedStudy, previous: dict | None) -> None:
-        """A search on a shared study: its sweep id and parent run are the study's, whichever sweeper made them."""
+        """A search on a shared study: its sweep id and parent run are the study's, whichever sweeper made them. A
+        joiner never changes the parent's status (its creator opened it; the sweeper that ends the last trial ends
+        it), and a refused one never removes it (`withdraw`)."""
+        if problems := storage_problems(shared.storage):  # said here: Hydra turns a callback's errors into warnings
+            raise ConfigError(problems)
         sweep_id, creator = shared.join(config)
-        if previous and previous.get("sweep_id") == sweep_id:  # this sweep dir ran (or runs) this study already
-            self._continue(config, sweep_dir, previous)
-            return
         print(
-            f"Search {sweep_id}: study {shared.name!r} in {redact(shared.storage)} "
+            f"Search {sweep_id}: study {shared.name!r} in {shown(shared.storage)} "
             + ("(created by this sweeper)" if creator else "(joined: other sweepers pull trials from it too)"),
             flush=True,
         )
-        state = {"sweep_id": sweep_id, "parent_run_id": None, "uri": None, "swept_keys": _swept(config)}
+        same = previous if previous and previous.get("sweep_id") == sweep_id else {}  # this dir ran this study
+        swept = sorted(set(same.get("swept_keys") or []) | set(_swept(config)))
+        state = {**same, "sweep_id": sweep_id, "swept_keys": swept, "shared": True}
+        state.setdefault("parent_run_id", None)
+        state.pop("sweep_pid", None)
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
         if not config.tracking.enabled:
             return
         uri = _reachable_uri(config)
         made = shared.recorded_parent(uri, creator) or _parent_made_before(uri, config.tracking.experiment, sweep_id)
-        self._open_parent(config, sweep_dir, state, uri, made)
         if made is None:
+            self._open_parent(config, sweep_dir, state, uri)
             shared.record_parent(uri, state["parent_run_id"])
+            return
+        state.update(parent_run_id=made, uri=uri, experiment=config.tracking.experiment)
+        write_json_atomic(sweep_dir / SWEEP_FILE, state)
 
     def _open_parent(self, config: DictConfig, sweep_dir: Path, state: dict, uri: str, made: str | None = None):
         """The parent run, created with the sweep's id as a tag (so a rerun finds it if this sweep is killed before
@@ -163,7 +172,8 @@ class SweepCallback(Callback):
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
         stop = stopped_by(sweep_dir)
         shared = SharedStudy.of(config)
-        if shared is not None and state.get("parent_run_id") and not shared.summarised_here():
+        parent = state.get("parent_run_id")
+        if shared is not None and parent and not shared.summarises(state["uri"], parent):
             print(
                 f"Study {shared.name!r} goes on in other sweepers (or one of them ended its last trial): the sweeper "
                 "that ends the last trial summarises the parent run.",
@@ -227,6 +237,8 @@ def withdraw(sweep_dir: Path) -> None:
     from mlflow.tracking import MlflowClient
 
     state = read_json(sweep_dir / SWEEP_FILE, {})
+    if state.get("shared"):  # a shared study's parent and state are every sweeper's: a refused one leaves them be
+        return
     if state.get("parent_run_id"):
         client = MlflowClient(state["uri"])
         if state.get("parent_status"):

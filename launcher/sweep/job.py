@@ -115,7 +115,8 @@ def run_job(cfg: DictConfig, hydra_cfg) -> JobResult:
     print(f"[sweep job {hydra_cfg.job.num}] {name}" + (f" (again, in {job_dir})" if resuming else ""), flush=True)
     log_path = job_dir / "job.log"
     with open(log_path, "a" if resuming else "w") as log:
-        returncode, stopped = _run_until_stopped(args, hydra_cfg.runtime.cwd, log, sweep_dir, job_dir)
+        shared = bool(state.get("shared")) and cfg.sweep.trial is not None
+        returncode, stopped = _run_until_stopped(args, hydra_cfg.runtime.cwd, log, sweep_dir, job_dir, shared)
     outcome = OutcomeRecord.read(job_dir)
     if returncode != 0 and state.get("parent_run_id") and not (outcome and outcome.run_id):
         if own_run := _own_run(state, job_dir):  # the job's own run exists, its process is gone (killed): settle it
@@ -137,11 +138,21 @@ def run_job(cfg: DictConfig, hydra_cfg) -> JobResult:
     return result
 
 
-def _run_until_stopped(args: list[str], cwd: str, log, sweep_dir: Path, job_dir: Path) -> tuple[int, bool]:
+def _run_until_stopped(
+    args: list[str], cwd: str, log, sweep_dir: Path, job_dir: Path, dies_with_sweeper: bool = False
+) -> tuple[int, bool]:
     """The job's process to its end (even when the forkserver that forked it dies first: its status is then
     its outcome record's), and whether the sweep stopped it: when a fail-fast sweep stops meanwhile, the job is
-    asked to save and stop (SIGTERM: the preemption path), so the same sweep again resumes it."""
-    process = forkserver.start(args, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+    asked to save and stop (SIGTERM: the preemption path), so the same sweep again resumes it. `dies_with_sweeper`:
+    a shared study's trial, which another sweeper runs again once this one stops beating, never outlives it."""
+    process = forkserver.start(
+        args,
+        cwd=cwd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ),
+        dies_with_parent=dies_with_sweeper,
+    )
     signalled = False
     while True:
         try:

@@ -20,7 +20,6 @@ import math
 import os
 import sys
 import time
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,12 +31,13 @@ from launcher.config.bounds import declared
 from launcher.config.errors import ConfigError, Violation
 from launcher.config.samplers import PRUNERS, STUDY_OBJECTIVES, STUDY_PRUNER, make_sampler, prunes, spec_problems
 from launcher.config.schema import flatten, to_config
-from launcher.config.study_storage import Heartbeat, open_storage, storage_problems
+from launcher.config.study_storage import SEARCH, Heartbeat, open_storage, storage_problems, study_name
 from launcher.config.tasks import head_metric_names, known_epoch_metrics, metric_names, metric_problem, objective
 from launcher.files import SWEEP_FILE, read_json, write_json_atomic
 from launcher.outcome import EXIT_REFUSED
 from launcher.sweep.callback import withdraw
 from launcher.sweep.job import DONE, PRUNED, STOPPED, settle_abandoned, stopped_by
+from launcher.sweep.search_report import write_report
 from launcher.sweep.shared import (
     beat_once,
     beating,
@@ -257,6 +257,7 @@ class Search(Sweeper):
             raise SystemExit(EXIT_REFUSED)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         shared = bool(self.storage)  # given: other sweepers may pull trials from the same study
+        self.study_name = study_name(self.study_name, str(self.config.get("name") or ""), shared)
         storage_url = str(self.storage or f"sqlite:///{sweep_dir / 'optuna.db'}")
         grid, _ = grid_space(dimensions) if self.sampler.get("name") == "grid" else ({}, [])
         if grid:
@@ -277,6 +278,8 @@ class Search(Sweeper):
             directions=self.directions,
             load_if_exists=True,
         )
+        if shared:
+            self._same_search(study, dimensions)
         study.set_user_attr(STUDY_PRUNER, self.pruner)
         study.set_user_attr(STUDY_OBJECTIVES, self.objectives)
         self._remember_study(sweep_dir, storage_url)
@@ -312,10 +315,10 @@ class Search(Sweeper):
             resumed = resumed[len(batch) :]
             while len(batch) < self.n_jobs and self._left(study, total):
                 trial = study.ask()
-                if is_surplus(study, trial, total):  # another sweeper asked the last trial at the same moment
-                    break
                 if shared:  # beating from its first moment: a trial never beaten for is never found stale
                     beat_once(storage, study, trial.number)
+                if is_surplus(study, trial, total):  # another sweeper asked the last trial at the same moment
+                    break
                 chosen = suggest(trial, dimensions, self._config_value)
                 job = retried_from(trial)  # a trial queued again runs in its first run's job dir
                 values = [override_of(k, v) for k, v in chosen.items()]
@@ -329,6 +332,30 @@ class Search(Sweeper):
             with beating(storage if shared else None, study, [number for number, _, _ in batch]):
                 for number, job in self._launch(fixed, batch):
                     self._tell(study, number, job)
+
+    def _same_search(self, study, dimensions: list[Dimension]) -> None:
+        """A sweeper joining a shared study searches what its creator searches (the keys, the objectives and their
+        directions); another search is refused (exit 2) before it tells the study anything."""
+        searched = {"keys": sorted(d.key for d in dimensions), "objectives": self.objectives}
+        recorded = study.user_attrs.get(SEARCH)
+        if recorded is None:
+            study.set_user_attr(SEARCH, searched)
+            return
+        if recorded == searched and [d.name.lower() for d in study.directions] == self.directions:
+            return
+        print(
+            ConfigError.single(
+                "hydra.sweeper.study_name",
+                self.study_name,
+                f"a study that searches what this sweeper searches: it searches {recorded['keys']} for "
+                f"{recorded['objectives']}, this one {searched['keys']} for {searched['objectives']} "
+                f"({', '.join(self.directions)})",
+                "another study for this search: name=<another name> or hydra.sweeper.study_name=<another name>",
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(EXIT_REFUSED)
 
     @staticmethod
     def _left(study, total: int) -> bool:
@@ -426,65 +453,3 @@ def logged_metrics(task_cfg) -> tuple[str, list[str] | None]:
 def _plain(value: Any) -> Any:
     """YAML settings as plain lists and dicts (Hydra hands them over as OmegaConf nodes)."""
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-
-
-def write_report(study, objectives: list[str], out: Path) -> dict:
-    """What mattered, as the parent run shows it: the best trial(s) (the Pareto front of a multi-objective
-    search), the parameter importances, the optimisation history and parallel-coordinates plots, the counts."""
-    import optuna
-    from optuna.trial import TrialState
-
-    out.mkdir(parents=True, exist_ok=True)
-    trials = counted(study)  # a trial queued again (its sweeper died) counts once
-    counts = {state.name.lower(): sum(t.state == state for t in trials) for state in TrialState}
-    report: dict[str, Any] = {"objectives": objectives, "trials": len(trials), "states": counts, "notes": []}
-    report["queued_again"] = len(study.get_trials(deepcopy=False)) - len(trials)
-    complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    if complete:
-        best = study.best_trials if len(objectives) > 1 else [study.best_trial]
-        report["best"] = [{"number": t.number, "values": t.values, "params": t.params} for t in best]
-    targets = [None] if len(objectives) == 1 else [lambda t, i=i: t.values[i] for i in range(len(objectives))]
-    importances = {}
-    for name, target in zip(objectives, targets, strict=True):
-        try:
-            found = optuna.importance.get_param_importances(study, target=target)
-            importances[name] = {k: round(float(v), 4) for k, v in found.items()}
-        except (RuntimeError, ValueError) as why:  # fewer than 2 finished trials, or nothing varied
-            report["notes"].append(f"no importances for {name}: {why}")
-    report["importances"] = importances
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Optuna's matplotlib plots are marked experimental
-        _plots(study, objectives, out, report)
-    write_json_atomic(out / "search.json", report)
-    return report
-
-
-def _plots(study, objectives: list[str], out: Path, report: dict) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from optuna.visualization import matplotlib as plots
-
-    first = None if len(objectives) == 1 else (lambda t: t.values[0])
-    drawings = {
-        "optimization_history.png": lambda: plots.plot_optimization_history(
-            study, target=first, target_name=objectives[0]
-        ),
-        "parallel_coordinates.png": lambda: plots.plot_parallel_coordinate(
-            study, target=first, target_name=objectives[0]
-        ),
-        "param_importances.png": lambda: plots.plot_param_importances(study, target=first, target_name=objectives[0]),
-        "intermediate_values.png": lambda: plots.plot_intermediate_values(study),
-    }
-    if len(objectives) > 1:
-        drawings["pareto_front.png"] = lambda: plots.plot_pareto_front(study, target_names=objectives)
-    for name, draw in drawings.items():
-        try:
-            axes = draw()
-        except (RuntimeError, ValueError, ZeroDivisionError) as why:  # too few trials for this plot
-            report["notes"].append(f"{name} not drawn: {why}")
-            continue
-        figure = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
-        figure.savefig(out / name, dpi=90, bbox_inches="tight")
-        plt.close(figure)

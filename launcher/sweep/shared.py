@@ -21,14 +21,15 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
-from launcher.config.study_storage import open_storage
+from launcher.config.study_storage import DEFAULT_STUDY, open_storage, study_name
 from launcher.config.tasks import objective
 from launcher.sweep.summary import sweep_goal
 from launcher.tracking.uri import redact
 
 SWEEP_ID, PARENT = "launcher.sweep_id", "launcher.parent"  # study user attributes
 TOLD_BY = "launcher.told_by"  # trial system attribute: the sweeper that told the study how the trial ended
-SWEEPER = f"{socket.gethostname()}:{os.getpid()}"  # this process, as trials record it
+# This process, as trials record it (containers may share a host name and a pid).
+SWEEPER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 WAIT = 60.0  # seconds a sweeper waits for the study's creator to record the sweep id and parent run
 
 
@@ -45,7 +46,8 @@ class SharedStudy:
         sweeper = config.hydra.sweeper
         if not str(sweeper.get("_target_", "")).endswith("SearchSweeper") or not sweeper.get("storage"):
             return None
-        return cls(str(sweeper.storage), str(sweeper.get("study_name") or "launcher"))
+        name = study_name(str(sweeper.get("study_name") or DEFAULT_STUDY), str(config.get("name") or ""), True)
+        return cls(str(sweeper.storage), name)
 
     def join(self, config: DictConfig) -> tuple[str, bool]:
         """The sweep id the study carries, and whether this sweeper created the study (it opens the parent)."""
@@ -88,18 +90,37 @@ class SharedStudy:
 
     def summarised_here(self) -> bool:
         """Whether this sweeper ended the study's last trial (the study done: nothing running or queued)."""
-        import optuna
-        from optuna.trial import TrialState
-
-        study = optuna.load_study(study_name=self.name, storage=open_storage(self.storage))
-        trials = study.get_trials(deepcopy=False)
-        if not trials or any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials):
+        trials = self._trials()
+        if not trials or not _done(trials):
             return False
         told = [t for t in trials if TOLD_BY in t.system_attrs]  # not the ones failed for a dead sweeper
         if not told:
             return False
         last = max(told, key=lambda t: (t.datetime_complete.timestamp() if t.datetime_complete else 0, t.number))
         return last.system_attrs[TOLD_BY] == SWEEPER
+
+    def summarises(self, uri: str, parent_run_id: str) -> bool:
+        """Whether this sweeper summarises the parent: it ended the study's last trial, or it finds the study done
+        and the parent still RUNNING without having run a trial itself (the one that should have died first)."""
+        if self.summarised_here():
+            return True
+        trials = self._trials()
+        if not trials or not _done(trials) or any(t.system_attrs.get(TOLD_BY) == SWEEPER for t in trials):
+            return False
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(uri).get_run(parent_run_id).info.status == "RUNNING"
+
+    def _trials(self) -> list:
+        import optuna
+
+        return optuna.load_study(study_name=self.name, storage=open_storage(self.storage)).get_trials(deepcopy=False)
+
+
+def _done(trials) -> bool:
+    from optuna.trial import TrialState
+
+    return not any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials)
 
 
 def _awaited(read: Callable[[], object]):

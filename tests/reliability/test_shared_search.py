@@ -115,7 +115,8 @@ def test_two_sweepers_started_together_on_postgres_run_the_study_once_into_one_p
     assert len({t.params["optimizer.learning_rate"] for t in trials}) == 4
     jobs = _jobs(tmp_path, ["sweep-a", "sweep-b"])
     assert sorted(jobs) == [0, 1, 2, 3] and all(len(dirs) == 1 for dirs in jobs.values())  # each trained once
-    assert {t.system_attrs[TOLD_BY] for t in trials} == {f"{os.uname().nodename}:{p.pid}" for p in (first, second)}
+    tellers = {t.system_attrs[TOLD_BY].rsplit(":", 1)[0] for t in trials}  # host:pid:<a token of its own>
+    assert tellers == {f"{os.uname().nodename}:{p.pid}" for p in (first, second)}
 
     parent, children, runs = _one_parent(tmp_path)
     assert parent.info.status == "FINISHED" and len(runs) == 5
@@ -191,3 +192,13 @@ def test_a_second_sweeper_on_the_same_sqlite_study_and_sweep_dir_takes_no_runnin
     assert all(len(dirs) == 1 for dirs in _jobs(tmp_path, ["sweep"]).values())
     parent, children, _ = _one_parent(tmp_path)
     assert parent.info.status == "FINISHED" and len(children) == 4
+
+    # Another search started on the same study by mistake (another key): refused before it runs or tells anything,
+    # and the study's parent run and state stay as they were (before: a refused sweeper deleted the parent).
+    other = [*command, "scaling.batch_size=choice(32,64)"]
+    refused = warm.run(other, cwd=ROOT, timeout=300)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "a study that searches what this sweeper searches" in refused.stderr and "Traceback" not in refused.stderr
+    again, children_again, _ = _one_parent(tmp_path)
+    assert again.info.run_id == parent.info.run_id and again.info.status == "FINISHED" and len(children_again) == 4
+    assert read_json(tmp_path / "sweep" / "sweep.json")["parent_run_id"] == parent.info.run_id

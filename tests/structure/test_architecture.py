@@ -36,6 +36,7 @@ TF_FREE_MODULES = [
     "launcher.sweep.job",
     "launcher.sweep.summary",
     "launcher.sweep.search",
+    "launcher.sweep.search_report",
     "launcher.sweep.space",
     "launcher.config.samplers",
     "launcher.config.study_storage",

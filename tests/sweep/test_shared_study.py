@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 from launcher.config import study_storage
 from launcher.config.study_storage import Heartbeat, open_storage, storage_problems
 from launcher.sweep import shared
+from launcher.sweep.search_report import write_report
 from launcher.sweep.shared import (
     SURPLUS,
     SharedStudy,
@@ -83,6 +84,10 @@ def test_a_trial_whose_sweeper_stopped_beating_is_failed_and_queued_again_a_beat
     assert retried_from(retry) == dead.number
     assert retry.suggest_float("x", 0, 1) == trials[1].params["x"]
     assert [t.number for t in counted(study)] == [alive.number, retry.number]  # the failed one counts no more
+    study.tell(alive, 0.5)
+    study.tell(retry, 0.7)
+    report = write_report(study, ["value"], tmp_path / "report")
+    assert report["trials"] == 2 and report["states"]["complete"] == 2 and report["queued_again"] == 1
 
 
 def test_a_surplus_ask_is_failed_marked_and_never_counted(tmp_path):
@@ -167,3 +172,49 @@ def test_a_database_that_does_not_answer_is_refused_with_its_password_hidden(mon
     message = str(refused.value)
     assert "hydra.sweeper.storage='postgresql://u:***@127.0.0.1:9/optuna': expected a database that answers" in message
     assert "Connection refused" in message and "hunter2" not in message and "journal:///" in message
+
+
+def test_a_shared_study_is_named_by_the_search_unless_one_is_given(tmp_path):
+    """Two searches (`name=s1`, `name=s2`) on one database never pull from one study; a study of its own keeps its
+    default name."""
+    from launcher.config.study_storage import study_name
+
+    config = _search_config(f"journal://{tmp_path}/study.log")
+    config.hydra.sweeper.study_name = "launcher"
+    config.name = "s2"
+    assert SharedStudy.of(config).name == "s2"
+    config.hydra.sweeper.study_name = "mine"
+    assert SharedStudy.of(config).name == "mine"
+    assert study_name("launcher", "s2", shared=False) == "launcher"
+
+
+def test_a_trial_its_study_ended_meanwhile_stops_reporting_instead_of_failing_its_run(tmp_path, capsys):
+    from launcher.launch.trial import Trial
+
+    _, study = _study(tmp_path)
+    handle = study.ask()
+    study.tell(handle, state=TrialState.FAIL)  # failed as stale: its sweeper went silent past the grace period
+    trial = Trial(handle.number, "val_accuracy", True, handle)
+    trial.report(0.5, 1)
+    trial.report(0.6, 2)
+    assert trial.closed and not trial.should_prune()
+    assert capsys.readouterr().out.count("was ended by its study meanwhile") == 1
+
+
+def test_a_sweeper_that_ran_nothing_summarises_a_done_study_whose_parent_was_left_running(tmp_path, monkeypatch):
+    """The sweeper that ended the last trial died before summarising: the next one to find the study done ends
+    the parent; one that finds it FINISHED leaves it."""
+    from mlflow.tracking import MlflowClient
+
+    url = f"journal://{tmp_path}/study.log"
+    storage, study = _study(tmp_path)
+    monkeypatch.setattr(shared, "SWEEPER", "dead:1:x")
+    tell_told(storage, study, study.ask().number, values=[0.5])
+    monkeypatch.setattr(shared, "SWEEPER", "late:2:y")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    parent = client.create_run(client.create_experiment("e")).info.run_id
+    shared_study = SharedStudy.of(_search_config(url))
+    assert shared_study.summarises(uri, parent)
+    client.set_terminated(parent, "FINISHED")
+    assert not shared_study.summarises(uri, parent)
