@@ -24,9 +24,10 @@ from launcher.files import STOP_FILE, SWEEP_FILE, read_json, write_json_atomic
 from launcher.outcome import EXIT_REFUSED
 from launcher.sweep.champion import crown, goal_of
 from launcher.sweep.job import stopped_by, swept_keys
+from launcher.sweep.search_report import SEARCH_DIR, write_report
 from launcher.sweep.shared import SharedStudy
 from launcher.sweep.space import flatten
-from launcher.sweep.summary import summarise
+from launcher.sweep.summary import summarise, sweep_goal
 from launcher.tracking.client import check_experiment_active, with_retry
 from launcher.tracking.tracker import open_run
 from launcher.tracking.uri import check_reachable, initialise_store, resolve_uri
@@ -180,6 +181,10 @@ class SweepCallback(Callback):
                 flush=True,
             )
         elif state.get("parent_run_id"):
+            if shared is not None:  # the study's report, written by its summariser alone
+                sweeper = config.hydra.sweeper
+                goal = sweep_goal(sweeper.get("objectives"), sweeper.get("direction"), objective(config))[0]
+                write_report(shared.study(), goal, sweep_dir / "summary" / SEARCH_DIR)
             # The registry first, while the parent still runs: its decision is tagged before the summary ends it.
             champion = crown(state["uri"], state["parent_run_id"], goal_of(config))
             direction = config.hydra.sweeper.get("direction")

@@ -37,7 +37,7 @@ from launcher.files import SWEEP_FILE, read_json, write_json_atomic
 from launcher.outcome import EXIT_REFUSED
 from launcher.sweep.callback import withdraw
 from launcher.sweep.job import DONE, PRUNED, STOPPED, settle_abandoned, stopped_by
-from launcher.sweep.search_report import write_report
+from launcher.sweep.search_report import SEARCH_DIR, write_report
 from launcher.sweep.shared import (
     beat_once,
     beating,
@@ -62,7 +62,6 @@ from launcher.sweep.space import (
 )
 from launcher.sweep.summary import sweep_goal
 
-SEARCH_DIR = "search"  # in the sweep's summary dir: the study's own artifacts
 POLL = 2.0  # seconds between looks at a shared study whose last trials other sweepers run
 
 
@@ -296,7 +295,8 @@ class Search(Sweeper):
             ]
         )
         self._run_trials(study, fixed, dimensions, total, resumed, shared)
-        write_report(study, self.objectives, sweep_dir / "summary" / SEARCH_DIR)
+        if not shared:  # a shared study's report is its summariser's (sweepers may share this sweep dir)
+            write_report(study, self.objectives, sweep_dir / "summary" / SEARCH_DIR)
 
     def _run_trials(self, study, fixed: list[str], dimensions, total: int, resumed: list, shared: bool) -> None:
         """Batches of trials until the study holds `total` (resumed ones first), the timeout, or a fail-fast stop.

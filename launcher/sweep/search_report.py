@@ -10,6 +10,8 @@ from typing import Any
 from launcher.files import write_json_atomic
 from launcher.sweep.shared import counted
 
+SEARCH_DIR = "search"  # in the sweep's summary dir: the study's own artifacts
+
 
 def write_report(study, objectives: list[str], out: Path) -> dict:
     """What mattered, as the parent run shows it: the best trial(s) (the Pareto front of a multi-objective

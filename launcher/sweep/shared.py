@@ -111,6 +111,12 @@ class SharedStudy:
 
         return MlflowClient(uri).get_run(parent_run_id).info.status == "RUNNING"
 
+    def study(self):
+        """The study, loaded (for its report)."""
+        import optuna
+
+        return optuna.load_study(study_name=self.name, storage=open_storage(self.storage))
+
     def _trials(self) -> list:
         import optuna
 
