@@ -16,9 +16,17 @@ from launcher.launch.params import run_name, run_params, run_tags
 from launcher.launch.restarts import REASON_ENV, attempt_number
 from launcher.plan.continuation import changed_tags
 from launcher.plan.decisions import ContinuationPlan, ResumePlan
+from launcher.tracking.succession import TRIAL_TAG
 from launcher.tracking.tensorboard import TensorBoardMirror
 from launcher.tracking.tracker import NullTracker, RunTracker, open_run
 from launcher.tracking.uri import redact
+
+
+def birth_tags(config) -> dict[str, str]:
+    """Tags the run is created with, before anything else is logged: a search's trial number, so the sweeper that
+    finds its trial abandoned can find (and fail) the run even if its process was killed a moment after making it."""
+    trial = config.sweep.trial
+    return {} if trial is None else {TRIAL_TAG: str(trial)}
 
 
 def open_mlflow_run(
@@ -53,6 +61,7 @@ def open_mlflow_run(
         outage_wait=tr.outage_wait,
         remember=True,
         params=params,
+        tags=birth_tags(config),
     )
     if tracker.decision is not None:
         print(f"  mlflow   {tracker.decision.reason}", flush=True)

@@ -27,6 +27,7 @@ from launcher.files import JOB_FILE, STOP_FILE, SWEEP_FILE, read_json, write_jso
 from launcher.forkserver.requester import returncode_of
 from launcher.outcome import FINISHED, KILLED, OutcomeRecord
 from launcher.tracking.client import with_retry
+from launcher.tracking.succession import TRIAL_TAG
 from launcher.tracking.tracker import run_dir_run
 from launcher.tracking.uri import redact
 
@@ -271,11 +272,16 @@ def settle_abandoned(sweep_dir: Path, numbers: list[int]) -> None:
         [parent.info.experiment_id],
         filter_string=f"tags.mlflow.parentRunId = '{state['parent_run_id']}' and attributes.status = 'RUNNING'",
     )
-    for run in [r for r in running if r.data.params.get("sweep.trial") in {str(n) for n in numbers}]:
+    abandoned = {str(n) for n in numbers}
+    for run in running:
+        # A tag from the run's creation (one killed before logging its params has only that); a param before.
+        trial = run.data.tags.get(TRIAL_TAG) or run.data.params.get(TRIAL_TAG)
+        if trial not in abandoned:
+            continue
         reason = "its sweeper stopped beating (killed, or its machine gone): the search runs the trial again"
         with_retry(client.log_batch, run.info.run_id, tags=[RunTag("error", reason), RunTag("sweep.retried", "true")])
         with_retry(client.set_terminated, run.info.run_id, status="FAILED")
-        print(f"Trial {run.data.params.get('sweep.trial')}: {reason}; its run {run.info.run_id} is FAILED.", flush=True)
+        print(f"Trial {trial}: {reason}; its run {run.info.run_id} is FAILED.", flush=True)
 
 
 def _shown(override: str) -> str:

@@ -27,6 +27,7 @@ SUCCESSOR_TAG = "launcher.successor_run_id"
 PREDECESSOR_TAG = "launcher.predecessor_run_id"
 STARTS_TAG = "launcher.starts"  # how many launches trained this run from step 0
 CREATION_TAG = "launcher.creation"  # the token the run dir held while this run was being created
+TRIAL_TAG = "sweep.trial"  # a search trial's number, on its run from its creation (its params come later)
 
 
 class Succession(Enum):

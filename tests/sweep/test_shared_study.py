@@ -218,3 +218,32 @@ def test_a_sweeper_that_ran_nothing_summarises_a_done_study_whose_parent_was_lef
     assert shared_study.summarises(uri, parent)
     client.set_terminated(parent, "FINISHED")
     assert not shared_study.summarises(uri, parent)
+
+
+def test_a_trial_run_killed_before_its_params_is_found_by_its_birth_tag_and_failed(tmp_path):
+    """The flake that found it: the dead sweeper's child had been made (and remembered) but not yet given its
+    params, so the sweeper that failed its trial could not find it, and the run stayed RUNNING for ever."""
+    from mlflow.tracking import MlflowClient
+
+    from launcher.files import SWEEP_FILE, write_json_atomic
+    from launcher.launch.mlflow_run import birth_tags
+    from launcher.sweep.job import settle_abandoned
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("e")
+    parent = client.create_run(experiment).info.run_id
+    write_json_atomic(tmp_path / SWEEP_FILE, {"parent_run_id": parent, "uri": uri})
+    trial_config = OmegaConf.create({"sweep": {"trial": 3}})
+    made = {}
+    for number in (3, 4):  # 3 killed at birth; 4 its sweeper's, alive
+        tags = {"mlflow.parentRunId": parent, **birth_tags(OmegaConf.create({"sweep": {"trial": number}}))}
+        made[number] = client.create_run(experiment, tags=tags).info.run_id
+    assert (
+        birth_tags(trial_config) == {"sweep.trial": "3"}
+        and birth_tags(OmegaConf.create({"sweep": {"trial": None}})) == {}
+    )
+    settle_abandoned(tmp_path, [3])
+    killed, alive = client.get_run(made[3]), client.get_run(made[4])
+    assert killed.info.status == "FAILED" and "stopped beating" in killed.data.tags["error"]
+    assert alive.info.status == "RUNNING"
