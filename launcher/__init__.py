@@ -14,7 +14,10 @@ Modules:
     config/: what a person can set, and how a wrong setting is reported
     plan/: from a config and a machine to a Plan: every decision the launcher makes, with its reason
     train/: build inside the strategy scope and train: runtime, build, engine, loss scaling, data
-    launch/: one launch of the CLI in a run dir, start to finish: its named steps and its hooks
+    export/: the trained model as files: `model.keras`, `best.keras`, SavedModel, TFLite, the MLflow model
+    supervise/: the processes around a training: local workers, restarts, Slurm's requeue (no TensorFlow)
+    launch/: one training launch of the CLI in a run dir, start to finish: its named steps and its hooks
+    inference/: `mode=eval` and `mode=predict`: a trained run's model on a split or on files
     tracking/: MLflow for a launch and a sweep: the client, the store's URI, writes through outages
     sweep/: Hydra multirun into MLflow: a parent run per sweep, a fresh process per job, a summary
     doctor/: `mode=doctor`: short trials of a config that find why it breaks and verify the fix

@@ -18,9 +18,11 @@ from launcher.config.imports import config_packages
 from launcher.config.keys import schema_keys, typo_hints
 from launcher.config.schema import DATASET_SCHEMAS, MODEL_SCHEMAS, Config, register_configs
 from launcher.doctor.doctor_mode import launch as launch_doctor
-from launcher.launch.evaluate import evaluate
-from launcher.launch.local_workers import local_worker_count, local_workers_attempt
-from launcher.launch.restarts import (
+from launcher.inference.evaluate import evaluate
+from launcher.launch.train_mode import launch as launch_training
+from launcher.outcome import EXIT_FAILED
+from launcher.supervise.local_workers import local_worker_count, local_workers_attempt
+from launcher.supervise.restarts import (
     REASON_ENV,
     RESTART_ENV,
     Attempt,
@@ -28,8 +30,6 @@ from launcher.launch.restarts import (
     supervise,
     supervised,
 )
-from launcher.launch.train_mode import launch as launch_training
-from launcher.outcome import EXIT_FAILED
 from launcher.sweep import callback as sweep_callback
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")

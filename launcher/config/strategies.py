@@ -35,7 +35,7 @@ class ClusterForm(Enum):
 
 
 class WorkerStart(Enum):
-    """Who starts the processes that train (`launcher.launch.local_workers` reads it)."""
+    """Who starts the processes that train (`launcher.supervise.local_workers` reads it)."""
 
     in_process = "in_process"
     """The launching process trains."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.tasks import known_epoch_metrics, monitor_problems
-from launcher.launch.export import check_exports
+from launcher.export.trained import check_exports
 from launcher.launch.preflight import Prepared, save_plan
 from launcher.plan.decisions import Plan, render_record
 from launcher.train.fine_tune import Freezer, freeze_record, frozen_layers, load_matching

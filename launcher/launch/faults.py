@@ -31,7 +31,7 @@ from pathlib import Path
 
 from launcher.config.errors import ConfigError
 from launcher.contract import Hook, Position
-from launcher.launch.restarts import attempt_number
+from launcher.supervise.restarts import attempt_number
 
 ENV = "LAUNCHER_FAULT"
 RESUME_ENV = "LAUNCHER_FAULT_RESUME"

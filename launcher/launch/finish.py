@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.contract import FitResult, headline
+from launcher.export.trained import ExportFailed, export_trained
 from launcher.launch.agree import final_weights_agree
-from launcher.launch.export import ExportFailed, export_trained
 
 
 def finish(

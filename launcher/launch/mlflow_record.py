@@ -1,5 +1,5 @@
 """What MLflow's own views need beyond params and metrics: the data as dataset inputs (digest, shape, schema: the
-run page's "Datasets used"). The model as an MLflow model is `launcher.launch.mlflow_model`'s."""
+run page's "Datasets used"). The model as an MLflow model is `launcher.export.mlflow_model`'s."""
 
 from __future__ import annotations
 

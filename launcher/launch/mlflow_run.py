@@ -13,9 +13,9 @@ from launcher.files import CONFIG_FILE, PLAN_FILE, TUNING_FILE
 from launcher.launch.faults import fault_point
 from launcher.launch.mlflow_record import dataset_inputs
 from launcher.launch.params import run_name, run_params, run_tags
-from launcher.launch.restarts import REASON_ENV, attempt_number
 from launcher.plan.continuation import changed_tags
 from launcher.plan.decisions import ContinuationPlan, ResumePlan
+from launcher.supervise.restarts import REASON_ENV, attempt_number
 from launcher.tracking.succession import TRIAL_TAG
 from launcher.tracking.tensorboard import TensorBoardMirror
 from launcher.tracking.tracker import NullTracker, RunTracker, open_run

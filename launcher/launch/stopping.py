@@ -6,8 +6,8 @@ from __future__ import annotations
 from launcher.config.durations import show_duration
 from launcher.contract import StopContext
 from launcher.launch.hooks.preemption import PreemptionGuard
-from launcher.launch.restarts import supervised
-from launcher.launch.slurm import REQUEUE_SIGNAL, requeue
+from launcher.supervise.restarts import supervised
+from launcher.supervise.slurm import REQUEUE_SIGNAL, requeue
 from launcher.train.numerics import NumericsGuard
 
 

@@ -12,11 +12,11 @@ from omegaconf import DictConfig, open_dict
 
 from launcher.config.schema import to_config
 from launcher.config.strategies import strategy_of
-from launcher.launch.local_workers import local_worker_count
 from launcher.launch.shell import run_in_shell
 from launcher.outcome import EXIT_FINISHED, FINISHED, OutcomeRecord
 from launcher.plan.cluster import find_cluster
 from launcher.plan.environment import read_slurm, read_tf_config
+from launcher.supervise.local_workers import local_worker_count
 
 
 def launch(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> int:

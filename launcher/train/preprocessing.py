@@ -1,5 +1,5 @@
 """What turns a raw example, as a client holds it, into the model's input: carried by the data source, run by its
-training pipeline and exported inside every served model (`launcher.launch.serving`).
+training pipeline and exported inside every served model (`launcher.export.serving`).
 
 So a client that sends a JPEG, or the uint8 pixels of an image, gets the answer training would give, and nobody
 has to copy the data pipeline's arithmetic into a server. A dataset gives its own (image folders decode, resize

@@ -1,6 +1,6 @@
 """Batch predictions by the real CLI: a tiny digits run trained, then `python -m launcher mode=predict
 eval.input=<a CSV of features>` in a process of its own writes predictions.parquet with the CSV's ids, the answer
-of the SavedModel it exported (`launcher.launch.batch_predict`), logged to MLflow; a CSV missing a column the model
+of the SavedModel it exported (`launcher.inference.batch_predict`), logged to MLflow; a CSV missing a column the model
 needs is refused (exit 2) naming the missing and present columns, leaving no predictions and no MLflow run."""
 
 from __future__ import annotations

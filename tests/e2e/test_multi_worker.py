@@ -183,7 +183,7 @@ def test_a_killed_worker_stops_the_job_which_restarts_by_itself_a_signal_stops_e
     os.kill(worker1, signal.SIGKILL)
     wait_for(err, r"Restart 1 of 1 in 0 s \(the training process was killed by SIGKILL\)", proc)
     # The chief is stopped by the job, or its collective with the dead worker failed first and it had ended (which
-    # one is a race on two busy cores; tests/launch/test_local_workers.py makes each happen): either way it is
+    # one is a race on two busy cores; tests/supervise/test_local_workers.py makes each happen): either way it is
     # accounted for.
     assert re.search(
         rf"Worker 1 \(pid {worker1}\) was killed by SIGKILL; (the other 1 running worker\(s\) were stopped"
@@ -321,7 +321,7 @@ def test_of_workers_found_ended_in_one_look_the_one_killed_by_a_signal_is_blamed
     """Worker 1 SIGKILLed fails worker 0's next collective a moment later; on a loaded machine the job may see both
     ended in one look. The job is named after the killed worker (its restart says "killed by SIGKILL"), not after
     the lowest index; among errors alone, the lowest index."""
-    from launcher.launch.local_workers import _Job, blamed
+    from launcher.supervise.local_workers import _Job, blamed
 
     chief, killed = EndedWorker(0, 1), EndedWorker(1, -signal.SIGKILL)
     job = _Job([chief, killed])

@@ -12,10 +12,10 @@ from support.config import CONF_DIR, compose, config
 from launcher.config.errors import ConfigError
 from launcher.config.schema import StrategyKind
 from launcher.config.strategies import STRATEGIES, ClusterForm, Placement, WorkerStart, strategy_of
-from launcher.launch.local_workers import local_worker_count
 from launcher.plan.cluster import find_cluster
 from launcher.plan.resolve import resolve, wants_measurements
 from launcher.plan.rules.strategy import PLACEMENTS
+from launcher.supervise.local_workers import local_worker_count
 from launcher.train import runtime
 
 TWO_WORKERS = ("strategy.workers=[10.0.0.1:2000,10.0.0.2:2000]",)

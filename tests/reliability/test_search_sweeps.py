@@ -37,7 +37,7 @@ HOPELESS = {
 }
 # Small trials with a pinned schedule: 1437 training examples at batch 64 without XLA (the ragged last batch
 # trained on) are 23 steps an epoch. No model export or logged MLflow model (~1.5 s a trial): the searches are
-# under test here, not what a trial ships (tests/e2e/test_cli.py and tests/launch/test_serving.py test that).
+# under test here, not what a trial ships (tests/e2e/test_cli.py and tests/export/test_serving.py test that).
 SMALL = [
     "model.hidden_units=[32]",
     "train.epochs=3",

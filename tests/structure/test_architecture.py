@@ -19,13 +19,16 @@ ALLOWED = {
     "plan": {"config", "contract", "console"},
     "train": {"config", "plan", "contract", "console", "background"},
     "tracking": {"config", "files"},
+    "export": {"config", "train", "contract", "files"},
+    "supervise": {"config", "forkserver", "outcome", "background"},
     "launch": {
         *("config", "plan", "train", "tracking", "contract", "files", "console", "outcome", "forkserver", "background"),
-        "dirlock",
+        *("dirlock", "export", "supervise"),
     },
+    "inference": {"config", "plan", "train", "tracking", "export", "launch", "contract", "files", "console", "outcome"},
     "sweep": {"config", "tracking", "contract", "files", "console", "outcome", "forkserver", "dirlock"},
     "doctor": {"config", "plan", "train", "launch", "tracking", "contract", "files", "console", "outcome"},
-    "__main__": {"config", "launch", "sweep", "doctor", "outcome", "background"},
+    "__main__": {"config", "launch", "inference", "supervise", "sweep", "doctor", "outcome", "background"},
     **{leaf: set() for leaf in LEAVES},
     "outcome": {"files", "contract"},  # a leaf that writes through the shared JSON helpers; how a fit ends
     "forkserver": {"console", "outcome"},  # starts launcher processes: quiets TensorFlow, marks them forked
@@ -86,7 +89,7 @@ TF_FREE_MODULES = [
     "launcher.launch.restore",
     "launcher.launch.agree",
     "launcher.launch.mlflow_run",
-    "launcher.launch.export",
+    "launcher.export.trained",
     "launcher.launch.finish",
     "launcher.doctor.diagnose",
     "launcher.outcome",
@@ -95,8 +98,8 @@ TF_FREE_MODULES = [
     "launcher.launch.review",
     "launcher.__main__",
     "launcher.launch.train_mode",
-    "launcher.launch.evaluate",
-    "launcher.launch.local_workers",
+    "launcher.inference.evaluate",
+    "launcher.supervise.local_workers",
     "launcher.doctor.doctor_mode",
 ]
 # What a function-level import may keep out of a process until it is needed: TensorFlow, Keras, MLflow and

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.launch.local_workers import free_ports
+from launcher.supervise.local_workers import free_ports
 
 PASSWORD = "s3cret-pg"  # asserted absent from everything the launcher shows or logs
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.launch.local_workers import free_ports  # the product's own; re-exported to tests
+from launcher.supervise.local_workers import free_ports  # the product's own; re-exported to tests
 
 _STORE_TEMPLATE: list[Path] = []
 

@@ -106,7 +106,7 @@ def shipped_in_process(folder, *overrides: str):
 
 def predicted_in_process(folder, given: list[str], out, *more: str) -> dict:
     """`mode=predict` of `folder`/run with `given` and `more` on top, into `out`: its metrics."""
-    from launcher.launch.evaluate import Evaluation
+    from launcher.inference.evaluate import Evaluation
     from support.config import compose
 
     node = compose(*given, "mode=predict", f"eval.run={folder / 'run'}", *more)

@@ -50,12 +50,12 @@ def test_the_converter_refuses_a_missing_source_with_exit_2(tmp_path, capsys):
 
 def test_every_export_parses_serialized_examples_inside_the_model_as_training_read_them(tmp_path):
     """`serving_examples(examples)` of an image-encoded shard: the same answer as `serving_default` on the
-    features the training pipeline decoded from the same records (`launcher.launch.serving`)."""
+    features the training pipeline decoded from the same records (`launcher.export.serving`)."""
     import keras
     import tensorflow as tf
     from PIL import Image
 
-    from launcher.launch.serving import export_saved_model, served_inputs
+    from launcher.export.serving import export_saved_model, served_inputs
     from launcher.train.tasks import Task
 
     rng = np.random.default_rng(1)

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from launcher.contract import Hook, Position
-from launcher.launch.export import export_model
+from launcher.export.trained import export_model
 
 
 def improved(value: float, previous: float | None, mode: str) -> bool:

@@ -1,7 +1,7 @@
 """What the trained model is exported as: the formats checked, keras always among them (mode=eval, predict and
 the MLflow model read model.keras).
 
-The same concept one level down: `launcher.launch.export` writes the formats this rule decides.
+The same concept one level down: `launcher.export.trained` writes the formats this rule decides.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Batch predictions (`mode=predict eval.input=...`): tables read in bounded chunks against the signature's own inputs
-(`launcher.launch.batch_inputs`), image folders and TFRecord files through the signature that takes them
-(`launcher.launch.batch_files`), answers written a chunk at a time (`launcher.launch.batch_outputs`), and the
-orchestration (`launcher.launch.batch_predict`): which SavedModel answers, every refusal a ConfigError naming the key,
-the value and the fix, never a silent wrong answer.
+(`launcher.inference.batch_inputs`), image folders and TFRecord files through the signature that takes them
+(`launcher.inference.batch_files`), answers written a chunk at a time (`launcher.inference.batch_outputs`), and
+the orchestration (`launcher.inference.batch_predict`): which SavedModel answers, every refusal a ConfigError naming
+the key, the value and the fix, never a silent wrong answer.
 
 The SavedModel here is a tiny tf.Module with the three signatures a run's export may have: `serving_default` (uint8
 pixels [n, 4, 4, 3]), `serving_images` (image bytes) and `serving_examples` (tf.Examples); a second has
@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from launcher.config.errors import ConfigError
-from launcher.launch import batch_files, batch_inputs, batch_outputs, batch_predict
-from launcher.launch.batch_inputs import Spec
+from launcher.inference import batch_files, batch_inputs, batch_outputs, batch_predict
+from launcher.inference.batch_inputs import Spec
 
 pytestmark = pytest.mark.unit
 

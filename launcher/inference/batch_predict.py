@@ -3,11 +3,11 @@
 Why the SavedModel and not the Keras model: it is the one function every artifact serves (TFLite is converted from
 it, the MLflow model calls it), preprocessing inside; a batch of predictions that computed its answer another way
 could differ from what a client is served. The training run's `saved_model` is used when it has one and the model
-asked for is its final one; otherwise the model is exported the same way (`launcher.launch.serving`) into this
+asked for is its final one; otherwise the model is exported the same way (`launcher.export.serving`) into this
 run's dir first. The input's names, shapes and dtypes are read from the signature, never assumed.
 
-The input is read a chunk at a time (`launcher.launch.batch_inputs` for tables, `launcher.launch.batch_files` for
-images and TFRecord), each chunk answered by the signature and written at once (`launcher.launch.batch_outputs`),
+The input is read a chunk at a time (`launcher.inference.batch_inputs` for tables, `launcher.inference.batch_files` for
+images and TFRecord), each chunk answered by the signature and written at once (`launcher.inference.batch_outputs`),
 so memory stays flat however large the input. A progress bar shows on a terminal (stderr a TTY) only.
 """
 
@@ -28,9 +28,9 @@ except ImportError:  # a progress bar is a nicety: without tqdm, none
     tqdm = None
 
 from launcher.config.errors import ConfigError, Violation
-from launcher.launch import batch_files, batch_inputs, batch_outputs
-from launcher.launch.batch_inputs import BatchInput, Chunk, bad_input, first_line, signature_specs
-from launcher.launch.serving import export_saved_model, served_inputs
+from launcher.export.serving import export_saved_model, served_inputs
+from launcher.inference import batch_files, batch_inputs, batch_outputs
+from launcher.inference.batch_inputs import BatchInput, Chunk, bad_input, first_line, signature_specs
 
 SUMMARY = "batch.json"
 DEFAULT_OUTPUT = "predictions.npz"  # EvalConfig.output's default: a batch input then writes BATCH_DEFAULT

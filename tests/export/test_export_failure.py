@@ -10,7 +10,7 @@ import json
 from support.tracking import runs_in
 
 from launcher.contract import StopContext, ending_of
-from launcher.launch.export import ExportFailed
+from launcher.export.trained import ExportFailed
 from launcher.outcome import EXIT_FAILED, EXPORT_FAILURE, FAILED
 
 LOOKUP_TABLE_RUN = (
@@ -54,7 +54,7 @@ def test_a_lookup_table_is_served_with_the_model_and_a_format_it_cannot_take_is_
 
 
 def test_an_export_that_fails_at_the_end_fails_the_launch_and_the_rerun_only_exports(cli_here, tmp_path, monkeypatch):
-    from launcher.launch import mlflow_model
+    from launcher.export import mlflow_model
 
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")

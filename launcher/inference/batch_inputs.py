@@ -7,7 +7,7 @@ checked against what the served function takes, never against what training happ
 table can be wrong (a missing column, text where numbers go, fractions for integer ids, an empty cell) is a
 `ConfigError` naming the column before a wrong answer is written. A feature of shape [k] is `k` columns
 `<name>_0..<name>_{k-1}` (row-major for more dimensions) or, in Parquet, one column of lists; an input of one value
-per example is one column named like it. Images and TFRecord files are read by `launcher.launch.batch_files`.
+per example is one column named like it. Images and TFRecord files are read by `launcher.inference.batch_files`.
 """
 
 from __future__ import annotations

@@ -174,7 +174,7 @@ def test_export_formats_are_checked_and_keras_is_always_among_them():
 def test_the_tflite_twin_computes_in_float32_with_the_same_weights():
     import keras
 
-    from launcher.launch.serving import float32_twin
+    from launcher.export.serving import float32_twin
 
     keras.config.set_dtype_policy("mixed_float16")
     try:
@@ -188,7 +188,7 @@ def test_the_tflite_twin_computes_in_float32_with_the_same_weights():
 
 
 def test_a_model_tflite_cannot_express_is_named_by_its_operations():
-    from launcher.launch.serving import _unsupported
+    from launcher.export.serving import _unsupported
 
     said = _unsupported(
         RuntimeError(

@@ -131,7 +131,7 @@ class Evaluation:
         self.model_path = self._model_path(problems)
         split = config.eval.split.value
         if config.eval.input:  # a file or folder instead of a split (batch_predict)
-            from launcher.launch.batch_predict import problems as batch_problems
+            from launcher.inference.batch_predict import problems as batch_problems
 
             problems.extend(batch_problems(config.eval, self.launch_dir, self.mode))
             split = "input"
@@ -255,7 +255,7 @@ class Evaluation:
 
     def _predict(self, split: str) -> tuple[dict[str, float], list[Path]]:
         if split == "input":  # eval.input: streamed through the run's SavedModel, chunk by chunk
-            from launcher.launch.batch_predict import predict_input
+            from launcher.inference.batch_predict import predict_input
 
             def model_and_task():  # only when the SavedModel must be exported first
                 model = self._load(in_scope=False)

@@ -33,8 +33,8 @@ from pathlib import Path
 from launcher import forkserver
 from launcher.config.strategies import WorkerStart, strategy_of
 from launcher.forkserver.requester import returncode_of
-from launcher.launch.restarts import Attempt, config_sources
 from launcher.outcome import OutcomeRecord
+from launcher.supervise.restarts import Attempt, config_sources
 
 GRACE_SECONDS = 5.0
 TAIL_LINES = 25

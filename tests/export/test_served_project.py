@@ -91,11 +91,11 @@ def test_serve_savedmodel_and_predict_give_one_answer_on_the_project_s_raw_featu
 @pytest.mark.parametrize("form", ["one-array-reshaped", "tuple"])
 def test_a_loader_s_preprocessing_is_exported_as_training_runs_it_whatever_the_features_form(form, tmp_path):
     """The export takes the raw features (their own shape, not the preprocessed one) and passes a tuple of them to
-    the preprocessing whole, as the data pipeline does (`launcher.launch.serving`)."""
+    the preprocessing whole, as the data pipeline does (`launcher.export.serving`)."""
     import keras
     import tensorflow as tf
 
-    from launcher.launch.serving import export_saved_model, served_inputs
+    from launcher.export.serving import export_saved_model, served_inputs
     from launcher.train.data import split_arrays
     from launcher.train.preprocessing import users
     from launcher.train.tasks import Task

@@ -1,7 +1,7 @@
 """An image-folder run's exports take what a client holds: JPEG or PNG bytes of any size (`serving_images`) or
 uint8 pixels at the training size (`serving_default`), decode, resize and scale them inside the model as training
 did (`launcher.train.preprocessing`), and answer the class by its folder's name; the MLflow model takes the bytes
-(`launcher.launch.serving`, `launcher.launch.mlflow_model`)."""
+(`launcher.export.serving`, `launcher.export.mlflow_model`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Everything downstream of a model of two named inputs and two heads, trained in this process: the SavedModel (in a
 process that never imports the launcher) and TFLite take each feature by name and answer each head's served keys as
-the trained model does (`launcher.launch.serving`); the MLflow model's signature names every input and output
-(`launcher.launch.mlflow_record`, `launcher.launch.export`); mode=eval reports every head's metrics under the names
-training logs and mode=predict writes every head's predictions (`launcher.launch.evaluate`)."""
+the trained model does (`launcher.export.serving`); the MLflow model's signature names every input and output
+(`launcher.launch.mlflow_record`, `launcher.export.trained`); mode=eval reports every head's metrics under the names
+training logs and mode=predict writes every head's predictions (`launcher.inference.evaluate`)."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def test_the_mlflow_model_names_every_feature_and_served_output_and_answers_as_t
 
 
 def evaluation(trained, mode: str, *more: str):
-    from launcher.launch.evaluate import Evaluation
+    from launcher.inference.evaluate import Evaluation
 
     _, given, folder = trained
     node = compose(*given, f"mode={mode}", f"eval.run={folder / 'run'}", *more)

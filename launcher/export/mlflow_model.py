@@ -1,10 +1,10 @@
-"""The run's MLflow model: the SavedModel's served function as an MLflow pyfunc (`launch/served_pyfunc.py`).
+"""The run's MLflow model: the SavedModel's served function as an MLflow pyfunc (`export/served_pyfunc.py`).
 
 So the model a person registers and serves with `mlflow models serve` answers what the SavedModel answers, in the
 task's served form (probabilities and label, per head), not the network's raw logits. Its signature names every
 input and every served output; its input example is a raw example, what a client sends.
 
-`launcher.launch.served_pyfunc` is the code MLflow runs when the model is loaded.
+`launcher.export.served_pyfunc` is the code MLflow runs when the model is loaded.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from launcher.launch import served_pyfunc
+from launcher.export import served_pyfunc
 
 MODEL_ARTIFACT = "mlflow_model"
 

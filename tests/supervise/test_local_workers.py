@@ -8,7 +8,7 @@ import subprocess
 import sys
 from collections import deque
 
-from launcher.launch.local_workers import Worker, _Job
+from launcher.supervise.local_workers import Worker, _Job
 
 
 class _StandIn(Worker):
@@ -70,7 +70,7 @@ SLURM_JOB = """
 import subprocess, sys
 from collections import deque
 
-from launcher.launch.local_workers import Worker, _Job
+from launcher.supervise.local_workers import Worker, _Job
 
 WORKER = '''
 import signal, sys, time

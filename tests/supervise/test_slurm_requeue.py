@@ -2,7 +2,7 @@
 requeued job resumes from it. Slurm itself is not here: a fake `scontrol` on PATH records what it was asked, and
 the test sends the signals as Slurm does, to every process of the job step.
 
-The requeue itself: `launcher.launch.slurm`.
+The requeue itself: `launcher.supervise.slurm`.
 
 The preemption guard and the requeue after the run ends: `launcher.launch.stopping`.
 """

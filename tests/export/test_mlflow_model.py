@@ -1,5 +1,5 @@
-"""The MLflow model is the SavedModel's served function (`launcher.launch.mlflow_model`, the code MLflow runs:
-`launcher.launch.served_pyfunc`): it answers what the signature answers, names every input and output, and
+"""The MLflow model is the SavedModel's served function (`launcher.export.mlflow_model`, the code MLflow runs:
+`launcher.export.served_pyfunc`): it answers what the signature answers, names every input and output, and
 refuses a request it cannot answer with a message naming the input (an HTTP 400 under `mlflow models serve`)."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_the_mlflow_model_answers_what_the_signature_answers_and_names_inputs_an
     import tensorflow as tf
     from mlflow.models import Model
 
-    from launcher.launch.mlflow_model import save_mlflow_model
+    from launcher.export.mlflow_model import save_mlflow_model
 
     directory = save_mlflow_model(saved, EXAMPLE, tmp_path / "mlflow_model", "serving_default")
     signature = Model.load(str(directory)).signature
@@ -64,7 +64,7 @@ def test_the_mlflow_model_answers_what_the_signature_answers_and_names_inputs_an
 
 
 def served(saved):
-    from launcher.launch.served_pyfunc import ServedSavedModel
+    from launcher.export.served_pyfunc import ServedSavedModel
 
     model = ServedSavedModel()
     model.load_context(SimpleNamespace(artifacts={"saved_model": str(saved)}, model_config={}))
@@ -104,7 +104,7 @@ def test_whole_numbers_for_ids_are_taken_as_ids(saved):
 
 def test_the_served_code_never_imports_the_launcher():
     """MLflow runs this file wherever the model is served: TensorFlow, NumPy and MLflow are all it may need."""
-    from launcher.launch import served_pyfunc
+    from launcher.export import served_pyfunc
 
     tree = ast.parse(Path(served_pyfunc.__file__).read_text())
     imported = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names] + [

@@ -6,7 +6,7 @@ imports TensorFlow, NumPy and MLflow, never the launcher. `predict` is the Saved
 the request (names, shapes, dtypes, images that decode) so a bad one is an HTTP 400 that says what is wrong,
 never a silent wrong answer.
 
-`launcher.launch.mlflow_model` writes the MLflow model around this file.
+`launcher.export.mlflow_model` writes the MLflow model around this file.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from launcher.config.errors import Violation, raise_if_any
 from launcher.contract import EXIT_FAILED, EXPORT_FAILURE, FAILED, Ending, StopContext
+from launcher.export.serving import SIGNATURE, ServingExports, export_saved_model, export_serving, served_inputs
 from launcher.files import written_aside
-from launcher.launch.serving import SIGNATURE, ServingExports, export_saved_model, export_serving, served_inputs
 from launcher.train.ema import ema_weights
 
 
@@ -165,7 +165,7 @@ def _log_mlflow_model(reloaded: Reloaded, tracking, task, source, tracker, run_d
     could not be made (tagged; the caller fails the launch once every export was tried), else None."""
     if not tracking.enabled or not tracking.log_model:
         return None
-    from launcher.launch.mlflow_model import MODEL_ARTIFACT, save_mlflow_model  # MLflow's pyfunc: only when used
+    from launcher.export.mlflow_model import MODEL_ARTIFACT, save_mlflow_model  # MLflow's pyfunc: only when used
 
     saved = exported.written.get("saved_model")
     staging = None if saved else run_dir / "saved_model.mlflow"

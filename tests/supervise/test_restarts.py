@@ -11,7 +11,6 @@ import warm
 
 from launcher.config.errors import ConfigError
 from launcher.launch import faults
-from launcher.launch.restarts import RESTART_ENV, Attempt, backoff_seconds, supervise, why_restart
 from launcher.outcome import (
     CHECKPOINT_WRITE,
     EXIT_FAILED,
@@ -23,6 +22,7 @@ from launcher.outcome import (
     TRAINING_FAILURE,
     OutcomeRecord,
 )
+from launcher.supervise.restarts import RESTART_ENV, Attempt, backoff_seconds, supervise, why_restart
 
 
 def failed(failure: str | None) -> OutcomeRecord:

@@ -1,7 +1,7 @@
 """`mode=predict eval.input=<folder or file>`: a folder of images, or TFRecord files, read a chunk at a time for the
 signature that takes them.
 
-Why apart from `launcher.launch.batch_inputs` (tables): these inputs are encoded bytes, and which signature decodes
+Why apart from `launcher.inference.batch_inputs` (tables): these inputs are encoded bytes, and which signature decodes
 them is the SavedModel's to say. Image files go to `serving_images` (their bytes, decoded and resized inside the
 served function, as training did) when the SavedModel has it; otherwise each file is decoded here and resized to
 `serving_default`'s height and width, cast to its dtype. TFRecord files go to `serving_examples` (serialized
@@ -19,7 +19,7 @@ import pyarrow as pa
 import tensorflow as tf
 
 from launcher.config.errors import ConfigError, Violation
-from launcher.launch.batch_inputs import (
+from launcher.inference.batch_inputs import (
     CHUNK_ROWS,
     TFRECORD_EXTENSIONS,
     BatchInput,
