@@ -1,5 +1,5 @@
 """What the console shows: TensorFlow's C++ and absl start-up noise and MLflow's store set-up lines are quieted
-by default (tf_logs=true shows everything).
+by default (tf_logs=true shows everything); and what it showed, kept in the run dir (`transcript`).
 
 A leaf (no launcher imports, no TensorFlow at import time): the entry point calls
 `quiet_tensorflow_logs` before TensorFlow loads, and the environment probe and the
@@ -11,9 +11,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import tempfile
+import threading
+import time
 import warnings
+from pathlib import Path
 
 _QUIET = False
 
@@ -73,3 +77,102 @@ def quiet_stderr():
         finally:
             os.dup2(saved, 2)
             os.close(saved)
+
+
+# Colour and cursor codes (CSI sequences, and OSC ones such as terminal titles): a terminal's, not a file's.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+
+
+class _Lines:
+    """Console text as a person saw it, line by line: a carriage return or a backspace redraws the line in
+    place (Keras's progress bar on a terminal), so only what was left on screen is kept; colour codes dropped."""
+
+    def __init__(self, out):
+        self.out = out
+        self.line: list[str] = []
+        self.returned = False  # a carriage return not yet followed by anything: "\r\n" is a plain newline
+        self.lock = threading.Lock()
+
+    def feed(self, text: str) -> None:
+        with self.lock:
+            for char in _ESCAPES.sub("", text):
+                if char == "\n":
+                    self._emit()
+                    continue
+                if self.returned:
+                    self.line.clear()
+                    self.returned = False
+                if char == "\r":
+                    self.returned = True
+                elif char == "\b":
+                    if self.line:
+                        self.line.pop()
+                else:
+                    self.line.append(char)
+
+    def close(self) -> None:
+        with self.lock:
+            if self.line:
+                self._emit()
+
+    def _emit(self) -> None:
+        self.out.write("".join(self.line) + "\n")
+        self.line.clear()
+        self.returned = False
+
+
+class _Tee:
+    """A console stream that also feeds the transcript; a terminal still looks like one (`isatty`)."""
+
+    def __init__(self, stream, lines: _Lines, broken):
+        self._stream, self._lines, self._broken = stream, lines, broken
+
+    def write(self, text: str) -> int:
+        written = self._stream.write(text)
+        try:
+            self._lines.feed(text)
+        except OSError as err:  # a full disk stops the transcript, never the launch
+            self._broken(err)
+        return written
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def transcript(path: Path):
+    """Keep what this process prints (stdout and stderr, as interleaved on screen) in `path` too, appended after a
+    header naming the launch: a resumed run's launches follow one another. C++ writes straight to the file
+    descriptors (TensorFlow's own log lines) are not in it."""
+    try:
+        out = open(path, "a", buffering=1, encoding="utf-8", errors="replace")  # noqa: SIM115 (closed below)
+    except OSError as err:
+        print(f"WARNING: the console is not kept in {path} ({err.strerror or err}).", file=sys.stderr, flush=True)
+        yield
+        return
+    lines = _Lines(out)
+    originals = sys.stdout, sys.stderr
+    stopped = []
+
+    def broken(err: OSError) -> None:
+        if not stopped:
+            stopped.append(err)
+            sys.stdout, sys.stderr = originals
+            print(f"WARNING: the console is no longer kept in {path} ({err.strerror or err}).", file=sys.stderr)
+
+    try:
+        out.write(f"--- launch of {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, pid {os.getpid()} ---\n")
+    except OSError as err:
+        broken(err)
+    if not stopped:
+        sys.stdout, sys.stderr = _Tee(originals[0], lines, broken), _Tee(originals[1], lines, broken)
+    try:
+        yield
+    finally:
+        for stream in originals:
+            stream.flush()
+        sys.stdout, sys.stderr = originals
+        with contextlib.suppress(OSError):
+            lines.close()
+        with contextlib.suppress(OSError):
+            out.close()

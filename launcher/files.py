@@ -30,6 +30,8 @@ STOP_FILE = "sweep_stopped.json"
 # The MLflow run a training run dir belongs to, written the moment the run is created: a rerun that finds no
 # checkpoint continues it (or settles it) instead of leaving it RUNNING forever.
 RUN_FILE = "mlflow_run.json"
+# What a launch showed on its console (each launch appended), also the MLflow run's artifact of that name.
+CONSOLE_FILE = "console.log"
 
 
 def read_json(path: Path, default: Any = None) -> Any:

@@ -1,8 +1,9 @@
 """The one shell around every mode that runs in a run dir (train, eval, predict, doctor).
 
 It quiets TensorFlow's log noise, holds the run dir's lock from before the first write to after
-outcome.json, turns a refusal into exit 2 and a crash into exit 1 (with the traceback), and writes the
-mode's typed outcome record once. A mode is a function returning its `OutcomeRecord`.
+outcome.json, keeps what the launch prints in the run dir's `console.log` (refusals and tracebacks too), turns a
+refusal into exit 2 and a crash into exit 1 (with the traceback), and writes the mode's typed outcome record once.
+A mode is a function returning its `OutcomeRecord`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from launcher.config.errors import ConfigError
-from launcher.console import load_tensorflow_quietly, quiet_tensorflow_logs
-from launcher.files import OUTCOME_FILE
+from launcher.console import load_tensorflow_quietly, quiet_tensorflow_logs, transcript
+from launcher.files import CONSOLE_FILE, OUTCOME_FILE
 from launcher.launch.lock import CheckpointDirLock, RunDirBusy, RunDirLock
 from launcher.outcome import EXIT_FAILED, EXIT_REFUSED, FAILED, REFUSED, TRAINING_FAILURE, OutcomeRecord
 
@@ -42,7 +43,8 @@ def run_in_shell(
 
     try:
         with RunDirLock(run_dir), CheckpointDirLock(checkpoints) if checkpoints else nullcontext():
-            record = _guarded(whole, mode)
+            with transcript(run_dir / CONSOLE_FILE):
+                record = _guarded(whole, mode)
             try:
                 record.write(run_dir)
             except OSError as err:  # a full disk: the record is what sweeps and supervisors read, so this failed

@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
+from launcher.files import CONSOLE_FILE
 from launcher.tracking.client import BATCH_LIMIT, PARAM_LIMIT, TAG_LIMIT, experiment_id, quiet_client, with_retry
 from launcher.tracking.delivery import Delivery
 from launcher.tracking.held import HeldPoints
@@ -92,6 +93,7 @@ class Tracker:
 
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
+        self.run_dir = run_dir
         self.spool = Spool.in_run_dir(run_dir) if run_dir is not None else None
         self.outage_wait = outage_wait
         self._system = None  # MLflow's system metrics monitor, when started
@@ -276,10 +278,16 @@ class Tracker:
         self.delivery.flush()
 
     def end(self, status: str = "FINISHED") -> None:
-        """Mark the run; during an outage wait up to `outage_wait` s, then leave the rest in the run dir."""
+        """Mark the run, its console so far beside it; during an outage wait up to `outage_wait` s, then leave the
+        rest in the run dir."""
         if self._system is not None:
             self._system.finish()
             self._system = None
+        console = self.run_dir / CONSOLE_FILE if self.run_dir is not None else None
+        if console is not None and console.exists():
+            sys.stdout.flush()
+            sys.stderr.flush()
+            self.delivery.put(Artifact(str(console), None), check=False)
         self.delivery.put(Terminate(status), check=False)
         left = self.delivery.close(self.outage_wait)
         if left:

@@ -81,8 +81,14 @@ def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
     assert [int(m.value) for m in client.get_metric_history(run.info.run_id, "global_step")] == [steps // 2, steps]
     assert 0 < run.data.metrics["time_to_first_step_sec"] < 120
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"plan.yaml", "config.yaml", "model"} <= artifacts
+    assert {"plan.yaml", "config.yaml", "model", "console.log"} <= artifacts
     assert (tmp_path / "run" / "plan.yaml").read_text().startswith("decisions:")
+    # The console, kept beside the run and in MLflow (Python's logging writes no empty __main__.log any more).
+    kept = (tmp_path / "run" / "console.log").read_text()
+    assert [line for line in done.stdout.splitlines() if line.strip() and line not in kept] == []
+    logged = Path(client.download_artifacts(run.info.run_id, "console.log", str(tmp_path))).read_text()
+    assert "Plan:" in logged and "Done." in logged and "\x1b[" not in logged
+    assert not (tmp_path / "run" / "__main__.log").exists()
 
 
 # A TensorFlow C++ log line: severity, date, time, thread, file:line]
@@ -296,6 +302,7 @@ def test_exit_code_2_for_a_refused_config(cli, tmp_path):
     assert "Traceback" not in done.stderr and "tensorflow" not in done.stderr.lower()
     assert "loss_scale='none': expected dynamic or fixed" in done.stderr and "fix: loss_scale=dynamic" in done.stderr
     assert '"status": "REFUSED"' in (tmp_path / "run" / "outcome.json").read_text()
+    assert "fix: loss_scale=dynamic" in (tmp_path / "run" / "console.log").read_text()  # the refusal, kept
 
 
 def test_exit_code_1_for_a_training_failure_with_the_error_on_the_failed_run(cli, tmp_path):
@@ -307,6 +314,11 @@ def test_exit_code_1_for_a_training_failure_with_the_error_on_the_failed_run(cli
     assert "InjectedFault" in run.data.tags["error"] and "injected failure at steps 5" in run.data.tags["error"]
     assert run.data.tags["plan.fault"] == "RAISE@steps:5"  # a sabotaged run says so
     assert "Restart" not in done.stderr and "restart.count" not in run.data.tags  # train.max_restarts=0: as is
+    assert "InjectedFault" in (tmp_path / "run" / "console.log").read_text()  # the traceback, kept
+    from mlflow.tracking import MlflowClient
+
+    logged = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").download_artifacts(run.info.run_id, "console.log", ".")
+    assert "Training failed; the MLflow run is marked FAILED." in Path(logged).read_text()
 
 
 def test_fault_injection_is_checked_at_launch_and_needs_its_opt_in(cli_here, tmp_path):
