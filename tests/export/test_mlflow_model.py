@@ -118,3 +118,17 @@ def test_ids_out_of_the_input_s_range_are_refused_not_wrapped(saved):
 
     with pytest.raises(MlflowException, match=r"input 'code' holds 0..3000000000; the model takes int32"):
         served(saved).predict(None, {**EXAMPLE, "code": np.array([0, 3_000_000_000])})
+
+
+def test_the_served_code_loads_without_advice_a_person_cannot_act_on():
+    """MLflow runs this file at every save and load; without a type hint on `predict` it printed "Add type hints to
+    the `predict` method" twice per training run, in colour codes, and no filter could stop it."""
+    import runpy
+    import warnings
+
+    from launcher.export import served_pyfunc
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        runpy.run_path(served_pyfunc.__file__)  # what MLflow does with a model from code
+    assert [str(w.message) for w in caught if "type hint" in str(w.message).lower()] == []
