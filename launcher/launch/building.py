@@ -13,7 +13,7 @@ from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.tasks import known_epoch_metrics, monitor_problems
 from launcher.export.trained import check_exports
 from launcher.launch.preflight import Prepared, save_plan
-from launcher.plan.decisions import Plan, render_record
+from launcher.plan.decisions import Plan, render_records
 from launcher.train.fine_tune import Freezer, freeze_record, frozen_layers, load_matching
 
 
@@ -26,8 +26,8 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path) -> tuple:
     shown = [r for r in (built.output, built.swaps) if r is not None]
     for record in shown:  # what only the built model shows (its output dtype, its swapped layers): printed and saved
         plan = plan.with_record(record)
-        print(render_record(record), flush=True)
     if shown:
+        print(render_records(shown, "the build"), flush=True)
         save_plan(plan, run_dir)
     if prepared.init_source is not None:
         with prepared.strategy.scope():
@@ -41,8 +41,8 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path) -> tuple:
         freezer = Freezer(layers, config.train.unfreeze_at_epoch)
     for record in records:
         plan = plan.with_record(record)
-        print(render_record(record), flush=True)
     if records:
+        print(render_records(records, "model.init_from and model.freeze"), flush=True)
         save_plan(plan, run_dir)
     _check_monitor(config, plan, built)
     check_exports(config, plan, built, prepared.source)  # the formats asked for, tried before the first step

@@ -12,7 +12,7 @@ from launcher.config.models import architecture
 from launcher.contract import EpochResult, Position
 from launcher.launch.checkpointer import Checkpointer, owner_problem, set_aside
 from launcher.launch.preflight import save_plan
-from launcher.plan.decisions import InitPlan, Plan, ResumePlan, render_record
+from launcher.plan.decisions import InitPlan, Plan, ResumePlan, render_records
 from launcher.plan.resume import decide_resume, layout_of
 from launcher.tracking.uri import redact
 
@@ -64,6 +64,6 @@ def restore(config, settings: dict, plan: Plan, built, directory: Path, remote, 
     plan = plan.with_record(record)
     if decision.warning:
         plan = plan.with_warning(decision.warning)
-    print(render_record(record), flush=True)
+    print(render_records([record], "the checkpoint"), flush=True)
     save_plan(plan, run_dir)
     return Restored(plan, checkpointer, decision.position, sidecar)

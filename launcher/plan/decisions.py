@@ -476,9 +476,13 @@ class Plan:
         return "\n".join(lines)
 
 
-def render_record(record: Section) -> str:
-    """The console lines of a record added after the Plan was printed."""
-    return "\n".join(f"  {key:<23} {_plain(value)}  {reason}" for key, value, reason in record.decisions())
+def render_records(records: list[Section], decided_by: str) -> str:
+    """The console lines of records added after the Plan was printed, under a heading of their own (they would
+    otherwise read as part of the Plan's `Warnings:`)."""
+    lines = [f"Plan, decided by {decided_by}:"]
+    for record in records:
+        lines += [f"  {key:<23} {_plain(value)}  {reason}" for key, value, reason in record.decisions()]
+    return "\n".join(lines)
 
 
 def _plain(value: Any) -> Any:

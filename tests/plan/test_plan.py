@@ -40,6 +40,17 @@ def test_a_plan_cannot_be_changed_only_extended_into_a_new_one():
     assert not plan.has(ResumePlan) and "resume" not in plan.values() and resumed.values()["resume"]
 
 
+def test_records_decided_after_the_plan_print_under_their_own_heading_not_its_warnings():
+    from launcher.plan.decisions import render_records
+
+    plan = resolve(config("precision=mixed"), CPU_PLAIN)  # a Plan with warnings (float16 without a fast path)
+    later = ResumePlan.of(position=("epoch 2, step 3", "checkpoint ckpt-5"))
+    shown = (plan.render() + "\n" + render_records([later], "the checkpoint")).splitlines()
+    assert plan.warnings and shown.index("Warnings:") < shown.index("Plan, decided by the checkpoint:")
+    line = shown[shown.index("Plan, decided by the checkpoint:") + 1]
+    assert line.split()[0] == "resume" and "epoch 2, step 3  checkpoint ckpt-5" in line
+
+
 def test_a_record_read_before_its_owner_added_it_fails_naming_who_adds_it():
     plan = resolve(config(), CPU_PLAIN)
     with pytest.raises(PlanError, match=r"SchedulePlan is not decided yet: .*launcher.plan.schedule"):
