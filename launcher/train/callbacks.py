@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import difflib
+
 import keras
 
 from launcher.config.errors import ConfigError
-from launcher.config.imports import import_component
+from launcher.config.imports import component_path, import_component, plugin_choices, plugins
 
 # The callbacks a validation inside an epoch (train.val_every_steps) drives, as an epoch end drives them.
 VALIDATION_CALLBACKS = (keras.callbacks.EarlyStopping, keras.callbacks.ReduceLROnPlateau)
 
 
 def make_callbacks(train_cfg) -> list:
+    """The Keras callbacks the engine drives: early stopping and LR on plateau when enabled, then the person's.
+
+    Args:
+        train_cfg: the config's `train` section (its `early_stopping`, `reduce_lr_on_plateau` and `callbacks`).
+
+    Returns:
+        A list of `keras.callbacks.Callback`, in that order.
+    """
     callbacks = []  # non-finite losses: the engine's NumericsGuard (train.on_nonfinite), not TerminateOnNaN
     es = train_cfg.early_stopping
     if es.enabled:
@@ -28,8 +38,25 @@ def make_callbacks(train_cfg) -> list:
     return callbacks + [user_callback(path) for path in train_cfg.callbacks]
 
 
-def user_callback(path: str):
-    """`module.path:Name`: a keras Callback class or a function returning a callback, made with no arguments."""
+def user_callback(name: str):
+    """The person's callback named in `train.callbacks`, made with no arguments.
+
+    Args:
+        name: `module.path:Name`, or an installed plugin's name (entry point group launcher.callbacks), naming a
+            keras.callbacks.Callback class, a function returning one, or a Callback instance.
+
+    Returns:
+        The keras.callbacks.Callback; a ConfigError naming `train.callbacks` when it cannot be had.
+    """
+    path = component_path("callback", name)
+    if path is None:
+        raise ConfigError.single(
+            "train.callbacks",
+            name,
+            f"your callback as module.path:Name (a keras.callbacks.Callback class or a function returning one), "
+            f"or {plugin_choices('callback')}",
+            f"train.callbacks=[{_closest(name)}]",
+        )
     found = import_component("train.callbacks", path, "a keras.callbacks.Callback class or a function returning one")
     if isinstance(found, keras.callbacks.Callback):
         return found
@@ -57,3 +84,9 @@ def user_callback(path: str):
             "subclass keras.callbacks.Callback",
         )
     return callback
+
+
+def _closest(name: str) -> str:
+    """The installed callback plugin most like `name`, else an import path to write."""
+    close = difflib.get_close_matches(str(name), sorted(plugins("callback")), n=1, cutoff=0.6)
+    return close[0] if close else "my_package.callbacks:MyCallback"
