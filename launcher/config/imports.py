@@ -13,11 +13,12 @@ Every failure is a ConfigError naming the key, what was found and the fix.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 from importlib.metadata import entry_points
 
-from launcher.config.errors import ConfigError
+from launcher.config.errors import ConfigError, Violation
 
 # What a plugin provides -> the entry point group that names it.
 PLUGIN_GROUPS = {
@@ -75,6 +76,25 @@ def plugin_choices(kind: str) -> str:
     if installed:
         return f"an installed plugin ({group}: {', '.join(installed)})"
     return f"an installed plugin's name (entry point group {group}; none installed)"
+
+
+def callback_problems(names) -> list[Violation]:
+    """Every name in train.callbacks that is neither an import path nor an installed callback plugin, with the
+    installed ones as choices (found with the config's other problems, before anything is imported)."""
+    found = []
+    for name in names:
+        if component_path("callback", name) is None:
+            close = difflib.get_close_matches(str(name), sorted(plugins("callback")), n=1, cutoff=0.6)
+            found.append(
+                Violation(
+                    "train.callbacks",
+                    name,
+                    "your callback as module.path:Name (a keras.callbacks.Callback class or a function returning "
+                    f"one), or {plugin_choices('callback')}",
+                    f"train.callbacks=[{close[0] if close else 'my_package.callbacks:MyCallback'}]",
+                )
+            )
+    return found
 
 
 def is_import_path(name: str) -> bool:

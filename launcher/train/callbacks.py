@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
-
 import keras
 
-from launcher.config.errors import ConfigError
-from launcher.config.imports import component_path, import_component, plugin_choices, plugins
+from launcher.config.errors import ConfigError, raise_if_any
+from launcher.config.imports import callback_problems, component_path, import_component
 
 # The callbacks a validation inside an epoch (train.val_every_steps) drives, as an epoch end drives them.
 VALIDATION_CALLBACKS = (keras.callbacks.EarlyStopping, keras.callbacks.ReduceLROnPlateau)
@@ -48,15 +46,8 @@ def user_callback(name: str):
     Returns:
         The keras.callbacks.Callback; a ConfigError naming `train.callbacks` when it cannot be had.
     """
+    raise_if_any(callback_problems([name]))
     path = component_path("callback", name)
-    if path is None:
-        raise ConfigError.single(
-            "train.callbacks",
-            name,
-            f"your callback as module.path:Name (a keras.callbacks.Callback class or a function returning one), "
-            f"or {plugin_choices('callback')}",
-            f"train.callbacks=[{_closest(name)}]",
-        )
     found = import_component("train.callbacks", path, "a keras.callbacks.Callback class or a function returning one")
     if isinstance(found, keras.callbacks.Callback):
         return found
@@ -84,9 +75,3 @@ def user_callback(name: str):
             "subclass keras.callbacks.Callback",
         )
     return callback
-
-
-def _closest(name: str) -> str:
-    """The installed callback plugin most like `name`, else an import path to write."""
-    close = difflib.get_close_matches(str(name), sorted(plugins("callback")), n=1, cutoff=0.6)
-    return close[0] if close else "my_package.callbacks:MyCallback"

@@ -119,3 +119,10 @@ def test_a_plugin_callback_is_made_by_name_and_an_unknown_one_is_refused_with_th
     assert (violation.key, violation.value) == ("train.callbacks", "recordr")
     assert "module.path:Name" in violation.expected and "launcher.callbacks: recorder" in violation.expected
     assert violation.fix == "train.callbacks=[recorder]"
+
+
+def test_an_unknown_callback_is_refused_with_the_configs_other_problems_before_anything_is_imported(installed):
+    found = refusals("train.callbacks=[recordr,user_parts:RecordingCallback,no_such]", "task.loss=dubled")
+    assert set(found) == {"train.callbacks=recordr", "train.callbacks=no_such", "task.loss=dubled"}
+    assert found["train.callbacks=recordr"].fix == "train.callbacks=[recorder]"
+    assert found["train.callbacks=no_such"].fix == "train.callbacks=[my_package.callbacks:MyCallback]"
