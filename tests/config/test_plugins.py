@@ -126,3 +126,23 @@ def test_an_unknown_callback_is_refused_with_the_configs_other_problems_before_a
     assert set(found) == {"train.callbacks=recordr", "train.callbacks=no_such", "task.loss=dubled"}
     assert found["train.callbacks=recordr"].fix == "train.callbacks=[recorder]"
     assert found["train.callbacks=no_such"].fix == "train.callbacks=[my_package.callbacks:MyCallback]"
+
+
+def test_help_lists_the_installed_losses_metrics_and_callbacks_by_the_key_that_takes_them(installed):
+    from support.config import CONF_DIR
+
+    from launcher.config.help import group_listing
+
+    listed = group_listing(CONF_DIR).splitlines()
+    assert "  task.loss (installed plugins): doubled, mse" in listed
+    assert "  task.metrics (installed plugins): my_mape" in listed
+    assert "  train.callbacks (installed plugins): recorder" in listed
+
+
+def test_help_lists_no_plugin_keys_when_none_are_installed(monkeypatch):
+    from support.config import CONF_DIR
+
+    from launcher.config.help import group_listing
+
+    plugins.install(monkeypatch, {})
+    assert "installed plugins" not in group_listing(CONF_DIR)

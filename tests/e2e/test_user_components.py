@@ -343,6 +343,7 @@ def test_an_installed_plugin_adds_model_and_dataset_choices_with_its_yaml_defaul
     listed = run_cli(["--help"], tmp_path, env)
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert "acme_net" in listed.stdout and "acme_data" in listed.stdout
+    assert "task.loss (installed plugins): acme_xent" in listed.stdout
     done = run_cli(
         [
             "model=acme_net",
