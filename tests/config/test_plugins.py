@@ -146,3 +146,10 @@ def test_help_lists_no_plugin_keys_when_none_are_installed(monkeypatch):
 
     plugins.install(monkeypatch, {})
     assert "installed plugins" not in group_listing(CONF_DIR)
+
+
+def test_a_heads_loss_and_metrics_take_plugin_names_too(installed):
+    heads = "+task.heads={spend: {name: regression, loss: doubled, metrics: [my_mape]}, churn: {name: classification}}"
+    plan = resolve(config(heads), CPU_PLAIN)
+    assert plan.task.heads["spend"]["loss"] == "doubled" and plan.task.heads["spend"]["metrics"] == ["my_mape"]
+    assert "my_mape" in plan.task.metrics  # logged under the name it is built with: known once it is built
