@@ -153,3 +153,13 @@ def test_a_heads_loss_and_metrics_take_plugin_names_too(installed):
     plan = resolve(config(heads), CPU_PLAIN)
     assert plan.task.heads["spend"]["loss"] == "doubled" and plan.task.heads["spend"]["metrics"] == ["my_mape"]
     assert "my_mape" in plan.task.metrics  # logged under the name it is built with: known once it is built
+
+
+def test_once_built_a_monitor_is_checked_against_the_plugin_metrics_own_name(installed):
+    from launcher.config.tasks import monitor_problems
+
+    built = epoch_metrics(["mean_absolute_percentage_error"])  # what the build logs for my_mape
+    chosen = config("task=regression", "task.metrics=[my_mape]", "checkpoint.monitor=val_my_mape")
+    (problem,) = monitor_problems(chosen, "regression", built)
+    assert (problem.key, problem.value) == ("checkpoint.monitor", "val_my_mape")
+    assert "val_mean_absolute_percentage_error" in problem.expected
