@@ -3,7 +3,7 @@
 Hydra's default help lists every group it knows, including the `schema/*` groups the launcher
 stores only so the YAML options can extend them. The help template in conf/config.yaml asks for
 `${launcher_groups:}` instead: the groups and options found in the config folder, with installed
-plugins' models and datasets.
+plugins' models and datasets, and the installed losses, metrics and callbacks by the key that takes them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from launcher.config.imports import plugins
 
 # Groups under conf/hydra/ that users choose (hydra/launcher=parallel).
 HYDRA_GROUPS = ("hydra/launcher",)
+# Keys that take an installed plugin's name besides their built-in names: key -> the plugin kind.
+PLUGIN_KEYS = {"task.loss": "loss", "task.metrics": "metric", "train.callbacks": "callback"}
 
 
 def group_listing(conf_dir: Path) -> str:
@@ -30,6 +32,10 @@ def group_listing(conf_dir: Path) -> str:
         )
         if options:
             lines.append(f"  {group.relative_to(conf_dir).as_posix()}: {', '.join(options)}")
+    for key, kind in PLUGIN_KEYS.items():
+        installed = sorted(plugins(kind))
+        if installed:
+            lines.append(f"  {key} (installed plugins): {', '.join(installed)}")
     return "\n".join(lines)
 
 

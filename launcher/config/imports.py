@@ -1,5 +1,10 @@
 """The user's components by import path (`module.path:attribute`) and installed plugins (entry points).
 
+A plugin is a distribution that declares entry points in a group of `PLUGIN_GROUPS` (`launcher.models`,
+`launcher.datasets`, `launcher.losses`, `launcher.metrics`, `launcher.callbacks`): its short name then stands
+for the import path the entry point holds, and goes through the same checks. A built-in name wins over a
+plugin of the same name. `launcher.configs` names a package of Hydra config groups.
+
 Only the module a person named is imported; nothing from config is evaluated. Hydra's `_target_`
 instantiation is not used: Hydra 1.4 restricts targets to an allowlist (hydra#3258) and 1.3 already
 blocks some, while a plain import path works the same under both and reads the same in every key.
@@ -8,24 +13,88 @@ Every failure is a ConfigError naming the key, what was found and the fix.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 from importlib.metadata import entry_points
 
-from launcher.config.errors import ConfigError
+from launcher.config.errors import ConfigError, Violation
 
-PLUGIN_GROUPS = {"model": "launcher.models", "dataset": "launcher.datasets"}
+# What a plugin provides -> the entry point group that names it.
+PLUGIN_GROUPS = {
+    "model": "launcher.models",
+    "dataset": "launcher.datasets",
+    "loss": "launcher.losses",
+    "metric": "launcher.metrics",
+    "callback": "launcher.callbacks",
+}
 CONFIG_GROUP = "launcher.configs"  # entry points naming a package with Hydra config groups (YAML defaults)
 
 
 def plugins(kind: str) -> dict[str, str]:
-    """name -> import path of every installed plugin of `kind` (model or dataset); nothing is imported."""
+    """The installed plugins of one kind, read from their entry points (nothing is imported).
+
+    Args:
+        kind: a key of `PLUGIN_GROUPS`: model, dataset, loss, metric or callback.
+
+    Returns:
+        name -> import path (`module.path:attribute`), one per entry point in the kind's group.
+    """
     return {ep.name: ep.value for ep in entry_points(group=PLUGIN_GROUPS[kind])}
 
 
 def config_packages() -> list[str]:
-    """Packages installed plugins name for their Hydra configs (added to the search path as pkg://...)."""
+    """The packages installed plugins name for their Hydra configs (entry point group `launcher.configs`).
+
+    Returns:
+        Package names, each added to Hydra's search path as `pkg://<package>` (its conf groups join the launcher's).
+    """
     return [ep.value for ep in entry_points(group=CONFIG_GROUP)]
+
+
+def component_path(kind: str, name: str) -> str | None:
+    """The import path a person's component is named by in the config.
+
+    Args:
+        kind: a key of `PLUGIN_GROUPS` (loss, metric, callback, ...).
+        name: what the config holds: `module.path:attribute`, or an installed plugin's name.
+
+    Returns:
+        `name` itself when it is an import path, the installed plugin's import path when `name` is one's name,
+        else None (a built-in name, or none at all: the caller says which choices there are).
+    """
+    name = str(name).strip()
+    if is_import_path(name):
+        return name
+    return plugins(kind).get(name)
+
+
+def plugin_choices(kind: str) -> str:
+    """How a refusal names the installed plugins of `kind`: their names and group, or that there are none."""
+    installed = sorted(plugins(kind))
+    group = PLUGIN_GROUPS[kind]
+    if installed:
+        return f"an installed plugin ({group}: {', '.join(installed)})"
+    return f"an installed plugin's name (entry point group {group}; none installed)"
+
+
+def callback_problems(names) -> list[Violation]:
+    """Every name in train.callbacks that is neither an import path nor an installed callback plugin, with the
+    installed ones as choices (found with the config's other problems, before anything is imported)."""
+    found = []
+    for name in names:
+        if component_path("callback", name) is None:
+            close = difflib.get_close_matches(str(name), sorted(plugins("callback")), n=1, cutoff=0.6)
+            found.append(
+                Violation(
+                    "train.callbacks",
+                    name,
+                    "your callback as module.path:Name (a keras.callbacks.Callback class or a function returning "
+                    f"one), or {plugin_choices('callback')}",
+                    f"train.callbacks=[{close[0] if close else 'my_package.callbacks:MyCallback'}]",
+                )
+            )
+    return found
 
 
 def is_import_path(name: str) -> bool:

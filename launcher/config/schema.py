@@ -252,7 +252,8 @@ class HeadConfig:
     name: TaskName = TaskName.classification
     """classification, multilabel, regression or sequence: this output's labels, loss and metrics."""
     loss: str = "auto"
-    """auto (the head's task's), a built-in loss of that task, or your own as module.path:name; in float32."""
+    """auto (the head's task's), a built-in loss of that task, or your own as module.path:name or an installed
+    plugin's name (launcher.losses); in float32."""
     metrics: list[str] = field(default_factory=list)
     """This head's metric names ([] = its task's defaults), logged as <head>_<metric> and val_<head>_<metric>."""
     loss_weight: float = limited(1.0, ">= 0")
@@ -268,11 +269,13 @@ class TaskConfig:
     """classification (softmax over classes), multilabel (a sigmoid per label), regression (real targets) or
     sequence (next-token language modelling on token data, padding masked)."""
     loss: str = "auto"
-    """auto (the task's), crossentropy, binary_crossentropy, mse, mae, huber, or your own as module.path:name
-    (a function (y_true, y_pred) -> per-example loss, or a keras Loss class); always computed in float32."""
+    """auto (the task's), crossentropy, binary_crossentropy, mse, mae, huber, or your own as module.path:name or an
+    installed plugin's name (launcher.losses): a function (y_true, y_pred) -> per-example loss, or a keras Loss
+    class; always computed in float32."""
     metrics: list[str] = field(default_factory=list)
     """Metric names (accuracy, auc, precision, recall, mae, mse, rmse, perplexity, any name keras.metrics knows)
-    or your own keras Metric class as module.path:Name; [] = the task's defaults."""
+    or your own keras Metric class as module.path:Name or an installed plugin's name (launcher.metrics); [] = the
+    task's defaults."""
     pad_id: int = 0
     """sequence: the token id that pads sequences (masked out of the loss and metrics)."""
     class_weight: Any = None
@@ -486,7 +489,8 @@ class TrainConfig:
     restart_backoff: float = limited(10.0, ">= 0")
     """Seconds before the first restart, >= 0; doubled for each further one (at most 600)."""
     callbacks: list[str] = field(default_factory=list)
-    """Your Keras callbacks as module.path:Name (a keras.callbacks.Callback class or a function returning one)."""
+    """Your Keras callbacks as module.path:Name or an installed plugin's name (launcher.callbacks): a
+    keras.callbacks.Callback class or a function returning one."""
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     reduce_lr_on_plateau: ReduceLrConfig = field(default_factory=ReduceLrConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)

@@ -2,7 +2,8 @@
 
 The resolver's task rule reads this table; `launcher.train.tasks` builds the Keras objects it names (the same
 concept one level down).
-A name with a colon (module.path:Name) is the user's own component, checked when it is imported.
+A name with a colon (module.path:Name) is the user's own component, checked when it is imported; so is the name of
+an installed plugin loss or metric (entry point groups launcher.losses, launcher.metrics) that is no built-in name.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.config.errors import Violation
-from launcher.config.imports import is_import_path
+from launcher.config.imports import component_path, is_import_path
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,8 @@ TASKS: dict[str, TaskSpec] = {
         objective="val_accuracy",
     ),
 }
+# Every built-in loss name: a plugin loss of the same name is shadowed by it.
+LOSSES = sorted({name for spec in TASKS.values() for name in spec.losses})
 # Built-in metric names valid for no task at all would be a typo; names Keras knows beyond these are accepted
 # for a task when keras.metrics knows them.
 ALL_METRICS = sorted({name for spec in TASKS.values() for name in spec.metrics})
@@ -120,9 +123,29 @@ KERAS_METRICS = frozenset(
 
 
 def is_metric_name(name: str) -> bool:
-    """A name the launcher or Keras can build a metric from (an import path is the person's own, checked at build;
-    a capitalised name is a Keras class name, checked at build)."""
-    return is_import_path(name) or name in ALL_METRICS or name in KERAS_METRICS or name[:1].isupper()
+    """A name the launcher or Keras can build a metric from (an import path or a plugin's name is the person's own,
+    checked at build; a capitalised name is a Keras class name, checked at build)."""
+    return _keras_or_builtin_metric(name) or users_metric_path(name) is not None
+
+
+def _keras_or_builtin_metric(name: str) -> bool:
+    return not is_import_path(name) and (name in ALL_METRICS or name in KERAS_METRICS or name[:1].isupper())
+
+
+def users_metric_path(name: str) -> str | None:
+    """The import path of the person's own metric `name` (an import path, or an installed plugin's name that no
+    built-in or Keras metric has); None for a built-in or Keras name, or an unknown one."""
+    if _keras_or_builtin_metric(name):
+        return None
+    return component_path("metric", name)
+
+
+def users_loss_path(name: str) -> str | None:
+    """The import path of the person's own loss `name` (an import path, or an installed plugin's name that is no
+    built-in loss); None for a built-in loss, or an unknown name."""
+    if name in LOSSES:
+        return None
+    return component_path("loss", name)
 
 
 def loss_name(task: str, requested: str) -> str:
@@ -151,14 +174,21 @@ def objective(cfg) -> str:
 
 def head_metric_names(head: str, task: str, requested) -> list[str]:
     """What one head logs, as Keras names a model output's metrics: <head>_loss, then <head>_<metric> (a user
-    metric's import path is kept as is: its name is known once it is built)."""
-    return [f"{head}_loss", *(m if is_import_path(m) else f"{head}_{m}" for m in metric_names(task, requested))]
+    metric's import path or plugin name is kept as is: its name is known once it is built)."""
+    named = metric_names(task, requested)
+    return [f"{head}_loss", *(m if users_metric_path(m) else f"{head}_{m}" for m in named)]
 
 
 def known_epoch_metrics(task: str, metrics: list[str]) -> list[str] | None:
-    """Every epoch metric a run of this task logs, or None when a user metric's name is only known at build."""
-    if any(is_import_path(m) for m in metrics):
+    """Every epoch metric a run of this task logs, or None when a user metric's name is only known at build (an
+    import path or an installed plugin's name among `metrics`)."""
+    if any(users_metric_path(m) for m in metrics):
         return None
+    return epoch_metrics(metrics)
+
+
+def epoch_metrics(metrics: list[str]) -> list[str]:
+    """Every epoch metric a run logs whose metrics (as built, or built-in names) are `metrics`."""
     names = ["loss", *metrics]
     return names + [f"val_{n}" for n in names] + list(RUN_METRICS)
 

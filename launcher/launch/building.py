@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.config.errors import ConfigError, raise_if_any
-from launcher.config.tasks import known_epoch_metrics, monitor_problems
+from launcher.config.tasks import epoch_metrics, known_epoch_metrics, monitor_problems
 from launcher.export.trained import check_exports
 from launcher.launch.preflight import Prepared, save_plan
 from launcher.plan.decisions import Plan, render_records
@@ -75,4 +75,4 @@ def _check_monitor(config, plan: Plan, built) -> None:
     task = plan.task.name
     if known_epoch_metrics(task, plan.task.metrics) is None:
         names = [m.name for m in built.task.train_metrics]
-        raise_if_any(monitor_problems(config, task, known_epoch_metrics(task, names)))
+        raise_if_any(monitor_problems(config, task, epoch_metrics(names)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from launcher.config.bounds import out_of_bounds
 from launcher.config.durations import duration_problems
 from launcher.config.errors import Violation, raise_if_any
+from launcher.config.imports import callback_problems
 from launcher.config.schema import Config, PrecisionName
 from launcher.config.strategies import strategy_of
 from launcher.plan.decisions import Plan
@@ -58,6 +59,7 @@ def resolve_all(cfg: Config, env: Environment) -> tuple[Plan, list[Violation]]:
     check_fine_tuning(cfg, found)
     found.violations.extend(out_of_bounds(cfg))
     found.violations.extend(duration_problems(cfg))
+    found.violations.extend(callback_problems(cfg.train.callbacks))
     plan = Plan(
         precision=precision,
         strategy=strategy,

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import keras
 
-from launcher.config.errors import ConfigError
-from launcher.config.imports import import_component
+from launcher.config.errors import ConfigError, raise_if_any
+from launcher.config.imports import callback_problems, component_path, import_component
 
 # The callbacks a validation inside an epoch (train.val_every_steps) drives, as an epoch end drives them.
 VALIDATION_CALLBACKS = (keras.callbacks.EarlyStopping, keras.callbacks.ReduceLROnPlateau)
 
 
 def make_callbacks(train_cfg) -> list:
+    """The Keras callbacks the engine drives: early stopping and LR on plateau when enabled, then the person's.
+
+    Args:
+        train_cfg: the config's `train` section (its `early_stopping`, `reduce_lr_on_plateau` and `callbacks`).
+
+    Returns:
+        A list of `keras.callbacks.Callback`, in that order.
+    """
     callbacks = []  # non-finite losses: the engine's NumericsGuard (train.on_nonfinite), not TerminateOnNaN
     es = train_cfg.early_stopping
     if es.enabled:
@@ -28,8 +36,18 @@ def make_callbacks(train_cfg) -> list:
     return callbacks + [user_callback(path) for path in train_cfg.callbacks]
 
 
-def user_callback(path: str):
-    """`module.path:Name`: a keras Callback class or a function returning a callback, made with no arguments."""
+def user_callback(name: str):
+    """The person's callback named in `train.callbacks`, made with no arguments.
+
+    Args:
+        name: `module.path:Name`, or an installed plugin's name (entry point group launcher.callbacks), naming a
+            keras.callbacks.Callback class, a function returning one, or a Callback instance.
+
+    Returns:
+        The keras.callbacks.Callback; a ConfigError naming `train.callbacks` when it cannot be had.
+    """
+    raise_if_any(callback_problems([name]))
+    path = component_path("callback", name)
     found = import_component("train.callbacks", path, "a keras.callbacks.Callback class or a function returning one")
     if isinstance(found, keras.callbacks.Callback):
         return found

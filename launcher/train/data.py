@@ -17,7 +17,16 @@ if TYPE_CHECKING:
 @dataclass
 class DataSource:
     """Train and validation splits (and an optional test split) held as arrays (small data) or as unbatched
-    tf.data datasets."""
+    tf.data datasets: what every dataset becomes, and what a dataset inside the launcher returns from `load(cfg)`.
+
+    Args:
+        train, val: each split as `(x, y)` or `(x, y, sample_weight)` arrays, or an unbatched tf.data.Dataset of them.
+        num_train, num_val: examples per split.
+        input_shape: one example's input shape.
+        num_classes: the label classes (classification).
+        kind: image (H, W, C) floats, tabular (features,) floats or tokens (length,) ints.
+        The fields below have defaults: the test split, feature and head names, class names, preprocessing.
+    """
 
     train: Any
     val: Any
@@ -147,9 +156,18 @@ def split_arrays(
     origin: str = "",
     sample_weight: np.ndarray | None = None,
 ) -> DataSource:
-    """Seeded shuffle, then hold out the last `validation_split` fraction for validation and the
-    `test_split` fraction before it for testing (none when 0: the other splits are as without a test split). A
-    division that leaves a split empty is refused naming `origin` (where the data came from).
+    """A DataSource from arrays: a seeded shuffle, then the last `validation_split` fraction held out for
+    validation and the `test_split` fraction before it for testing (none when 0: the other splits are as without a
+    test split). A division that leaves a split empty is refused naming `origin` (where the data came from).
+
+    Args:
+        x, y: the examples' features and targets (see below); `sample_weight`: one weight per example, or None.
+        validation_split, test_split: fractions of the examples; `seed`: the shuffle's; `limit`: at most this many
+            training examples (0 = all).
+        kind: image, tabular or tokens; `num_classes`: the label width (None: counted from the labels).
+
+    Returns:
+        The DataSource holding the splits.
 
     `x` is an array, a tuple of arrays or a dict name -> array; `y` an array or a dict output name -> array;
     `sample_weight` a weight per example or None. Every array gets the same permutation and slices, so each

@@ -9,7 +9,15 @@ import keras
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """What a user's model builder is given: the data's shapes and the task's output width."""
+    """What a user's model builder is given, `builder(spec, **model.params)`: the data's shapes and the task's output
+    width.
+
+    Args:
+        input_shape: one example's input shape; `input_dtype`: int32 for token ids, else float32.
+        outputs: the last layer's units: classes, labels, targets or the vocabulary, decided by the task.
+        task: classification, multilabel, regression or sequence; `kind`: image, tabular or tokens.
+        vocab_size: token inputs' ids are in [0, vocab_size); 0 otherwise.
+    """
 
     input_shape: tuple[int, ...]
     input_dtype: str  # int32 for token ids, else float32

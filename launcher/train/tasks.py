@@ -21,8 +21,8 @@ import numpy as np
 import tensorflow as tf
 
 from launcher.config.errors import ConfigError
-from launcher.config.imports import import_component
-from launcher.config.tasks import TASKS, is_import_path, loss_name, metric_names
+from launcher.config.imports import import_component, plugin_choices
+from launcher.config.tasks import TASKS, loss_name, metric_names, users_loss_path, users_metric_path
 
 
 @keras.saving.register_keras_serializable(package="launcher")
@@ -93,30 +93,32 @@ def _builtin_metric(task: str, name: str):
 
 
 def make_metric(task: str, name: str):
-    """The metric called `name` for `task`: ours, one keras.metrics knows, or the user's class by import path."""
-    if is_import_path(name):
-        factory = import_component("task.metrics", name, "a keras.metrics.Metric class (or a function returning one)")
+    """The metric called `name` for `task`: ours, one keras.metrics knows, or the user's class by import path or
+    installed plugin name (entry point group launcher.metrics)."""
+    path = users_metric_path(name)
+    if path is not None:
+        factory = import_component("task.metrics", path, "a keras.metrics.Metric class (or a function returning one)")
         if isinstance(factory, keras.metrics.Metric):
             raise ConfigError.single(
                 "task.metrics",
-                name,
+                path,
                 "a Metric class or a function returning a new metric "
                 "(got an instance made at import time, outside the strategy scope)",
-                f"name the class itself, e.g. {name.split(':')[0]}:{type(factory).__name__}",
+                f"name the class itself, e.g. {path.split(':')[0]}:{type(factory).__name__}",
             )
         try:
             metric = factory()
         except Exception as err:
             raise ConfigError.single(
                 "task.metrics",
-                name,
+                path,
                 f"a metric that builds with no arguments ({type(err).__name__}: {err})",
                 "give the class defaults for its arguments",
             ) from None
         if not isinstance(metric, keras.metrics.Metric):
             raise ConfigError.single(
                 "task.metrics",
-                name,
+                path,
                 f"a keras.metrics.Metric (got {type(metric).__name__})",
                 "subclass keras.metrics.Metric (update_state, result, reset_state)",
             )
@@ -136,8 +138,8 @@ def make_metric(task: str, name: str):
         "task.metrics",
         name,
         f"a metric Keras knows: one of {list(TASKS[task].metrics)} for "
-        f"task={task}, a keras.metrics name (e.g. mean_absolute_percentage_error), or your own "
-        "as module.path:Class",
+        f"task={task}, a keras.metrics name (e.g. mean_absolute_percentage_error), your own "
+        f"as module.path:Class, or {plugin_choices('metric')}",
         f"task.metrics=[{TASKS[task].default_metrics[0]}]",
     )
 
@@ -311,8 +313,9 @@ class Heads:
 
 def _loss(task: str, requested: str):
     name = loss_name(task, requested)
-    if is_import_path(name):
-        return _user_loss(name)
+    path = users_loss_path(name)
+    if path is not None:
+        return _user_loss(path)
     losses = keras.losses
     if name == "crossentropy":
         return losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)

@@ -5,6 +5,11 @@ A fenced block preceded by `<!-- runnable -->` in README.md or docs/*.md is runn
 to one short epoch; a command that names an earlier run (`eval.run=exp1`) runs after the command that
 made it (`name=exp1`), in the same directory. A fenced block preceded by `<!-- file: <path> -->` is a file the
 page shows (a person's module or config): it is written at that path in each directory the page's commands run in.
+
+docs/api.md, the plugin API's reference, is checked in this process without training: its files are written, the
+entry points its `pyproject.toml` declares are installed (faked), each `<!-- run: python -->` block is run, and each
+`<!-- resolved -->` command is composed and resolved, then its data, model, task and callbacks built by the
+launcher's own functions.
 """
 
 from __future__ import annotations
@@ -12,12 +17,18 @@ from __future__ import annotations
 import re
 import shlex
 import sys
+from pathlib import Path
 
 import pytest
+import tomllib
 import warm
-from support.config import ROOT
+from support import plugins
+from support.config import ROOT, config
 
 MARK = "<!-- runnable -->"
+RUN_PYTHON = "<!-- run: python -->"
+RESOLVED = "<!-- resolved -->"
+API = ROOT / "docs" / "api.md"
 FILE = re.compile(r"<!-- file: (\S+) -->\s*\n```[^\n]*\n(.*?)\n```", re.S)
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # One epoch of two steps, one validation step, a small MLP where the command does not choose the model.
@@ -30,11 +41,16 @@ SHRINK = [
 ]
 
 
-def runnable_blocks(text: str) -> list[list[str]]:
+def marked_blocks(text: str, mark: str) -> list[str]:
+    """The content of each fenced block right after `mark`."""
+    return [match.group(1) for match in re.finditer(re.escape(mark) + r"\s*\n```[^\n]*\n(.*?)\n```", text, re.S)]
+
+
+def runnable_blocks(text: str, mark: str = MARK) -> list[list[str]]:
     """The commands of each block marked runnable (comments and line continuations handled)."""
     blocks = []
-    for match in re.finditer(re.escape(MARK) + r"\s*\n```[^\n]*\n(.*?)\n```", text, re.S):
-        joined = match.group(1).replace("\\\n", " ")
+    for block in marked_blocks(text, mark):
+        joined = block.replace("\\\n", " ")
         lines = [shlex.split(line, comments=True) for line in joined.splitlines()]
         blocks.append([" ".join(words) for words in lines if words])
     return blocks
@@ -126,3 +142,80 @@ def test_every_runnable_command_runs(page, chain, tmp_path, launcher_here):
             done = launcher_here([*args, *SHRINK], tmp_path)
         assert done.returncode == 0, f"{page.name}: {command}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
         assert "Plan:" in done.stdout or "mode=" in command, command
+
+
+# ------------------------------------------------------------- docs/api.md, in this process
+
+
+@pytest.fixture
+def api_plugin(tmp_path, monkeypatch):
+    """docs/api.md's plugin as if pip installed it: its files on the path, its pyproject's entry points; the model and
+    dataset choices it adds to Hydra's store, and its modules, gone afterwards."""
+    from hydra.core.config_store import ConfigStore
+
+    text = API.read_text()
+    files = page_files(text)
+    for path, content in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(content)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugins.install(monkeypatch, tomllib.loads(files["pyproject.toml"])["project"]["entry-points"])
+    repo = ConfigStore.instance().repo
+    before = {group: set(repo[group]) if group in repo else None for group in ("model", "dataset")}
+    yield text
+    for group, names in before.items():
+        if names is None:
+            repo.pop(group, None)
+        else:
+            for name in set(repo.get(group, {})) - names:
+                del repo[group][name]
+    for module in [m for m in sys.modules if m.split(".")[0] in {Path(p).parts[0].removesuffix(".py") for p in files}]:
+        del sys.modules[module]
+
+
+def test_the_api_page_shows_every_piece_and_its_python_runs(api_plugin):
+    for piece in ("acme_plugin/data.py", "acme_plugin/models.py", "acme_plugin/losses.py", "acme_plugin/metrics.py"):
+        assert piece in page_files(api_plugin)
+    assert "acme_plugin/callbacks.py" in page_files(api_plugin) and "pyproject.toml" in page_files(api_plugin)
+    blocks = marked_blocks(api_plugin, RUN_PYTHON)
+    assert len(blocks) >= 3
+    for block in blocks:
+        exec(compile(block, str(API), "exec"), {})  # an assertion in the page that fails fails here
+
+
+def test_the_api_pages_plugin_is_chosen_by_short_names_and_every_piece_builds(api_plugin):
+    """The page's command as the CLI composes it (the plugin's config package on the search path), resolved; then the
+    data loaded, the model built, the task's loss and metrics and the callback made, one batch through them."""
+    from fakes import CPU_PLAIN
+    from hydra.core.config_store import ConfigStore
+
+    from launcher.__main__ import plugin_search_path
+    from launcher.config.schema import register_plugins
+    from launcher.config.tasks import epoch_metrics, monitor_problems
+    from launcher.plan.resolve import resolve
+    from launcher.train.callbacks import make_callbacks
+    from launcher.train.labels import fit_to_task
+    from launcher.train.registry import DATASETS, MODELS
+    from launcher.train.tasks import make_task
+
+    ((command,),) = runnable_blocks(api_plugin, RESOLVED)
+    register_plugins(ConfigStore.instance())
+    chosen = config(*plugin_search_path(shlex.split(command)[3:]))
+    plan = resolve(chosen, CPU_PLAIN)
+    assert plan.task.loss == "focal" and "acme_plugin.losses:focal" in plan.task.reason("loss")
+    assert list(plan.task.metrics) == ["accuracy", "confidence"]
+    assert (chosen.model.builder, chosen.model.params) == ("acme_plugin.models:build", {"units": 32})  # its YAML
+    assert chosen.dataset.loader == "acme_plugin.data:load"
+    source = fit_to_task(DATASETS.get(chosen.dataset.name).load(chosen.dataset), plan.task.name)
+    model = MODELS.get(chosen.model.name).build(chosen.model, source)
+    task = make_task(chosen.task, source)
+    (callback,) = make_callbacks(chosen.train)
+    x, y = source.train
+    outputs = model(x[:8])
+    assert tuple(outputs.shape) == (8, 2) and model.layers[1].units == 32
+    assert tuple(task.per_example_loss(y[:8], outputs).shape) == (8,)
+    task.update(task.train_metrics, y[:8], outputs)
+    assert [m.name for m in task.train_metrics] == ["accuracy", "confidence"]
+    assert 0.5 <= float(task.train_metrics[1].result()) <= 1.0  # the mean of the highest of two probabilities
+    assert type(callback).__name__ == "StopAtLoss" and callback.threshold == 0.05
+    assert not monitor_problems(chosen, "classification", epoch_metrics([m.name for m in task.train_metrics]))

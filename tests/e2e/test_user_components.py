@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import warm
+import yaml
 from support.config import ROOT
 
 from launcher.config.errors import ConfigError
@@ -249,6 +250,15 @@ acme_net = acme_plugin.models:build
 [launcher.datasets]
 acme_data = acme_plugin.data:load
 
+[launcher.losses]
+acme_xent = acme_plugin.parts:CrossEntropy
+
+[launcher.metrics]
+acme_confidence = acme_plugin.parts:Confidence
+
+[launcher.callbacks]
+acme_printer = acme_plugin.parts:Printer
+
 [launcher.configs]
 acme = acme_plugin.conf
 """
@@ -269,6 +279,34 @@ def load(n=300):
     x = np.random.default_rng(0).normal(size=(n, 6)).astype("float32")
     return x, (x[:, 0] + x[:, 1] > 0).astype("int64")
 """
+PLUGIN_PARTS = """
+import keras
+from keras import ops
+
+
+class CrossEntropy(keras.losses.SparseCategoricalCrossentropy):
+    def __init__(self, **kwargs):
+        super().__init__(from_logits=True, **kwargs)
+
+
+class Confidence(keras.metrics.Metric):
+    def __init__(self, name="confidence", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.total.assign_add(ops.sum(ops.max(y_pred, axis=-1)))
+        self.count.assign_add(ops.cast(ops.shape(y_pred)[0], "float32"))
+
+    def result(self):
+        return self.total / ops.maximum(self.count, 1.0)
+
+
+class Printer(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        print(f"acme printer: epoch {epoch} val_confidence {logs['val_confidence']:.3f}", flush=True)
+"""
 PLUGIN_MODEL_YAML = """defaults:
   - /schema/model/custom@_here_
 
@@ -287,6 +325,7 @@ def install_plugin(site: Path) -> None:
     (package / "conf" / "__init__.py").write_text("")
     (package / "models.py").write_text(PLUGIN_MODELS)
     (package / "data.py").write_text(PLUGIN_DATA)
+    (package / "parts.py").write_text(PLUGIN_PARTS)
     (package / "conf" / "model" / "acme_net.yaml").write_text(PLUGIN_MODEL_YAML)
     info = site / "acme_plugin-0.1.dist-info"
     info.mkdir()
@@ -296,15 +335,22 @@ def install_plugin(site: Path) -> None:
 
 @pytest.mark.slow
 def test_an_installed_plugin_adds_model_and_dataset_choices_with_its_yaml_defaults(tmp_path):
+    """A distribution on the path: its model and dataset are choices (with its YAML), its loss, metric and callback
+    are taken by their short names."""
     install_plugin(tmp_path / "site")
-    env = {"PYTHONPATH": str(tmp_path / "site")}
+    # the plugin's site first, then the path this test runs with (a worktree of the launcher stays the one tested)
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")]))}
     listed = run_cli(["--help"], tmp_path, env)
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert "acme_net" in listed.stdout and "acme_data" in listed.stdout
+    assert "task.loss (installed plugins): acme_xent" in listed.stdout
     done = run_cli(
         [
             "model=acme_net",
             "dataset=acme_data",
+            "task.loss=acme_xent",
+            "task.metrics=[accuracy,acme_confidence]",
+            "train.callbacks=[acme_printer]",
             "train.epochs=1",
             "tracking.enabled=false",
             "checkpoint.enabled=false",
@@ -318,3 +364,7 @@ def test_an_installed_plugin_adds_model_and_dataset_choices_with_its_yaml_defaul
     assert "builder: acme_plugin.models:build" in config and "units: 8" in config  # the plugin's YAML
     assert "loader: acme_plugin.data:load" in config
     assert "epoch 1/1" in done.stdout
+    assert "acme printer: epoch 0 val_confidence 0." in done.stdout  # the plugin metric, logged; the callback, run
+    decided = yaml.safe_load((tmp_path / "outputs" / "runs" / "plugin" / "plan.yaml").read_text())["decisions"]
+    assert decided["task.loss"]["value"] == "acme_xent"
+    assert "installed plugin's (acme_plugin.parts:CrossEntropy)" in decided["task.loss"]["reason"]

@@ -7,6 +7,7 @@ Modules:
     suite: the test process itself: fixed matmul rates, 2 logical CPUs, what each test must leave as it was,
         markers and ordering, the xdist group guard, CPU accounting
     train: in-process training pieces several modules drive: an engine over the real config, a poisonable model
+    plugins: installed plugins faked in this process (the entry points the launcher reads)
 
 What tests name by import path (the `*_parts.py` components, `fakes`) and the warm starts (`warm`) stay at the top
 of tests/, on the path as the launcher's own processes see it.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import math
 
+from launcher.config.imports import plugin_choices, plugins
 from launcher.config.models import model_kind
 from launcher.config.schema import Config
 from launcher.config.tasks import (
@@ -22,6 +23,7 @@ from launcher.config.tasks import (
     metric_names,
     monitor_problems,
     objective,
+    users_loss_path,
 )
 from launcher.plan.decisions import PrecisionPlan, TaskPlan
 from launcher.plan.rules.findings import Findings
@@ -160,9 +162,11 @@ def _loss(tc, found: Findings, task: str, mixed: bool, prefix: str) -> tuple[str
     """The loss of a task (`tc`: task or one of task.heads) and why; one the task cannot use is refused."""
     spec = TASKS[task]
     loss = loss_name(task, tc.loss)
-    if is_import_path(loss):
+    path = users_loss_path(loss)
+    if path is not None:
         return loss, (
-            "yours (imported when the model is built); its inputs are cast to float32"
+            ("yours" if path == loss else f"the installed plugin's ({path})")
+            + " (imported when the model is built); its inputs are cast to float32"
             + (" so it never computes in float16" if mixed else "")
         )
     if loss in spec.losses:
@@ -174,7 +178,8 @@ def _loss(tc, found: Findings, task: str, mixed: bool, prefix: str) -> tuple[str
     found.refuse(
         f"{prefix}.loss",
         tc.loss,
-        f"one of {list(spec.losses)} for {_which(task, prefix)}, or your own as module.path:function",
+        f"one of {list(spec.losses)} for {_which(task, prefix)}, your own as module.path:function, or "
+        + plugin_choices("loss"),
         f"{prefix}.loss={spec.losses[0]}",
     )
     return loss, "refused"
@@ -197,7 +202,8 @@ def _metrics(requested, found: Findings, task: str, prefix: str) -> list[str]:
             f"{list(spec.metrics)}, any keras.metrics name, or module.path:Class",
             fix,
         )
-    meant = {m: difflib.get_close_matches(m, [*spec.metrics, *sorted(KERAS_METRICS)], n=1, cutoff=0.7) for m in unknown}
+    known = [*spec.metrics, *sorted(KERAS_METRICS), *(sorted(plugins("metric")) if unknown else [])]
+    meant = {m: difflib.get_close_matches(m, known, n=1, cutoff=0.7) for m in unknown}
     kept += [close[0] for close in meant.values() if close and close[0] not in kept]
     for name, close in meant.items():
         found.refuse(
@@ -206,7 +212,7 @@ def _metrics(requested, found: Findings, task: str, prefix: str) -> list[str]:
             f"a metric name the launcher or keras.metrics knows (did you mean {close[0]}?)"
             if close
             else f"a metric name the launcher or keras.metrics knows: one of {list(spec.metrics)} for "
-            f"{_which(task, prefix)}, a keras.metrics name, or module.path:Class",
+            f"{_which(task, prefix)}, a keras.metrics name, module.path:Class, or {plugin_choices('metric')}",
             f"{prefix}.metrics=[{','.join(kept) or spec.metrics[0]}]",
         )
     if "loss" in metrics:
