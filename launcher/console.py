@@ -79,6 +79,19 @@ def quiet_stderr():
             os.close(saved)
 
 
+def readable(value: float) -> str:
+    """A number as a person reads it on the console: a count as an integer (359, not 359.0000), a large rate
+    rounded with thousands separators (40,760, not 4.076e+04 or 40759.8082), a small one to 4 significant digits."""
+    value = float(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    if value.is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}" if abs(value) >= 10_000 else str(int(value))
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
 # Colour and cursor codes (CSI sequences, and OSC ones such as terminal titles): a terminal's, not a file's.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 

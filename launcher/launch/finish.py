@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from launcher.console import readable
 from launcher.contract import FitResult, headline
 from launcher.export.trained import ExportFailed, export_trained
 from launcher.launch.agree import final_weights_agree
@@ -63,6 +64,6 @@ def print_summary(
     print("\nDone." + (" (stopped early)" if result.stopped_early else ""))
     for key in [*headline(metrics, ("examples_per_sec",)), *tested]:
         if key in final:
-            print(f"  {key:<20} {final[key]:.4f}")
+            print(f"  {key:<20} {readable(final[key])}")
     print(f"  {'run dir':<20} {run_dir}")
     print(f"  {'MLflow':<20} {tracking_hint}")

@@ -19,6 +19,7 @@ import keras
 import tensorflow as tf
 
 from launcher import background
+from launcher.console import readable
 from launcher.contract import EpochResult, FitResult, Hook, Position, headline
 from launcher.train.callbacks import VALIDATION_CALLBACKS
 from launcher.train.ema import ema_weights
@@ -296,7 +297,7 @@ class Engine:
                 callback.on_epoch_end(self._validations, logs)
         hooks.on_validation(position, logs)
         if self.verbose:
-            shown = " ".join(f"{k}={v:.4g}" for k, v in logs.items() if k.startswith("val_"))
+            shown = " ".join(f"{k}={readable(v)}" for k, v in logs.items() if k.startswith("val_"))
             print(f"  step {position.global_step}: {shown}", flush=True)
 
     def _run_chunk(self, iterator, n: int, first_step: int) -> tuple[ChunkTelemetry, Totals, dict]:
@@ -363,5 +364,5 @@ def optimizer_logs(optimizer) -> dict[str, float]:
 
 
 def _epoch_line(epoch: int, epochs: int, logs: dict[str, float], metrics) -> str:
-    parts = [f"{k}={logs[k]:.4g}" for k in headline(m.name for m in metrics) if k in logs]
+    parts = [f"{k}={readable(logs[k])}" for k in headline(m.name for m in metrics) if k in logs]
     return f"  epoch {epoch + 1}/{epochs}: " + " ".join(parts)

@@ -74,3 +74,19 @@ def test_a_full_disk_stops_the_transcript_not_the_launch(capsys):
     assert "still on the console" in seen.out
     assert "the console is no longer kept in /dev/full (No space left on device)" in seen.err
     assert (sys.stdout, sys.stderr) == before
+
+
+def test_numbers_print_as_people_read_them():
+    from launcher.console import readable
+
+    assert [readable(v) for v in (359.0, 40759.8082, 60594.2949, 896.2, 0.8496, 1.0987, 0.0002331, 12345.0)] == [
+        "359",  # a count, not 359.0000
+        "40,760",  # a rate, not 4.076e+04 or 40759.8082
+        "60,594",
+        "896.2",
+        "0.8496",
+        "1.099",
+        "0.0002331",
+        "12,345",
+    ]
+    assert readable(float("nan")) == "nan" and readable(float("inf")) == "inf"
