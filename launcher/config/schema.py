@@ -21,16 +21,12 @@ from launcher.config.imports import plugins
 from launcher.config.keys import unknown_key_problems
 from launcher.config.models import MODEL_KINDS, CustomModelConfig
 from launcher.config.precisions import PRECISIONS
+from launcher.config.strategies import STRATEGIES
 
 # The precision table's names, and auto (the resolver picks by the hardware).
 PrecisionName = Enum("PrecisionName", {**{name: name for name in PRECISIONS}, "auto": "auto"})
-
-
-class StrategyKind(Enum):
-    default = "default"
-    one_device = "one_device"
-    mirrored = "mirrored"
-    multi_worker = "multi_worker"
+# The strategy table's names.
+StrategyKind = Enum("StrategyKind", {name: name for name in STRATEGIES})
 
 
 class Communication(Enum):
