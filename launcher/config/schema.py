@@ -23,6 +23,7 @@ from launcher.config.keys import unknown_key_problems
 from launcher.config.models import MODEL_KINDS, CustomModelConfig
 from launcher.config.precisions import PRECISIONS
 from launcher.config.strategies import STRATEGIES
+from launcher.config.tasks import TASKS
 
 # The precision table's names, and auto (the resolver picks by the hardware).
 PrecisionName = Enum("PrecisionName", {**{name: name for name in PRECISIONS}, "auto": "auto"})
@@ -88,13 +89,8 @@ class Mode(Enum):
     predict = "predict"
 
 
-class TaskName(Enum):
-    """What the model learns: decides the loss, the metrics and the output head."""
-
-    classification = "classification"
-    multilabel = "multilabel"
-    regression = "regression"
-    sequence = "sequence"
+# What the model learns (decides the loss, the metrics and the output head): the task table's names.
+TaskName = Enum("TaskName", {name: name for name in TASKS})
 
 
 class EvalSplit(Enum):
