@@ -1,8 +1,7 @@
 """What each task needs: its loss, its metrics, its head, the labels it takes (pure: no TensorFlow).
 
 The resolver's task rule reads this table; `launcher.train.tasks` builds the Keras objects it names (the same
-concept one level down). The schema's `TaskName` is made from it: a new task is an entry here and its
-`conf/task/<name>.yaml`.
+concept one level down).
 A name with a colon (module.path:Name) is the user's own component, checked when it is imported.
 """
 
