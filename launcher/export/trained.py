@@ -2,7 +2,8 @@
 formats (export.formats) and the MLflow model, each logged to the run; the formats the export format table
 (`launcher.config.exports`) says are copied beside remote checkpoints too.
 
-Adding an export: a function here called from `export_trained`.
+Adding an export format: its entry in `launcher.config.exports` and the function that writes it, here called from
+`export_trained` (or in `launcher.export.serving` when it is made from the served function).
 
 The same concept one level up: `launcher.plan.rules.export` decides the formats written here.
 """
