@@ -47,7 +47,7 @@ def main() -> None:
     from launcher_datasets import image_folder
     from omegaconf import OmegaConf
 
-    from launcher.config.schema import ImageFolderConfig
+    from launcher.config.datasets import ImageFolderConfig
 
     with tempfile.TemporaryDirectory() as tmp:
         root = make_folder(Path(tmp), args.images, args.size)

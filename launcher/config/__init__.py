@@ -1,13 +1,15 @@
 """What a person can set, and how a wrong setting is reported.
 
 The schema Hydra composes into, the checks of its values, and the component tables (what each model kind,
-precision, strategy, optimizer, task and search sampler is): the resolver, the runtime and the launches ask
-these tables instead of comparing names.
+dataset, precision, strategy, optimizer, task, export format and search sampler is): the resolver, the runtime
+and the launches ask these tables instead of comparing names.
 
 Modules:
     bounds: value ranges, declared once where each field is declared; the check walks them
+    datasets: the table of the datasets the launcher knows: each one's config schema and loader module
     durations: wall-clock budgets as people write them (`2h30m`, `90s`, `1d`) or plain seconds
     errors: `ConfigError`: every violation of a config, reported at once, never as a TF traceback
+    exports: the table of the formats a trained model is exported as, each saying what it writes
     help: `python -m launcher --help`: the launcher by name and the config groups to choose from
     imports: the user's components by import path (`module.path:attribute`) and installed plugins
     keys: keys a person types that the launcher does not have: refused with the key meant

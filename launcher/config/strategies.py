@@ -1,9 +1,10 @@
 """The distribution strategies the launcher knows, each saying what it is: the resolver, the runtime and the
 launchers ask this table instead of comparing names.
 
-Adding a strategy is one entry here (and its `StrategyKind` member and `conf/strategy/<name>.yaml`): which devices
-it places replicas on, the name of its builder in `launcher.train.runtime.BUILDERS` (TensorFlow objects are made
-there, never here), whether it runs as one process or as a cluster of workers, and how those workers start.
+Adding a strategy is one entry here (and its `conf/strategy/<name>.yaml`; the schema's `StrategyKind` is made from
+this table): which devices it places replicas on, the name of its builder in `launcher.train.runtime.BUILDERS`
+(TensorFlow objects are made there, never here), whether it runs as one process or as a cluster of workers, and
+how those workers start.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from launcher.config.precisions import PRECISIONS, baseline, overflow_safe
+
 HEALTHY = "healthy"
 
 
@@ -43,7 +45,7 @@ def judge(trial, baseline, tolerance: float) -> None:
 class Facts:
     """What the fixes depend on, read from the config and its Plan."""
 
-    precision: str  # fp32, mixed, bf16 (resolved)
+    precision: str  # its name in the precision table (resolved)
     learning_rate: float  # optimizer.learning_rate as configured
     plan_lr: float  # after the batch rule's scaling
     lr_rule: str
@@ -76,11 +78,15 @@ def candidate_fixes(addition: str, facts: Facts, overflow_layers: list[str], cul
                     {"precision.float32_layers": layers},
                 )
             )
-        if facts.precision == "mixed":
-            fixes.append(
-                Fix("bfloat16 has float32's exponent range and needs no loss scaling", {"precision.name": "bf16"})
-            )
-        fixes.append(Fix("train in float32", {"precision.name": "fp32"}))
+        if PRECISIONS[facts.precision].needs_loss_scaling:
+            fixes += [
+                Fix(
+                    f"{p.compute_dtype} has float32's exponent range and needs no loss scaling",
+                    {"precision.name": p.name},
+                )
+                for p in overflow_safe()
+            ]
+        fixes.append(Fix("train in float32", {"precision.name": baseline().name}))
     elif addition == "strategy":
         if facts.plan_lr > facts.learning_rate * 1.0001 and facts.lr_rule != "none":
             fixes.append(

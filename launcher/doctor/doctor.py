@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.config.errors import ConfigError
+from launcher.config.precisions import baseline
 from launcher.contract import Position
 from launcher.doctor.diagnose import Facts, Fix, candidate_fixes, first_failure, judge, refusal_fixes
 from launcher.doctor.inspect import (
@@ -122,7 +123,7 @@ def _bisect(config, plan, steps: int, env) -> tuple[list[Trial], dict]:
     stages: list[tuple[str, dict[str, Any]]] = [
         (
             "float32, one device (baseline)",
-            {"precision.name": "fp32", **unset, "strategy.kind": "default", "xla": "false"},
+            {"precision.name": baseline().name, **unset, "strategy.kind": "default", "xla": "false"},
         )
     ]
     if plan.precision.mixed:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from launcher.config.exports import EXPORT_FORMATS, served_formats
 from launcher.files import written_aside
 from launcher.train.preprocessing import Preprocessing
 
@@ -254,11 +255,12 @@ def _float32_policies(node):
 
 
 def export_serving(model, task, source, run_dir: Path, formats: list[str]) -> ServingExports:
-    """The SavedModel and/or TFLite exports `formats` asks for, into the run dir."""
+    """The SavedModel and/or TFLite exports `formats` asks for, into the run dir (where the export format table
+    says each is written)."""
     done = ServingExports()
-    if not {"saved_model", "tflite"} & set(formats):
+    if not served_formats(formats):
         return done
-    saved = run_dir / "saved_model"
+    saved = run_dir / EXPORT_FORMATS["saved_model"].written
     try:
         inputs = served_inputs(source, model)
         written_aside(saved, lambda aside: export_saved_model(model, task, inputs, aside))
@@ -270,7 +272,7 @@ def export_serving(model, task, source, run_dir: Path, formats: list[str]) -> Se
     if "tflite" in formats:
         try:
             example = inputs.example(source, 8)
-            path = run_dir / "model.tflite"
+            path = run_dir / EXPORT_FORMATS["tflite"].written
             notes = []
             written_aside(path, lambda aside: notes.append(export_tflite(model, task, inputs, aside, example, saved)))
             done.notes["tflite"], done.written["tflite"] = notes[0], path

@@ -1,7 +1,9 @@
 """The trained model as files: `model.keras` (loads with `keras.saving.load_model`), `best.keras`, the serving
-formats (export.formats) and the MLflow model, each logged to the run and copied beside remote checkpoints.
+formats (export.formats) and the MLflow model, each logged to the run; the formats the export format table
+(`launcher.config.exports`) says are copied beside remote checkpoints too.
 
-Adding an export: a function here called from `export_trained`.
+Adding an export format: its entry in `launcher.config.exports` and the function that writes it, here called from
+`export_trained` (or in `launcher.export.serving` when it is made from the served function).
 
 The same concept one level up: `launcher.plan.rules.export` decides the formats written here.
 """
@@ -13,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from launcher.config.errors import Violation, raise_if_any
+from launcher.config.exports import EXPORT_FORMATS, served_formats
 from launcher.contract import EXIT_FAILED, EXPORT_FAILURE, FAILED, Ending, StopContext
 from launcher.export.serving import SIGNATURE, ServingExports, export_saved_model, export_serving, served_inputs
 from launcher.files import written_aside
@@ -84,7 +87,7 @@ def check_exports(config, plan, built, source) -> None:
     step: a format this model cannot be written to is refused now (ConfigError), not found after training. Only
     formats the person asked for (the MLflow model, made on every tracked run, is not tried twice). Every worker
     checks, so all refuse together (the chief alone exports)."""
-    formats = [f for f in plan.export.formats if f in ("saved_model", "tflite")]
+    formats = served_formats(plan.export.formats)
     if not (formats and config.checkpoint.export_model):
         return
     try:
@@ -130,11 +133,7 @@ def export_trained(
     reloaded = Reloaded(run_dir / "model.keras")
     exported = _export_for_serving(reloaded, plan.export.formats, built.task, source, tracker, run_dir)
     if remote is not None:
-        remote.push_file(run_dir / "model.keras")
-        if best_exported:
-            remote.push_file(Path(best_exported))
-        if "tflite" in exported.written:
-            remote.push_file(exported.written["tflite"])
+        copy_beside_checkpoints(remote, {"keras": run_dir / "model.keras", **exported.written}, best_exported)
     failed = {f"export.formats {name}": why for name, why in exported.failed.items()}
     model_failure = _log_mlflow_model(reloaded, config.tracking, built.task, source, tracker, run_dir, exported)
     if model_failure:
@@ -142,9 +141,23 @@ def export_trained(
     return failed
 
 
+def copy_beside_checkpoints(remote, written: dict[str, Path], best_exported=None) -> None:
+    """Each written format the export format table copies beside the remote checkpoints (`remote_copy`), best.keras
+    with model.keras: a file as it is, a folder (the SavedModel) file by file."""
+    for name, path in written.items():
+        if not EXPORT_FORMATS[name].remote_copy:
+            continue
+        if path.is_dir():
+            remote.push_folder(path)
+        else:
+            remote.push_file(path)
+        if name == "keras" and best_exported:
+            remote.push_file(Path(best_exported))
+
+
 def _export_for_serving(reloaded: Reloaded, formats, task, source, tracker, run_dir: Path) -> ServingExports:
     """export.formats' SavedModel and TFLite, from model.keras; each logged, a failed one said, not fatal."""
-    if not {"saved_model", "tflite"} & set(formats):
+    if not served_formats(formats):
         return ServingExports()
     exported = export_serving(reloaded.model, task, source, run_dir, formats)
     tags = {f"export.{name}": f"failed: {why}" for name, why in exported.failed.items()}

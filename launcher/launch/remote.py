@@ -127,6 +127,11 @@ class RemoteCheckpoints:
         """A file as it is (the run's state, an exported model)."""
         self.fs.put_file(str(file), self._path(name or file.name))
 
+    def push_folder(self, folder: Path) -> None:
+        """A folder as it is (an exported SavedModel), file by file under the folder's name."""
+        for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+            self.push_file(file, "/".join((folder.name, *file.relative_to(folder).parts)))
+
     def push_best(self, path: str) -> None:
         """The best checkpoint (`<dir>/best/ckpt-N`): only the newest is kept, under best/."""
         local = Path(path)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from launcher.config.models import model_kind
 from launcher.config.optimizers import xla_breaks
+from launcher.config.precisions import PRECISIONS, baseline, by_preference
 from launcher.config.schema import Config, OptimizerUpdate, PrecisionName, TrainConfig, as_dict
 from launcher.config.strategies import strategy_of
 from launcher.files import read_json, write_json_atomic
@@ -116,13 +117,7 @@ def candidates(config: Config, env: Environment) -> tuple[list[Candidate], list[
     auto_precision = config.precision.name == PrecisionName.auto
     auto_xla = str(config.xla).strip().lower() == "auto"
     kept, left_out = [], []
-    if auto_precision:
-        native_bf16 = bool(env.gpus) or env.has_amx or env.has_avx512_bf16
-        precisions = ["fp32", *(["bf16"] if native_bf16 else []), *(["mixed"] if env.gpus else [])]
-        if not native_bf16:
-            left_out.append("bf16: this CPU has no bfloat16 instructions (emulated: always slower)")
-    else:
-        precisions = [config.precision.name.value]
+    precisions = _native_precisions(env, left_out) if auto_precision else [config.precision.name.value]
     breaks = xla_breaks(config.optimizer.name)
     if auto_xla and breaks:
         left_out.append(f"xla: optimizer.name={config.optimizer.name}: {breaks}")
@@ -134,8 +129,9 @@ def candidates(config: Config, env: Environment) -> tuple[list[Candidate], list[
     untuned = replace(env, tuned=None)
     for precision in precisions:
         for xla in xlas:
-            if xla and precision == "bf16" and "fp32" in precisions and (slow := slow_xla_bfloat16(env)):
-                left_out.append(f"bf16 xla: {slow}; not timed")
+            bfloat16 = PRECISIONS[precision].compute_dtype == "bfloat16"
+            if xla and bfloat16 and baseline().name in precisions and (slow := slow_xla_bfloat16(env)):
+                left_out.append(f"{precision} xla: {slow}; not timed")
                 continue
             asked = Candidate(precision, xla, config.optimizer.update.value)
             plan, problems = resolve_all(asked.applied(config), untuned)
@@ -145,6 +141,20 @@ def candidates(config: Config, env: Environment) -> tuple[list[Candidate], list[
             else:
                 kept.append(candidate)
     return kept, left_out
+
+
+def _native_precisions(env: Environment, left_out: list[str]) -> list[str]:
+    """The precisions precision=auto may time here, float32 first, then as auto prefers them: each this hardware has
+    the instructions for (an emulated dtype is always slower); one a CPU could have but this one lacks is noted."""
+    native = []
+    for precision in [baseline(), *(p for p in by_preference() if not p.baseline)]:
+        if precision.native_on(env):
+            native.append(precision.name)
+        elif precision.cpu_instructions is not None:
+            left_out.append(
+                f"{precision.name}: this CPU has no {precision.compute_dtype} instructions (emulated: always slower)"
+            )
+    return native
 
 
 def update_variants(config: Config, env: Environment, found: list[Candidate]) -> dict[Candidate, list[Candidate]]:
@@ -409,7 +419,7 @@ def time_candidates(job: TimingJob) -> list[Timing]:
 
 def _numerics(found: list[Candidate]) -> str:
     """What the Plan says when candidates compute in another precision than float32."""
-    others = sorted({c.precision for c in found} - {"fp32"})
+    others = sorted({c.precision for c in found if not PRECISIONS[c.precision].baseline})
     if not others:
         return ""
     return (

@@ -220,10 +220,6 @@ def matmul_rates(dtype: str, size: int = 2048, seconds: float = 1.0) -> dict[str
     return {backend: _matmul(dtype, size, backend == "xla")(seconds) for backend in BACKENDS}
 
 
-def measure_matmul(dtype: str, size: int = 2048, seconds: float = 1.0, jit_compile: bool = False) -> float:
-    return _matmul(dtype, size, jit_compile)(seconds)
-
-
 def _matmul(dtype: str, size: int, jit_compile: bool) -> Callable[[float], float]:
     """A compiled, warmed size^3 matmul; calling it with a duration gives its FLOP/s over that long."""
     import tensorflow as tf

@@ -13,8 +13,6 @@ from dataclasses import dataclass, replace
 
 from launcher.contract import Position
 
-LAYOUT_KEYS = ("strategy", "replicas", "global_batch")
-
 
 @dataclass(frozen=True)
 class ResumeDecision:

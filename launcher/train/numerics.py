@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from launcher.config.precisions import PRECISIONS, baseline, overflow_safe
 from launcher.contract import EXIT_FAILED, FAILED, NUMERICS_STOP, Ending, StopContext
 
 STOP = "stop"
@@ -76,7 +77,7 @@ class NumericsGuard:
 
     on_nonfinite: str = STOP
     collapse_steps: int = 0  # 0: never stop on skips
-    precision: str = "fp32"
+    precision: str = field(default_factory=lambda: baseline().name)  # its name in the precision table
     min_scale: float | None = None  # the dynamic scale's floor; None: no dynamic loss scaling
 
     def check(self, t: ChunkTelemetry) -> None:
@@ -126,10 +127,11 @@ class NumericsGuard:
 
     def _tries(self) -> list[str]:
         tries = ["python -m launcher mode=doctor <the same overrides>: finds the layer and verifies a fix"]
-        if self.precision == "mixed":
+        if PRECISIONS[self.precision].needs_loss_scaling:
+            tries.append("precision.float32_layers=[<layer>]: keep the overflowing layer in float32")
             tries += [
-                "precision.float32_layers=[<layer>]: keep the overflowing layer in float32",
-                "precision=bf16: bfloat16 has float32's range (no loss scaling needed)",
+                f"precision={p.name}: {p.compute_dtype} has float32's range (no loss scaling needed)"
+                for p in overflow_safe()
             ]
         tries += ["a lower optimizer.learning_rate, or optimizer.clipnorm=1.0"]
         if self.on_nonfinite == STOP:

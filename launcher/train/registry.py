@@ -1,9 +1,9 @@
 """Name -> builder module for models and datasets; errors list the choices.
 
-Built-in models come from the model table (`launcher.config.models`), built-in datasets from the table
-below. `custom` and every installed plugin (entry points `launcher.models` / `launcher.datasets`) go
-through the one module per kind that imports what the config names (`user_model` / `user_data`).
-Only the module a run names is imported.
+Built-in models come from the model table (`launcher.config.models`), built-in datasets from the dataset
+table (`launcher.config.datasets`). `custom` and every installed plugin (entry points `launcher.models` /
+`launcher.datasets`) go through the one module per kind that imports what the config names (`user_model` /
+`user_data`). Only the module a run names is imported.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from launcher.config.datasets import DATASET_KINDS
 from launcher.config.errors import ConfigError
 from launcher.config.imports import plugins
 from launcher.config.models import MODEL_KINDS
@@ -43,8 +44,4 @@ class Registry:
 
 
 MODELS = Registry("model", {kind.name: kind.builder for kind in MODEL_KINDS.values()}, user_model)
-DATASETS = Registry(
-    "dataset",
-    {name: f"launcher_datasets.{name}" for name in ("digits", "synthetic", "npz", "image_folder", "tfrecord")},
-    user_data,
-)
+DATASETS = Registry("dataset", {kind.name: kind.loader for kind in DATASET_KINDS.values()}, user_data)

@@ -58,6 +58,8 @@ TF_FREE_MODULES = [
     "launcher.config.schema",
     "launcher.config.bounds",
     "launcher.config.models",
+    "launcher.config.datasets",
+    "launcher.config.exports",
     "launcher.config.tasks",
     "launcher.config.imports",
     "launcher.launch.checkpoint_policy",

@@ -25,6 +25,19 @@ from launcher.train.schedules import WarmupSchedule, learning_rate
 MEASURED_EPYC = Environment(cpu_count=2, cpu_flags=frozenset({"avx512_bf16"}), matmul_gflops=EPYC_RATES)
 
 
+def test_every_optimizer_and_schedule_entry_is_a_keras_class_and_a_fused_kernel_has_its_fused_twin():
+    """An entry of `launcher.config.optimizers` names a class Keras has; one that says it has a fused kernel has
+    its fused twin in `launcher.train.fused_update.FUSED` (else optimizer.update=auto would pick a missing one)."""
+    from launcher.train.fused_update import FUSED
+
+    for name, kind in OPTIMIZERS.items():
+        cls = getattr(keras.optimizers, kind.keras_class)
+        assert issubclass(cls, keras.optimizers.Optimizer), name
+        assert (cls in FUSED) == (kind.fused_kernel is not None), name
+    for name, kind in SCHEDULES.items():
+        assert kind.keras_class is None or hasattr(keras.optimizers.schedules, kind.keras_class), name
+
+
 def refusals(*overrides):
     _, violations = resolve_all(config(*overrides), CPU_PLAIN)
     return {v.key: v for v in violations}

@@ -8,10 +8,28 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fakes import CPU_PLAIN
-from support.config import TINY, config
+from support.config import CONF_DIR, TINY, config
 
 from launcher.config.errors import ConfigError
 from launcher.plan.resolve import resolve, resolve_all
+
+
+def test_every_task_in_the_table_has_its_yaml_and_builds_each_loss_and_metric_it_names():
+    """A task is one table entry (`launcher.config.tasks`; the schema's TaskName is made from it), its YAML, and the
+    Keras objects `launcher.train.tasks` builds for every loss and metric the entry names."""
+    from launcher.config.schema import TaskName
+    from launcher.config.tasks import TASKS
+    from launcher.train.tasks import make_task
+
+    assert {p.stem for p in (CONF_DIR / "task").glob("*.yaml")} == set(TASKS) == {t.value for t in TaskName}
+    for name, spec in TASKS.items():
+        assert set(spec.default_metrics) <= set(spec.metrics), name
+        for loss in spec.losses:
+            built = make_task(
+                config(f"task={name}", f"task.loss={loss}", f"task.metrics=[{','.join(spec.metrics)}]").task
+            )
+            assert callable(built.loss), (name, loss)
+            assert [m.name for m in built.train_metrics] == list(spec.metrics), name
 
 
 def problems(*overrides):

@@ -24,7 +24,8 @@ def decide_loss_scale(
         found.refuse(
             "loss_scale",
             "none",
-            "dynamic or fixed with precision=mixed (float16 gradients underflow to zero without scaling)",
+            f"dynamic or fixed with precision={precision.name} ({precision.compute_dtype} gradients underflow to zero "
+            "without scaling)",
             "loss_scale=dynamic (or loss_scale=auto)",
         )
         return LossScalePlan.of(mode=("none", "refused"), optimizer=("none", "refused"))
@@ -34,7 +35,7 @@ def decide_loss_scale(
         decided = {"mode": ("fixed", f"requested: scale stays at {ls.value:g}"), "value": (ls.value, "requested")}
     else:
         _check_dynamic(ls, found)
-        why = "requested" if mode == LossScaleMode.dynamic else "loss_scale=auto: mixed needs loss scaling"
+        why = "requested" if mode == LossScaleMode.dynamic else f"loss_scale=auto: {precision.name} needs loss scaling"
         decided = {"mode": ("dynamic", why)}
     optimizer = _choose_optimizer(cfg, found, strategy.replicas, step.xla, fixed=mode == LossScaleMode.fixed)
     return LossScalePlan.of(**decided, optimizer=optimizer)

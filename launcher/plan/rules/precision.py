@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launcher.config.precisions import PRECISIONS
+from launcher.config.precisions import PRECISIONS, auto_choice, overflow_safe
 from launcher.config.schema import Config, PrecisionName
 from launcher.plan.decisions import PrecisionPlan
 from launcher.plan.environment import FAST_BF16_RATIO, Environment
@@ -10,26 +10,17 @@ from launcher.plan.rules.findings import Findings
 
 
 def auto_precision(env: Environment) -> tuple[str, str]:
-    capability = env.gpu_min_capability
-    if capability is not None:
-        if capability >= (8, 0):
-            return "bf16", f"GPU compute capability {capability[0]}.{capability[1]} >= 8.0 has bfloat16 tensor cores"
-        if capability >= (7, 0):
-            return (
-                "mixed",
-                f"GPU compute capability {capability[0]}.{capability[1]} has float16 tensor cores but no bfloat16",
-            )
-        return "fp32", f"GPU compute capability {capability[0]}.{capability[1]} < 7.0 has no fast reduced precision"
+    """precision=auto by the hardware: the precision table's choice (`auto_choice`), with its entry's reason, or on
+    a CPU whose matmul rates were measured, the measurement its bfloat16 fast path was judged by."""
+    choice = auto_choice(env)
     bf16, fp32 = env.best_matmul_rate("bfloat16"), env.best_matmul_rate("float32")
-    if bf16 and fp32:
+    if env.gpu_min_capability is None and bf16 and fp32:
         measured = (
             f"measured here, 2048^3 matmul: bfloat16 {bf16:.0f} GFLOP/s vs float32 {fp32:.0f} "
             f"({bf16 / fp32:.2f}x; bf16 needs >= {FAST_BF16_RATIO}x)"
         ) + (f"; {env.matmul_trust}" if env.matmul_trust else "")
-        return ("bf16" if env.cpu_has_fast_bf16 else "fp32"), measured
-    if env.cpu_has_fast_bf16:
-        return "bf16", "CPU has AMX: oneDNN runs bfloat16 matmuls several times faster than float32 (not measured)"
-    return "fp32", "CPU without AMX and matmul rates not measured: float32 is the safe choice"
+        return choice.name, measured
+    return choice.name, choice.auto_reason(env)
 
 
 def decide_precision(cfg: Config, env: Environment, found: Findings) -> PrecisionPlan:
@@ -43,7 +34,8 @@ def decide_precision(cfg: Config, env: Environment, found: Findings) -> Precisio
         name, reason = requested.value, "requested"
     precision = PRECISIONS[name]
     if precision.needs_loss_scaling and not precision.fast_on(env):
-        hint = " Use precision=bf16: this hardware runs bfloat16 fast." if PRECISIONS["bf16"].fast_on(env) else ""
+        faster = [p for p in overflow_safe() if p.fast_on(env)]
+        hint = f" Use precision={faster[0].name}: this hardware runs {faster[0].compute_dtype} fast." if faster else ""
         found.warn(
             f"precision={name} ({precision.compute_dtype}) on hardware without a {precision.compute_dtype} fast path "
             f"({env.describe_devices()}): {precision.compute_dtype} math is emulated and can be many times "
