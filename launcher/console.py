@@ -152,6 +152,17 @@ class _Tee:
         return getattr(self._stream, name)
 
 
+_KEPT: list[_Lines] = []  # the transcript this process keeps now, if any
+
+
+def keep(text: str) -> None:
+    """`text` into the transcript only, not onto the console (what a person reads in the run dir's console.log
+    but need not see twice on screen, e.g. a worker's copy of the chief's Plan)."""
+    for lines in _KEPT:
+        with contextlib.suppress(OSError):
+            lines.feed(text if text.endswith("\n") else text + "\n")
+
+
 @contextlib.contextmanager
 def transcript(path: Path):
     """Keep what this process prints (stdout and stderr, as interleaved on screen) in `path` too, appended after a
@@ -171,6 +182,8 @@ def transcript(path: Path):
         if not stopped:
             stopped.append(err)
             sys.stdout, sys.stderr = originals
+            if lines in _KEPT:
+                _KEPT.remove(lines)
             print(f"WARNING: the console is no longer kept in {path} ({err.strerror or err}).", file=sys.stderr)
 
     try:
@@ -179,12 +192,15 @@ def transcript(path: Path):
         broken(err)
     if not stopped:
         sys.stdout, sys.stderr = _Tee(originals[0], lines, broken), _Tee(originals[1], lines, broken)
+        _KEPT.append(lines)
     try:
         yield
     finally:
         for stream in originals:
             stream.flush()
         sys.stdout, sys.stderr = originals
+        if lines in _KEPT:
+            _KEPT.remove(lines)
         with contextlib.suppress(OSError):
             lines.close()
         with contextlib.suppress(OSError):

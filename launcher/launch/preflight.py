@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.schema import Config, OptimizerUpdate, PrecisionName, Unreachable, as_dict
 from launcher.config.study_storage import shown
+from launcher.console import keep
 from launcher.files import CONFIG_FILE, PLAN_FILE, TUNING_FILE, write_text_atomic
 from launcher.launch.checkpointer import check_writable
 from launcher.launch.faults import OPT_IN, armed, ignored
@@ -104,7 +105,11 @@ def preflight(config: Config, settings: dict, run_dir: Path, launch_dir: Path) -
     write_text_atomic(run_dir / CONFIG_FILE, OmegaConf.to_yaml(settings))
     if tune_record is not None:
         copy_table(config, env, run_dir / TUNING_FILE)
-    print(prepared.plan.render(), flush=True)
+    if prepared.plan.is_chief:
+        print(prepared.plan.render(), flush=True)
+    else:  # one Plan on a job's console, the chief's: the workers agree on it before training
+        keep(prepared.plan.render())
+        print(f"Plan: the chief's (worker 0 prints it); this worker's is in {run_dir / PLAN_FILE}", flush=True)
     return prepared
 
 

@@ -90,3 +90,17 @@ def test_numbers_print_as_people_read_them():
         "12,345",
     ]
     assert readable(float("nan")) == "nan" and readable(float("inf")) == "inf"
+
+
+def test_kept_text_goes_to_the_transcript_only(tmp_path, capsys):
+    from launcher.console import keep
+
+    keep("no transcript: nowhere")
+    with transcript(tmp_path / "console.log"):
+        keep("Plan:\n  process.is_chief  False")
+        print("Plan: the chief's")
+    assert "is_chief" not in capsys.readouterr().out
+    kept = (tmp_path / "console.log").read_text().splitlines()[1:]
+    assert kept == ["Plan:", "  process.is_chief  False", "Plan: the chief's"]
+    keep("after the launch: nowhere")
+    assert "nowhere" not in (tmp_path / "console.log").read_text()
