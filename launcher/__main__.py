@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from hydra_plugins.launcher_search.sweeper import SearchSweeper
 from launcher import background
+from launcher.config import yaml_files
 from launcher.config.help import register_help
 from launcher.config.imports import config_packages
 from launcher.config.keys import schema_keys, typo_hints
@@ -191,6 +192,8 @@ def compose_fix(arguments: list[str]) -> str:
         if not skip and not argument.startswith("-"):
             overrides.append(argument)
         skip = argument in VALUED_FLAGS
+    if yaml_files.broken:  # a config file, not an override
+        return yaml_files.YAML_FIX
     deepest = max((_nesting(o) for o in overrides), default=0)
     if deepest > DEEPEST:  # parsed, then composed past Python's recursion limit (a RecursionError)
         return f"fix: a value nested {deepest} deep is more than a config holds (at most {DEEPEST}); write it flatter."
@@ -214,7 +217,9 @@ def entry() -> None:
     global _task_started
     _task_started = False  # a fresh start for each call (the test suite calls it in-process)
     sweep_callback.started = False
+    yaml_files.broken.clear()
     register_search_sweeper()
+    yaml_files.report_yaml_errors_compactly()
     sys.argv[1:] = plugin_search_path(sys.argv[1:])
     try:
         main()
@@ -223,6 +228,7 @@ def entry() -> None:
             print(compose_fix(sys.argv[1:]), file=sys.stderr)
         raise
     finally:
+        yaml_files.broken.clear()
         _settle_background()
 
 

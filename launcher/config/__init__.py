@@ -21,6 +21,7 @@ Modules:
     schema: structured-config schema: every key a person can set, with its type
     strategies: the table of the distribution strategies the launcher knows, each saying what it is
     tasks: the table of what each task needs: its loss, metrics, head and labels (no TensorFlow)
+    yaml_files: a config file that is not YAML, reported as `file:line:column: problem` with its fix
 
 May import: Hydra, OmegaConf and the standard library (Optuna and SQLAlchemy only inside the functions of
 `samplers` and `study_storage`). Never TensorFlow, never another launcher package: every other stage imports
