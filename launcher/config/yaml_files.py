@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 YAML_FIX = (
     "fix: correct the YAML at that line and column (indentation by spaces, `key: value` with a space after the "
     "colon, brackets and quotes closed); `python -m launcher --cfg job <overrides>` shows the config once it reads."
@@ -28,7 +30,6 @@ def where(error: Exception, fallback: str) -> str:
 
 def report_yaml_errors_compactly() -> None:
     """Wrap the `load_config` of Hydra's file and package config sources (once per process)."""
-    import yaml
     from hydra.errors import ConfigCompositionException
 
     try:  # Hydra's own modules: another Hydra may move them, and then its own report stands
