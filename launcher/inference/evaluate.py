@@ -229,14 +229,14 @@ class Evaluation:
         import keras
 
         from launcher.train.build import Built
-        from launcher.train.engine import Engine
+        from launcher.train.engine import Engine, EngineSettings
 
         model = self._load(in_scope=True)
         with self.strategy.scope():
             task = self._task(model)
             optimizer = keras.optimizers.SGD()
         built = Built(strategy=self.strategy, model=model, optimizer=optimizer, task=task)
-        engine = Engine(built, self.plan, self.source, seed=self.config.seed, verbose=0)
+        engine = Engine(built, self.plan, self.source, EngineSettings(seed=self.config.seed, verbose=0))
         return engine.evaluate(split=split)
 
     def _task(self, model):
