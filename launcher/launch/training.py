@@ -10,13 +10,12 @@ only says their order and what each hands the next.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from launcher.config.errors import ConfigError
 from launcher.config.schema import Config, Mode, to_config
-from launcher.contract import EXIT_FAILED, EXIT_FINISHED, FAILED, FINISHED, Ending, FitResult, ending_of
+from launcher.contract import EXIT_FAILED, EXIT_FINISHED, FAILED, FINISHED, Ending, ending_of
 from launcher.files import PLAN_FILE
 from launcher.launch.agree import agree_on_plan
 from launcher.launch.building import build_model
@@ -27,35 +26,13 @@ from launcher.launch.mlflow_run import open_mlflow_run
 from launcher.launch.preflight import checkpoint_directory, preflight, settings_of
 from launcher.launch.restore import restore
 from launcher.launch.stopping import numerics_guard, preemption_guard, requeue_job, stop_context
-from launcher.plan.decisions import Plan
+from launcher.outcome import OutcomeRecord
 from launcher.plan.resume import layout_of
 
 
-@dataclass
-class Outcome:
-    """What one launch produced, in this process (tests read it; `launch.train_mode.train` turns it into the typed
-    outcome record and the exit code)."""
-
-    plan: Plan
-    result: FitResult | None = None  # None for explain=true
-    run_id: str | None = None
-    run_dir: Path | None = None
-    error: str | None = None
-    failure: str | None = None  # launcher.outcome's TRAINING_FAILURE, NUMERICS_STOP or CHECKPOINT_WRITE
-    stop_reason: str | None = None  # a finished launch: epochs, max_steps, early_stopping, pruned or max_time
-    exit_code: int | None = None  # None: nothing trained (explain=true), exit 0
-    model: Any = None
-    weights_sha256: str | None = None  # multi-worker: of the final weights, the same on every worker
-    status: str | None = None  # the MLflow run's end: FINISHED, FAILED or KILLED (None: nothing trained)
-
-    def ended(self, ending: Ending) -> None:
-        self.status, self.exit_code = ending.status, ending.exit_code
-        self.error, self.failure = ending.error, ending.failure
-        self.stop_reason = ending.stop_reason or self.stop_reason  # a failed export keeps why training ended
-
-
-def execute(cfg_node, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> Outcome:
-    """Resolve, print and save the Plan, then train unless explain=true. Raises ConfigError."""
+def execute(cfg_node, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> OutcomeRecord:
+    """Resolve, print and save the Plan, then train unless explain=true: the outcome record (with, in this
+    process, the Plan, the fit's result and the model). Raises ConfigError."""
     config = to_config(cfg_node)
     if config.mode == Mode.doctor:  # __main__ routes mode=doctor to the doctor; execute() only trains
         raise ConfigError.single(
@@ -79,11 +56,11 @@ class TrainingLaunch:
     def _found(self, **changes) -> None:
         self.context = replace(self.context, **changes)
 
-    def execute(self) -> Outcome:
+    def execute(self) -> OutcomeRecord:
         self.prepare()
         if self.context.config.explain:
             print(f"\nexplain=true: nothing trained. Plan written to {self.context.run_dir / PLAN_FILE}")
-            return Outcome(plan=self.context.plan, run_dir=self.context.run_dir)
+            return OutcomeRecord(FINISHED, EXIT_FINISHED, plan=self.context.plan, run_dir=self.context.run_dir)
         self.build()
         self.restore()
         self.agree()
@@ -121,14 +98,14 @@ class TrainingLaunch:
         if c.checkpointer:
             c.checkpointer.record(c.tracker.run_id, layout_of(c.plan), c.run_dir)
 
-    def fit(self) -> Outcome:
+    def fit(self) -> OutcomeRecord:
         """Train with the hooks; mark the MLflow run FINISHED, KILLED or FAILED whatever happens. Every stop says
         its own ending (`launcher.contract.Ending`): one `except` records it."""
         from launcher.train.engine import Engine, EngineSettings
 
         c = self.context
         config, plan, restored, tracker = c.config, c.plan, c.restored, c.tracker
-        outcome = Outcome(plan=plan, run_id=tracker.run_id, run_dir=c.run_dir, model=c.built.model)
+        result = stop_reason = digest = None
         ending = Ending(FAILED, EXIT_FAILED)
         with preemption_guard(config, plan) as guard:
             hooks = hooks_for(c, guard)
@@ -143,14 +120,14 @@ class TrainingLaunch:
                     freezer=c.freezer,
                 )
                 engine = Engine(c.built, plan, c.source, settings)
-                outcome.result = engine.fit(config.train.epochs, start=restored.position, hooks=hooks.hooks)
-                outcome.result.earlier = restored.earlier_epochs()
-                tags = hooks.stop_tags(outcome.result, plan.schedule)
-                outcome.stop_reason = tags["stop_reason"]
+                result = engine.fit(config.train.epochs, start=restored.position, hooks=hooks.hooks)
+                result.earlier = restored.earlier_epochs()
+                tags = hooks.stop_tags(result, plan.schedule)
+                stop_reason = tags["stop_reason"]
                 tracker.set_tags(tags)
                 guard.finishing = True
-                outcome.weights_sha256 = finish(c, outcome.result, engine, hooks.best)
-                ending = Ending(FINISHED, EXIT_FINISHED, stop_reason=outcome.stop_reason)
+                digest = finish(c, result, engine, hooks.best)
+                ending = Ending(FINISHED, EXIT_FINISHED, stop_reason=stop_reason)
             except BaseException as stop:
                 ending = ending_of(stop, stop_context(plan))
                 ending.announce()
@@ -160,10 +137,18 @@ class TrainingLaunch:
                     raise
             finally:
                 tracker.end(ending.status)
-        outcome.ended(ending)
         if ending.requeue:
-            requeue_job(outcome)
-        return outcome
+            ending = requeue_job(ending)
+        return OutcomeRecord.of_fit(
+            ending,
+            result,
+            stop_reason,
+            run_id=tracker.run_id,
+            weights_sha256=digest,
+            plan=plan,
+            run_dir=c.run_dir,
+            model=c.built.model,
+        )
 
     def _resume(self, hooks: FitHooks) -> None:
         """A resumed run: the hooks take back their state (metrics MLflow missed are re-logged)."""
