@@ -41,7 +41,7 @@ SPLIT_KEYS = ("validation_split", "test_split", "shuffle_seed", "seed", "num_exa
 def evaluate(cfg, run_dir: Path, launch_dir: Path, overrides: list[str]) -> int:
     """mode=eval / mode=predict in the shell: find the training run, compose its config under this command's
     overrides, evaluate or predict; returns the exit code."""
-    mode = getattr(cfg.mode, "value", cfg.mode)
+    mode = cfg.mode.value
 
     def body() -> OutcomeRecord:
         train_dir = find_training_run(str(cfg.eval.run), launch_dir, str(cfg.tracking.uri))
