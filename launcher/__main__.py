@@ -68,7 +68,7 @@ def mode_of(cfg: DictConfig, multirun: bool) -> str:
     """The one place that decides which mode this process runs."""
     if multirun:
         return "sweep_job"  # each job runs in a fresh `python -m launcher` process of its own mode
-    mode = str(getattr(cfg.mode, "value", cfg.mode))
+    mode = cfg.mode.value  # the composed node holds the schema's Mode
     if mode == "train" and local_worker_count(cfg.strategy) > 0:
         return "local_workers"
     if mode == "train" and cfg.train.get("max_restarts", 0) > 0 and not supervised() and not cfg.get("explain"):

@@ -9,7 +9,7 @@ a fit ends (statuses, failure kinds, exit codes), `contract`.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,8 @@ from launcher.contract import (  # noqa: F401 (how a fit ends: named here for ev
     KILLED,
     NUMERICS_STOP,
     TRAINING_FAILURE,
+    Ending,
+    FitResult,
     exit_for_signal,
 )
 from launcher.files import OUTCOME_FILE, read_json, write_json_atomic
@@ -42,9 +44,21 @@ def forkserver_pid() -> int | None:
     return int(value) if value.isdigit() else None
 
 
+IN_PROCESS = "in_process"  # a field's metadata: kept in the process, never written to outcome.json
+
+
+def _in_process() -> Any:
+    return field(default=None, repr=False, compare=False, metadata={IN_PROCESS: True})
+
+
+def _written(cls) -> list:
+    return [f for f in fields(cls) if not f.metadata.get(IN_PROCESS)]
+
+
 @dataclass(frozen=True)
 class OutcomeRecord:
-    """One process's result: its status, MLflow run, error, final metrics and exit code."""
+    """One process's result: its status, MLflow run, error, final metrics and exit code (outcome.json); a training
+    launch's also holds, in its own process only, the Plan, the fit's result, the run dir and the model."""
 
     status: str
     exit_code: int
@@ -58,6 +72,27 @@ class OutcomeRecord:
     stop_reason: str | None = None  # FINISHED: epochs, max_steps, early_stopping, or max_time (more to train)
     pid: int = field(default_factory=os.getpid)
     forked_by: int | None = field(default_factory=forkserver_pid)  # the forkserver's pid, if one forked it
+    # What a training launch leaves in its own process (tests read them), never in outcome.json:
+    plan: Any = _in_process()  # the resolved Plan (launcher.plan.decisions.Plan)
+    result: FitResult | None = _in_process()  # None: nothing trained (explain=true, or the fit failed)
+    run_dir: Path | None = _in_process()
+    model: Any = _in_process()  # the trained Keras model
+
+    @classmethod
+    def of_fit(cls, ending: Ending, result: FitResult | None, stop_reason: str | None, **given) -> OutcomeRecord:
+        """A training launch's record: how its fit ended and what it trained (the final metrics, every epoch's
+        logs, a resumed run's earlier epochs too); a failed export keeps why training ended."""
+        return cls(
+            status=ending.status,
+            exit_code=ending.exit_code,
+            error=ending.error,
+            failure=ending.failure,
+            stop_reason=ending.stop_reason or stop_reason,
+            metrics=result.final if result else {},
+            history=[e.logs for e in result.history] if result else [],
+            result=result,
+            **given,
+        )
 
     @property
     def finished_training(self) -> bool:
@@ -66,7 +101,8 @@ class OutcomeRecord:
 
     def write(self, run_dir: Path) -> None:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-        write_json_atomic(Path(run_dir) / OUTCOME_FILE, asdict(self))
+        written = {f.name: getattr(self, f.name) for f in _written(type(self))}
+        write_json_atomic(Path(run_dir) / OUTCOME_FILE, written)
 
     @classmethod
     def read(cls, run_dir: Path) -> OutcomeRecord | None:
@@ -74,7 +110,7 @@ class OutcomeRecord:
         data: Any = read_json(Path(run_dir) / OUTCOME_FILE, None)
         if not isinstance(data, dict) or "status" not in data:
             return None
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in _written(cls)}
         data = {k: v for k, v in data.items() if k in known}
         data.setdefault("exit_code", EXIT_FINISHED if data["status"] == FINISHED else EXIT_FAILED)
         data["mode"] = data.get("mode") or "train"

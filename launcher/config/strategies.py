@@ -84,5 +84,5 @@ STRATEGIES: dict[str, Strategy] = {
 
 
 def strategy_of(kind) -> Strategy:
-    """The entry for `strategy.kind`, given as a `StrategyKind` or its name (a composed config holds either)."""
-    return STRATEGIES[str(getattr(kind, "value", kind))]
+    """The entry for `strategy.kind` (a `StrategyKind`: the typed Config and the composed node both hold one)."""
+    return STRATEGIES[kind.value]

@@ -166,7 +166,7 @@ def objective(cfg) -> str:
         return chosen
     if getattr(cfg.task, "heads", None):
         return "val_loss"  # several heads: the total loss is the one headline they share
-    task = getattr(cfg.task.name, "value", cfg.task.name)
+    task = cfg.task.name.value  # a TaskName, in the typed Config and the composed node alike
     headline = TASKS[task].objective
     logged = ["loss", *metric_names(task, cfg.task.metrics)]
     return headline if headline.removeprefix("val_") in logged else "val_loss"

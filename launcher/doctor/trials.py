@@ -149,7 +149,7 @@ def run_trial(
     """
     from launcher.launch.review import review
     from launcher.train.build import build
-    from launcher.train.engine import Engine
+    from launcher.train.engine import Engine, EngineSettings
 
     trial = Trial(name, dict(overrides))
     cfg = with_overrides(config, {**TRIAL_SETTINGS, "train.max_steps_per_epoch": steps, **overrides})
@@ -162,15 +162,10 @@ def run_trial(
     position = Position()
     try:
         built = build(cfg, plan, source, checked.strategy)
-        engine = Engine(
-            built,
-            plan,
-            source,
-            seed=cfg.seed,
-            shuffle_buffer=cfg.dataset.shuffle_buffer,
-            verbose=0,
-            guard=numerics_guard(cfg, plan),
+        settings = EngineSettings(
+            seed=cfg.seed, shuffle_buffer=cfg.dataset.shuffle_buffer, verbose=0, guard=numerics_guard(cfg, plan)
         )
+        engine = Engine(built, plan, source, settings)
         # Enough epochs for `steps` steps on a small dataset; the recorder stops at `steps` (or `stop_after`).
         epochs = math.ceil(steps / max(1, plan.schedule.steps_per_epoch))
         last = min(steps, stop_after) if stop_after is not None else steps

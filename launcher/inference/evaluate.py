@@ -41,7 +41,7 @@ SPLIT_KEYS = ("validation_split", "test_split", "shuffle_seed", "seed", "num_exa
 def evaluate(cfg, run_dir: Path, launch_dir: Path, overrides: list[str]) -> int:
     """mode=eval / mode=predict in the shell: find the training run, compose its config under this command's
     overrides, evaluate or predict; returns the exit code."""
-    mode = getattr(cfg.mode, "value", cfg.mode)
+    mode = cfg.mode.value
 
     def body() -> OutcomeRecord:
         train_dir = find_training_run(str(cfg.eval.run), launch_dir, str(cfg.tracking.uri))
@@ -229,14 +229,14 @@ class Evaluation:
         import keras
 
         from launcher.train.build import Built
-        from launcher.train.engine import Engine
+        from launcher.train.engine import Engine, EngineSettings
 
         model = self._load(in_scope=True)
         with self.strategy.scope():
             task = self._task(model)
             optimizer = keras.optimizers.SGD()
         built = Built(strategy=self.strategy, model=model, optimizer=optimizer, task=task)
-        engine = Engine(built, self.plan, self.source, seed=self.config.seed, verbose=0)
+        engine = Engine(built, self.plan, self.source, EngineSettings(seed=self.config.seed, verbose=0))
         return engine.evaluate(split=split)
 
     def _task(self, model):

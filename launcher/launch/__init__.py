@@ -12,6 +12,7 @@ Modules:
     checkpoint_index: TensorFlow's checkpoint index, rebuilt from the checkpoint files when lost or garbled
     checkpoint_policy: when to save: the checkpoint save rule as pure arithmetic on the position
     checkpointer: checkpoints a run can bet on: exact resume, keep-N, best model, verified restores
+    context: what the launch steps share: the config, the Plan, what each step found (`LaunchContext`)
     faults: test-only fault injection: stop or break a run at one exact point
     find_run: a trained run found by its name, run dir or MLflow run id; or the newest finished
     finish: the finish step: exports, final weights compared, the test split, the summary

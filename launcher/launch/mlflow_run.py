@@ -7,9 +7,9 @@ Beside `mlflow_record` (what MLflow's own views show) and `params` (what a run l
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from launcher.files import CONFIG_FILE, PLAN_FILE, TUNING_FILE
+from launcher.launch.context import LaunchContext
 from launcher.launch.faults import fault_point
 from launcher.launch.mlflow_record import dataset_inputs
 from launcher.launch.params import run_name, run_params, run_tags
@@ -29,33 +29,22 @@ def birth_tags(config) -> dict[str, str]:
     return {} if trial is None else {TRIAL_TAG: str(trial)}
 
 
-def open_mlflow_run(
-    config,
-    settings: dict,
-    choices: dict,
-    plan,
-    *,
-    env,
-    source,
-    run_dir: Path,
-    launch_dir: Path,
-    tracking_uri: str,
-    resume_run_id: str | None,
-    init_source=None,
-) -> RunTracker:
-    """The chief's MLflow run (a NullTracker elsewhere, or with tracking.enabled=false). A write MLflow refuses
-    stops the launch here, before training."""
+def open_mlflow_run(context: LaunchContext) -> RunTracker:
+    """The chief's MLflow run (a NullTracker elsewhere, or with tracking.enabled=false): the restored checkpoint's
+    run continued, or a new one. A write MLflow refuses stops the launch here, before training."""
+    config, plan, prepared, run_dir = context.config, context.plan, context.prepared, context.run_dir
     tr = config.tracking
     if not tr.enabled or not plan.is_chief:
         return NullTracker()
-    name = run_name(config, choices)
-    params = run_params(settings, plan)
+    name = run_name(config, context.choices)
+    params = run_params(context.settings, plan)
+    tracking_uri, init_source = prepared.tracking_uri, prepared.init_source
     tracker = open_run(
         tracking_uri,
-        launch_dir,
+        context.launch_dir,
         tr.experiment,
         name,
-        resume_run_id=resume_run_id,
+        resume_run_id=context.restored.sidecar.get("mlflow_run_id"),
         parent_run_id=tr.parent_run_id or None,
         run_dir=run_dir,
         outage_wait=tr.outage_wait,
@@ -78,12 +67,12 @@ def open_mlflow_run(
             tracker.set_tags({**changed_tags(continued.changed or ""), "plan.resume.kept": continued.kept or ""})
     else:
         tracker.log_params(params)
-        tracker.set_tags(run_tags(plan, env, run_dir, tr, name))
+        tracker.set_tags(run_tags(plan, prepared.env, run_dir, tr, name))
         tracker.log_artifact(run_dir / PLAN_FILE)
         tracker.log_artifact(run_dir / CONFIG_FILE)
         if (run_dir / TUNING_FILE).exists():
             tracker.log_artifact(run_dir / TUNING_FILE)
-        tracker.log_inputs(dataset_inputs(source, config.dataset))
+        tracker.log_inputs(dataset_inputs(prepared.source, config.dataset))
     if restart := attempt_number():  # train.max_restarts: the supervisor says why this process exists
         why = os.environ.get(REASON_ENV, "")
         tracker.set_tags({"restart.count": restart, f"restart.{restart}.error": why, "error": why})

@@ -5,41 +5,20 @@ Before tracking starts, so a checkpoint of another model is a ConfigError MLflow
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-
 from launcher.config.models import architecture
-from launcher.contract import EpochResult, Position
 from launcher.launch.checkpointer import Checkpointer, owner_problem, set_aside
+from launcher.launch.context import LaunchContext, Restored
 from launcher.launch.preflight import save_plan
-from launcher.plan.decisions import InitPlan, Plan, ResumePlan, render_records
+from launcher.plan.decisions import InitPlan, ResumePlan, render_records
 from launcher.plan.resume import decide_resume, layout_of
 from launcher.tracking.uri import redact
 
 
-@dataclass
-class Restored:
-    """The checkpointer (None with checkpoint.enabled=false), where a resumed run continues (None: from the
-    start), what the hooks saved beside the checkpoint, and the Plan with the resume decision."""
-
-    plan: Plan
-    checkpointer: Checkpointer | None = None
-    position: Position | None = None
-    sidecar: dict = field(default_factory=dict)
-
-    def earlier_epochs(self) -> list[EpochResult]:
-        """The epochs the run ended before this launch, as its checkpoint's history holds them."""
-        if self.position is None:
-            return []
-        ended = [e for e in self.sidecar.get("history") or [] if e["epoch"] < self.position.epoch]
-        position_keys = ("epoch", "global_step")
-        return [EpochResult(e["epoch"], {k: v for k, v in e.items() if k not in position_keys}) for e in ended]
-
-
-def restore(config, settings: dict, plan: Plan, built, directory: Path, remote, run_dir: Path) -> Restored:
+def restore(context: LaunchContext) -> Restored:
     """checkpoint.resume=never sets the old checkpoints aside; else the newest (or the named) one is restored,
     after pulling an object store's copy."""
-    cfg = config.checkpoint
+    plan, built, run_dir, remote = context.plan, context.built, context.run_dir, context.prepared.remote
+    directory, cfg = context.checkpoint_dir, context.config.checkpoint
     if not cfg.enabled:
         return Restored(plan)
     if str(cfg.resume) == "never" and plan.is_chief:
@@ -50,7 +29,9 @@ def restore(config, settings: dict, plan: Plan, built, directory: Path, remote, 
         print(f"  remote   downloaded ckpt-{pulled[-1]} (and {len(pulled) - 1} older) from {remote.url}")
     if plan.is_chief and str(cfg.resume) != "never" and (taken := owner_problem(directory, run_dir)):
         raise taken
-    checkpointer = Checkpointer(cfg, directory, built, architecture(settings["model"]), plan.worker_index, remote)
+    checkpointer = Checkpointer(
+        cfg, directory, built, architecture(context.settings["model"]), plan.worker_index, remote
+    )
     restored = checkpointer.restore()
     if not restored:
         return Restored(plan, checkpointer)

@@ -74,7 +74,8 @@ def load_data(config):
     load = DATASETS.get(config.dataset.name).load
     source = load(config.dataset, task=task) if "task" in inspect.signature(load).parameters else load(config.dataset)
     num_classes = int(getattr(config.dataset, "num_classes", 0) or 0)
-    return fit_to_task(source, task, num_classes, config.task.pad_id, heads=config.task.heads or None)
+    heads = {name: head.name.value for name, head in config.task.heads.items()}  # output name -> task name
+    return fit_to_task(source, task, num_classes, config.task.pad_id, heads=heads or None)
 
 
 def check_optimizer(config, plan, found: list[Violation]) -> list[Violation]:

@@ -95,15 +95,14 @@ class _Stopwatch(Hook):
 
     def __init__(
         self,
-        model,
-        global_batch: int,
+        engine,
         min_chunks: int = MIN_CHUNKS,
         min_seconds: float = ROUND_SEC,
         chunk_steps: int | None = None,
         settle: int = 0,
         settled_sec: float | None = None,
     ):
-        self.model, self.global_batch = model, global_batch
+        self.model, self.global_batch = engine.model, engine.global_batch  # the engine the round trains
         self.settle, self.settled_sec = settle, settled_sec
         self.min_chunks, self.min_seconds, self.chunk_steps = min_chunks, min_seconds, chunk_steps
         self.seconds, self.steps, self.chunks = 0.0, 0, 0
@@ -146,7 +145,7 @@ def prepare(candidate, config, env) -> Timed:
     """Review and build `config` under `candidate`, then run a few one-step chunks (trace, compile, warm the
     caches) and size the timed chunks from them."""
     from launcher.train.build import build
-    from launcher.train.engine import Engine
+    from launcher.train.engine import Engine, EngineSettings
 
     timed = Timed(candidate)
     cfg = candidate.applied(config)
@@ -158,17 +157,15 @@ def prepare(candidate, config, env) -> Timed:
             return timed
         built = build(cfg, checked.plan, checked.source, checked.strategy)
         timed.swapped = bool(built.swaps and built.swaps.swapped)
-        timed.engine = Engine(
-            built,
-            checked.plan,
-            checked.source,
+        settings = EngineSettings(
             seed=cfg.seed,
             shuffle_buffer=cfg.dataset.shuffle_buffer,
             verbose=0,
             guard=numerics_guard(cfg, checked.plan),
             validate=False,
         )
-        warm = _Stopwatch(built.model, checked.plan.batch.global_batch, WARM_CHUNKS, 0.0, chunk_steps=1)
+        timed.engine = Engine(built, checked.plan, checked.source, settings)
+        warm = _Stopwatch(timed.engine, WARM_CHUNKS, 0.0, chunk_steps=1)
         timed.engine.fit(TIMING_SETTINGS["epochs"], start=timed.position, hooks=HookList([warm]))
         step_sec = timed.step_sec = min(warm.per_step[1:])
         calls = checked.plan.step.steps_per_execution
@@ -183,9 +180,7 @@ def time_round(timed: Timed) -> None:
     """One more round of a built candidate; a failure ends its timing (no engine) and says why."""
     engine = timed.engine
     settled = SETTLED * timed.step_sec if timed.step_sec else None
-    watch = _Stopwatch(
-        engine.model, engine.global_batch, chunk_steps=timed.chunk_steps, settle=SETTLE_CHUNKS, settled_sec=settled
-    )
+    watch = _Stopwatch(engine, chunk_steps=timed.chunk_steps, settle=SETTLE_CHUNKS, settled_sec=settled)
     try:
         engine.fit(TIMING_SETTINGS["epochs"], start=timed.position, hooks=HookList([watch]))
     except Exception as err:

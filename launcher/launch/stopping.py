@@ -3,8 +3,10 @@ context each stop's `Ending` needs (`launcher.contract.ending_of`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from launcher.config.durations import show_duration
-from launcher.contract import StopContext
+from launcher.contract import Ending, StopContext
 from launcher.launch.hooks.preemption import PreemptionGuard
 from launcher.supervise.restarts import supervised
 from launcher.supervise.slurm import REQUEUE_SIGNAL, requeue
@@ -26,12 +28,12 @@ def stop_context(plan) -> StopContext:
     return StopContext(REQUEUE_SIGNAL if requeues else None, show_duration(budget) if budget else "")
 
 
-def requeue_job(outcome) -> None:
-    """Last, after the MLflow run is ended: Slurm stops this job as it requeues it."""
+def requeue_job(ending: Ending) -> Ending:
+    """Last, after the MLflow run is ended: Slurm stops this job as it requeues it. The ending, with why the
+    requeue failed when it did."""
     done, said = requeue()
     print(said, flush=True)
-    if not done:
-        outcome.error = f"{outcome.error}; {said}"
+    return ending if done else replace(ending, error=f"{ending.error}; {said}")
 
 
 def numerics_guard(config, plan) -> NumericsGuard:

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, open_dict
 from launcher.config.schema import to_config
 from launcher.config.strategies import strategy_of
 from launcher.launch.shell import run_in_shell
-from launcher.outcome import EXIT_FINISHED, FINISHED, OutcomeRecord
+from launcher.outcome import OutcomeRecord
 from launcher.plan.cluster import find_cluster
 from launcher.plan.environment import read_slurm, read_tf_config
 from launcher.supervise.local_workers import local_worker_count
@@ -60,21 +60,7 @@ def train(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict) -> Ou
     """Resolve, build, train (or explain); the outcome record of what happened. Raises ConfigError."""
     from launcher.launch.training import execute
 
-    outcome = execute(cfg, run_dir, launch_dir, choices)
-    result = outcome.result
-    final = result.final if result else {}
-    history = [e.logs for e in result.history] if result else []  # the run's, a resumed run's earlier epochs too
-    return OutcomeRecord(
-        status=outcome.status or FINISHED,  # None: nothing trained (explain=true)
-        exit_code=EXIT_FINISHED if outcome.exit_code is None else outcome.exit_code,
-        run_id=outcome.run_id,
-        error=outcome.error,
-        metrics=final,
-        history=history,
-        weights_sha256=outcome.weights_sha256,
-        failure=outcome.failure,
-        stop_reason=outcome.stop_reason,
-    )
+    return execute(cfg, run_dir, launch_dir, choices)
 
 
 def worker_run_dir(cfg: DictConfig, run_dir: Path) -> Path:

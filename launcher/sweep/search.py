@@ -442,11 +442,11 @@ def logged_metrics(task_cfg) -> tuple[str, list[str] | None]:
     """The task's name and every epoch metric its runs log (None: a user metric's name is known only at build); under
     task.heads each head's, as Keras names them (<head>_loss, <head>_<metric>, their val_ forms) and the total loss."""
     if not getattr(task_cfg, "heads", None):
-        task = getattr(task_cfg.name, "value", task_cfg.name)
+        task = task_cfg.name.value
         return task, known_epoch_metrics(task, metric_names(task, task_cfg.metrics))
     logged = []
     for head, head_cfg in task_cfg.heads.items():
-        logged += head_metric_names(head, getattr(head_cfg.name, "value", head_cfg.name), head_cfg.metrics)
+        logged += head_metric_names(head, head_cfg.name.value, head_cfg.metrics)
     return "heads", known_epoch_metrics("heads", logged)
 
 

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -29,6 +32,22 @@ from launcher.train.step_stats import Totals
 from launcher.train.steps import Steps
 
 
+@dataclass(frozen=True)
+class EngineSettings:
+    """How an engine runs its loops, beside what it trains (the built model, the Plan, the data)."""
+
+    seed: int = 0  # the data's order: epoch e is shuffled with a seed from it and e alone
+    shuffle_buffer: int = 10_000
+    callbacks: Sequence = ()  # standard Keras callbacks, driven through a CallbackList
+    verbose: int = 1  # 0: no progress bar, no epoch lines
+    guard: NumericsGuard | None = None  # stops a collapsing run with a diagnosis (default: the guard's defaults)
+    telemetry: bool = True  # False: no gradient norm, no per-step trace (the guard still runs)
+    freezer: Any = None  # model.freeze: which layers train in which epoch (launcher.train.fine_tune.Freezer)
+    # False: no validation at epoch ends (the step timing of tune=auto, where only the train step matters and
+    # tracing the evaluation would cost each candidate ~0.5 s, ~1 s under XLA)
+    validate: bool = True
+
+
 class Engine:
     """The training and evaluation loops of one built model under its strategy, driven by the Plan's step kind.
 
@@ -36,37 +55,22 @@ class Engine:
     step metrics, the profiler window) and telling them after each chunk and epoch; `evaluate` runs a split.
     """
 
-    def __init__(
-        self,
-        built,
-        plan,
-        source,
-        *,
-        seed: int = 0,
-        shuffle_buffer: int = 10_000,
-        callbacks=(),
-        verbose: int = 1,
-        guard: NumericsGuard | None = None,
-        telemetry: bool = True,
-        freezer=None,
-        validate: bool = True,
-    ):
+    def __init__(self, built, plan, source, settings: EngineSettings | None = None):
+        settings = settings or EngineSettings()
         self.strategy = built.strategy
         self.model = built.model
         self.optimizer = built.optimizer
         self.plan = plan
         self.source = source
-        self.seed = seed
-        self.shuffle_buffer = shuffle_buffer
-        self.verbose = verbose
+        self.seed = settings.seed
+        self.shuffle_buffer = settings.shuffle_buffer
+        self.verbose = settings.verbose
         self.global_batch = plan.batch.global_batch
         self.accumulate = int(plan.batch.accumulation)
-        self.guard = guard or NumericsGuard()
-        self.telemetry = telemetry  # False: no gradient norm, no per-step trace (the guard still runs)
-        self.freezer = freezer  # model.freeze: which layers train in which epoch (launcher.train.fine_tune)
-        # False: no validation at epoch ends (the step timing of tune=auto, where only the train step matters and
-        # tracing the evaluation would cost each candidate ~0.5 s, ~1 s under XLA)
-        self.validate = validate
+        self.guard = settings.guard or NumericsGuard()
+        self.telemetry = settings.telemetry
+        self.freezer = settings.freezer
+        self.validate = settings.validate
         self.validate_every = plan.schedule.val_every_steps or 0  # train.val_every_steps (0: epoch ends only)
         # Validations so far under train.val_every_steps, inside epochs and at their ends: the index the validation-
         # driven callbacks are given (from 1: Keras's early stopping never stops at its "epoch" 0).
@@ -84,7 +88,7 @@ class Engine:
         # Callbacks such as ReduceLROnPlateau reach the optimizer through the model.
         self.model.optimizer = self.optimizer
         self.callbacks = keras.callbacks.CallbackList(
-            list(callbacks),
+            list(settings.callbacks),
             add_history=True,
             add_progbar=False,
             model=self.model,

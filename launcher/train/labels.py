@@ -19,12 +19,14 @@ SAMPLE = 2048
 SHOWN = 3
 
 
-def fit_to_task(source: DataSource, task: str, num_classes: int = 0, pad_id: int = 0, heads=None) -> DataSource:
+def fit_to_task(
+    source: DataSource, task: str, num_classes: int = 0, pad_id: int = 0, heads: dict[str, str] | None = None
+) -> DataSource:
     """Check the labels (and for sequences the inputs) fit `task`; set the source's task and output width.
 
     `num_classes` is the configured count (0 = from the data). With a target per head (a dict y), each head's
-    labels are checked against its own task, `heads` mapping output name -> task name (or a head config with a
-    `name`, as `task.heads` holds); without `heads` every head takes `task`. Raises ConfigError listing every
+    labels are checked against its own task, `heads` mapping output name -> task name; without `heads` every head
+    takes `task`. Raises ConfigError listing every
     problem, naming the head.
     """
     x, y, weights = _sample(source)
@@ -63,7 +65,7 @@ def _fit_heads(source, task, features, y: dict, problems: list, pad_id: int, hea
     """A target per head: each head's labels against its task (named in every problem), then each head's output
     width in `source.head_outputs` and its task in `source.head_tasks` (the first head's width is the source's
     num_classes / num_outputs, for what reads one)."""
-    configured = {name: _task_name(head) for name, head in dict(heads or {}).items()}
+    configured = dict(heads or {})
     tasks = {}
     for name in y:
         if configured and name not in configured:
@@ -100,14 +102,6 @@ def _width(task: str, x: np.ndarray, y: np.ndarray, source: DataSource, pad_id: 
     if task == "regression":
         return 1 if y.ndim == 1 else int(np.prod(y.shape[1:]))
     return max(source.vocab_size, int(x.max()) + 1, int(y.max()) + 1, pad_id + 1)
-
-
-def _task_name(head) -> str:
-    """A head's task from `task.heads.<name>` (a config with a `name`) or a plain task name."""
-    name = getattr(head, "name", None) if not isinstance(head, str) else head
-    if name is None and isinstance(head, dict):
-        name = head.get("name", "classification")
-    return str(getattr(name, "value", name))
 
 
 def _for_head(violation: Violation, head: str, configured: bool) -> Violation:

@@ -343,11 +343,12 @@ def test_the_first_save_is_restored_into_fresh_objects_and_a_mismatch_fails_at_o
     launch = TrainingLaunch(config(*TINY, "precision=fp32", "tracking.enabled=false"), tmp_path / "run", tmp_path, {})
     launch.prepare()
     launch.build()
-    checkpointer = Checkpointer(launch.config.checkpoint, tmp_path / "ckpt", launch.built, {"name": "mlp"})
+    context = launch.context
+    checkpointer = Checkpointer(context.config.checkpoint, tmp_path / "ckpt", context.built, {"name": "mlp"})
     checkpointer.save(Position(global_step=1), {})
     assert checkpointer.verified
     # A restore path that would not bring every variable back is caught on the first save.
-    real_rebuild = launch.built.rebuild
+    real_rebuild = context.built.rebuild
 
     def rebuild_with_another_model():
         twin = real_rebuild()
@@ -355,8 +356,8 @@ def test_the_first_save_is_restored_into_fresh_objects_and_a_mismatch_fails_at_o
             twin.model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(3)])
         return twin
 
-    launch.built.rebuild = rebuild_with_another_model
-    fresh = Checkpointer(launch.config.checkpoint, tmp_path / "ckpt2", launch.built, {"name": "mlp"})
+    context.built.rebuild = rebuild_with_another_model
+    fresh = Checkpointer(context.config.checkpoint, tmp_path / "ckpt2", context.built, {"name": "mlp"})
     with pytest.raises(CheckpointVerifyError, match="does not restore into a freshly built model"):
         fresh.save(Position(global_step=1), {})
     assert not fresh.verified

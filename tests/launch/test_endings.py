@@ -86,3 +86,43 @@ def test_every_stop_the_engine_raises_says_its_own_ending(stop):
 
 def test_an_unexpected_exception_does_not_claim_to_say_its_ending():
     assert not isinstance(RuntimeError("boom"), EndsLaunch)
+
+
+def test_a_fit_s_outcome_is_one_record_whose_in_process_parts_never_reach_outcome_json(tmp_path):
+    """A failed export after training: FAILED with the export's error, the stop reason training ended with, the
+    run's final metrics and every epoch's logs (a resumed run's earlier ones too); the Plan, the fit's result and
+    the model stay in the process, and the record read back from outcome.json equals it."""
+    from launcher.contract import Ending, EpochResult, FitResult
+    from launcher.files import OUTCOME_FILE, read_json
+    from launcher.outcome import EXPORT_FAILURE, OutcomeRecord
+
+    result = FitResult(epochs=[EpochResult(1, {"loss": 0.5})], earlier=[EpochResult(0, {"loss": 0.9})])
+    export_failed = Ending(FAILED, 1, error="export failed: tflite", failure=EXPORT_FAILURE)
+    record = OutcomeRecord.of_fit(
+        export_failed, result, "epochs", run_id="r1", plan=object(), run_dir=tmp_path, model=object()
+    )
+    assert (record.status, record.exit_code, record.stop_reason, record.failure) == (
+        FAILED,
+        1,
+        "epochs",
+        EXPORT_FAILURE,
+    )
+    assert record.metrics == {"loss": 0.5} and record.history == [{"loss": 0.9}, {"loss": 0.5}]
+    assert record.result is result and record.run_dir == tmp_path
+    record.write(tmp_path)
+    written = read_json(tmp_path / OUTCOME_FILE, {})
+    assert not {"plan", "result", "run_dir", "model"} & set(written)
+    assert written["error"] == "export failed: tflite" and written["history"] == record.history
+    assert OutcomeRecord.read(tmp_path) == record
+    killed = OutcomeRecord.of_fit(ending_of(Preempted(signal.SIGTERM, AT), StopContext()), None, None)
+    assert (killed.status, killed.exit_code, killed.metrics, killed.history) == (KILLED, 143, {}, [])
+
+
+def test_a_requeue_slurm_refuses_adds_why_to_the_ending_s_error(monkeypatch):
+    from launcher.launch import stopping
+
+    ending = ending_of(Preempted(signal.SIGUSR1, AT), REQUEUES)
+    monkeypatch.setattr(stopping, "requeue", lambda: (True, "requeued"))
+    assert stopping.requeue_job(ending) == ending
+    monkeypatch.setattr(stopping, "requeue", lambda: (False, "scontrol requeue failed"))
+    assert stopping.requeue_job(ending).error == f"{ending.error}; scontrol requeue failed"

@@ -465,6 +465,28 @@ class FakeAgreement:
         return signum
 
 
+def fit_context(tmp_path, config, plan, built, tracker, *, env=None, checkpointer=None, agreement=None, trial=None):
+    """A training launch's context as far as the fit step, with the given pieces (fakes)."""
+    from types import SimpleNamespace as NS
+
+    from launcher.launch.context import LaunchContext, Restored
+
+    return LaunchContext(
+        config,
+        {},
+        {},
+        tmp_path,
+        tmp_path,
+        tmp_path / "checkpoints",
+        plan=plan,
+        prepared=NS(env=env, trial=trial),
+        built=built,
+        restored=Restored(plan, checkpointer),
+        agreement=agreement,
+        tracker=tracker,
+    )
+
+
 def test_hooks_for_puts_stops_first_state_before_the_save_and_the_preemption_stop_last(tmp_path):
     from types import SimpleNamespace as NS
 
@@ -473,18 +495,18 @@ def test_hooks_for_puts_stops_first_state_before_the_save_and_the_preemption_sto
 
     guard = PreemptionGuard(enabled=False)
     built = NS(model=None, optimizer=None)
-    fit = assembly.hooks_for(
+    context = fit_context(
+        tmp_path,
         fit_config(monitor="val_loss", profile_steps=2, step_metrics_every=5),
         fit_plan(max_time=60),
         built,
         FakeTracker(),
-        NS(matmul_gflops={}),
-        tmp_path,
-        guard,
+        env=NS(matmul_gflops={}),
         checkpointer=FakeCheckpointer(),
         agreement=FakeAgreement(),
         trial=NS(objective="val_loss"),
     )
+    fit = assembly.hooks_for(context, guard)
     names = [type(h).__name__ for h in fit.hooks.hooks]
     assert names == [
         "TimeBudgetHook",
@@ -512,7 +534,8 @@ def test_hooks_for_a_plain_fit_has_only_what_every_fit_needs(tmp_path):
     from launcher.launch.hooks.preemption import PreemptionGuard
 
     plan = fit_plan()
-    fit = hooks_for(fit_config(), plan, NS(model=None), FakeTracker(), None, tmp_path, PreemptionGuard(enabled=False))
+    context = fit_context(tmp_path, fit_config(), plan, NS(model=None), FakeTracker())
+    fit = hooks_for(context, PreemptionGuard(enabled=False))
     names = [type(h).__name__ for h in fit.hooks.hooks]
     assert names == ["UtilizationHook", "HistoryHook", "CallbackStateHook", "MetricsHook", "PreemptionHook"]
     assert fit.best is None and fit.pruning is None

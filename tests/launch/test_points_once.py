@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import signal
+from dataclasses import replace
 
 import pytest
 from support.config import TINY, config
 from support.train import QUIET
 
+from launcher.launch.context import Restored
 from launcher.launch.hooks.assembly import hooks_for
 from launcher.launch.hooks.preemption import PreemptionGuard
 
@@ -86,25 +88,19 @@ def fit(tmp_path, overrides, trial, epochs):
     """The launch's engine and hook list, trained `epochs`: (result, fit hooks, tracker, checkpointer, the global
     steps validated at, engine)."""
     from launcher.launch.training import TrainingLaunch
-    from launcher.train.engine import Engine
+    from launcher.train.engine import Engine, EngineSettings
 
     launch = TrainingLaunch(config(*VALIDATING, *overrides), tmp_path / "run", tmp_path, {})
     launch.prepare()
     launch.build()
     tracker, checkpointer = Points(), SavedPositions()
     guard = PreemptionGuard(enabled=False)
-    hooks = hooks_for(
-        launch.config,
-        launch.plan,
-        launch.built,
-        tracker,
-        launch.prepared.env,
-        tmp_path,
-        guard,
-        checkpointer,
-        trial=trial,
-    )
-    engine = Engine(launch.built, launch.plan, launch.source, callbacks=launch.built.callbacks, verbose=0)
+    built, prepared = launch.context.built, replace(launch.context.prepared, trial=trial)
+    restored = Restored(launch.context.plan, checkpointer)
+    context = replace(launch.context, prepared=prepared, restored=restored, tracker=tracker, run_dir=tmp_path)
+    hooks = hooks_for(context, guard)
+    settings = EngineSettings(callbacks=built.callbacks, verbose=0)
+    engine = Engine(built, context.plan, context.source, settings)
     validations: list[int] = []
     evaluate = engine.evaluate
 

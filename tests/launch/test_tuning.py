@@ -335,7 +335,9 @@ def test_a_rounds_first_chunk_runs_untimed_and_its_rate_is_the_median_chunks(mon
     clock = iter([0.0, 5.0, 5.2, 5.8, 6.0])  # chunk ends: 5 s (switching), then 0.2, 0.6 (a burst), 0.2 s
     monkeypatch.setattr(step_timing.time, "perf_counter", lambda: next(clock))
     model = SimpleNamespace(stop_training=False)
-    watch = step_timing._Stopwatch(model, global_batch=10, min_chunks=3, min_seconds=0.0, settle=1)
+    watch = step_timing._Stopwatch(
+        SimpleNamespace(model=model, global_batch=10), min_chunks=3, min_seconds=0.0, settle=1
+    )
     position, logs = Position(), {"telemetry": SimpleNamespace(ran=2, losses=[1.0, 1.0])}
     watch.steps_until_boundary(position)
     for _ in range(3):
@@ -359,7 +361,11 @@ def test_a_rounds_slow_first_chunks_settle_untimed_and_a_chunk_at_speed_is_timed
         clock = iter(chunk_ends)
         monkeypatch.setattr(step_timing.time, "perf_counter", lambda: next(clock))
         watch = step_timing._Stopwatch(
-            SimpleNamespace(stop_training=False), 10, min_chunks=2, min_seconds=0.0, settle=settle, settled_sec=0.15
+            SimpleNamespace(model=SimpleNamespace(stop_training=False), global_batch=10),
+            min_chunks=2,
+            min_seconds=0.0,
+            settle=settle,
+            settled_sec=0.15,
         )
         position, logs = Position(), {"telemetry": SimpleNamespace(ran=1, losses=[1.0])}
         watch.steps_until_boundary(position)

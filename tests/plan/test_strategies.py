@@ -31,7 +31,8 @@ def test_every_strategy_choice_has_an_entry_its_yaml_and_its_builder():
     assert all(name == entry.name for name, entry in STRATEGIES.items())
     assert {entry.builder for entry in STRATEGIES.values()} <= set(runtime.BUILDERS)
     assert set(PLACEMENTS) == set(Placement)
-    assert strategy_of(StrategyKind.mirrored) is strategy_of("mirrored") is STRATEGIES["mirrored"]
+    composed = compose("strategy=mirrored").strategy.kind  # the node the entry point holds: a StrategyKind too
+    assert strategy_of(StrategyKind.mirrored) is strategy_of(composed) is STRATEGIES["mirrored"]
 
 
 def test_what_each_strategy_is():

@@ -14,14 +14,16 @@ QUIET = ["tracking.enabled=false", "checkpoint.enabled=false", "checkpoint.expor
 
 def engine_for(tmp_path, *overrides, validate: bool = True):
     from launcher.launch.training import TrainingLaunch
-    from launcher.train.engine import Engine
+    from launcher.train.engine import Engine, EngineSettings
 
     launch = TrainingLaunch(
         config(*TINY, *QUIET, "xla=false", "train.max_steps_per_epoch=10", *overrides), tmp_path / "run", tmp_path, {}
     )
     launch.prepare()
     launch.build()
-    return Engine(launch.built, launch.plan, launch.source, verbose=0, validate=validate)
+    return Engine(
+        launch.context.built, launch.context.plan, launch.context.source, EngineSettings(verbose=0, validate=validate)
+    )
 
 
 def make_strategy(kind):

@@ -4,8 +4,6 @@ the pipeline and sharding; every refusal names the feature, head or weight, befo
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 from support.config import TINY, compose, config
@@ -100,11 +98,11 @@ def test_workers_shards_keep_each_examples_arrays_together():
     assert not set(rows[0]) & set(rows[1]) and len(rows[0]) == len(rows[1]) > 0
 
 
-def test_heads_without_task_heads_take_the_one_task_and_a_config_object_names_each():
+def test_heads_without_task_heads_take_the_one_task_and_task_heads_names_each():
     source = fit_to_task(_load("whole"), "regression")
     assert source.head_tasks == {"kind": "regression", "size": "regression"}
-    heads = {"kind": SimpleNamespace(name=SimpleNamespace(value="classification")), "size": {"name": "regression"}}
-    assert fit_to_task(_load("whole"), "classification", heads=heads).head_tasks == HEADS
+    heads = {"kind": "classification", "size": "regression"}  # output name -> task name, as the review passes them
+    assert fit_to_task(_load("whole"), "regression", heads=heads).head_tasks == HEADS
 
 
 # ------------------------------------------------------------------------------------------------ refusals

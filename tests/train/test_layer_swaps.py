@@ -48,44 +48,46 @@ def bn_types(model) -> dict[str, type]:
 
 def test_the_cnn_is_built_with_fused_batch_norm_and_the_plan_lists_each_layer(tmp_path):
     run = launch(tmp_path, "precision=fp32")
-    assert bn_types(run.built.model) == {"bn_0": FusedBatchNormalization, "bn_1": FusedBatchNormalization}
-    record = run.plan.record(SwappedLayersPlan)
+    assert bn_types(run.context.built.model) == {"bn_0": FusedBatchNormalization, "bn_1": FusedBatchNormalization}
+    record = run.context.plan.record(SwappedLayersPlan)
     assert sorted(record.swapped) == ["bn_0", "bn_1"] and record.kept is None
     assert "4-D channels-last" in record.swapped["bn_0"]
-    assert run.plan.values()["model.swapped_layers"] == record.swapped
+    assert run.context.plan.values()["model.swapped_layers"] == record.swapped
     assert "model.swapped_layers" in (tmp_path / "run" / "plan.yaml").read_text()
-    twin = run.built.rebuild().model  # the twin a checkpoint is verified in is swapped alike
+    twin = run.context.built.rebuild().model  # the twin a checkpoint is verified in is swapped alike
     assert set(bn_types(twin).values()) == {FusedBatchNormalization}
 
 
 def test_off_builds_the_stock_layers_and_records_nothing(tmp_path):
     run = launch(tmp_path, "precision=fp32", "model.layer_swaps=off")
-    assert set(bn_types(run.built.model).values()) == {keras.layers.BatchNormalization}
-    assert not run.plan.has(SwappedLayersPlan)
-    assert run.plan.values()["model.layer_swaps"] == "off"
+    assert set(bn_types(run.context.built.model).values()) == {keras.layers.BatchNormalization}
+    assert not run.context.plan.has(SwappedLayersPlan)
+    assert run.context.plan.values()["model.layer_swaps"] == "off"
 
 
 def test_the_transformer_s_gelu_layers_are_swapped_and_the_others_left_stock(tmp_path):
     run = launch(tmp_path, "precision=bf16", "model.num_layers=2", model="lm")
-    record = run.plan.record(SwappedLayersPlan)
+    record = run.context.plan.record(SwappedLayersPlan)
     assert sorted(record.swapped) == ["ff_in_0", "ff_in_1"] and record.kept is None
     assert record.swapped["ff_in_0"].startswith("bias add and gelu as one compiled float32 cluster")
-    dense = {layer.name: type(layer) for layer in run.built.model.layers if isinstance(layer, keras.layers.Dense)}
+    dense = {
+        layer.name: type(layer) for layer in run.context.built.model.layers if isinstance(layer, keras.layers.Dense)
+    }
     assert dense["ff_in_0"] is FusedActivationDense and dense["ff_out_0"] is keras.layers.Dense
-    stock = launch(tmp_path / "off", "precision=bf16", "model.layer_swaps=off", model="lm").built.model
+    stock = launch(tmp_path / "off", "precision=bf16", "model.layer_swaps=off", model="lm").context.built.model
     assert not any(type(layer) is FusedActivationDense for layer in stock._flatten_layers())
 
 
 def curve(tmp_path, precision, swaps, model="cnn"):
-    from launcher.train.engine import Engine
+    from launcher.train.engine import Engine, EngineSettings
 
     steps = ("train.epochs=20", "train.max_steps_per_epoch=10")
     run = launch(tmp_path / swaps, f"precision={precision}", f"model.layer_swaps={swaps}", *steps, model=model)
-    assert run.plan.schedule.total_steps == 200
-    engine = Engine(run.built, run.plan, run.source, verbose=0)
+    assert run.context.plan.schedule.total_steps == 200
+    engine = Engine(run.context.built, run.context.plan, run.context.source, EngineSettings(verbose=0))
     result = engine.fit(20)
     keras.mixed_precision.set_global_policy("float32")
-    return np.array([epoch.logs["loss"] for epoch in result.epochs]), run.built.model
+    return np.array([epoch.logs["loss"] for epoch in result.epochs]), run.context.built.model
 
 
 @pytest.mark.slow  # two trainings of 200 steps, seconds of CPU in this process

@@ -159,7 +159,7 @@ def test_labels_that_fit_set_the_output_width():
 
 def evaluated(tmp_path, strategy, weights=None):
     from launcher.launch.training import TrainingLaunch
-    from launcher.train.engine import Engine
+    from launcher.train.engine import Engine, EngineSettings
 
     overrides = [
         *TINY,
@@ -182,8 +182,8 @@ def evaluated(tmp_path, strategy, weights=None):
     launch.prepare()
     launch.build()
     if weights is not None:
-        launch.built.model.set_weights(weights)
-    engine = Engine(launch.built, launch.plan, launch.source, verbose=0)
+        launch.context.built.model.set_weights(weights)
+    engine = Engine(launch.context.built, launch.context.plan, launch.context.source, EngineSettings(verbose=0))
     return engine, engine.evaluate()
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from launcher.contract import FitResult, HookList
 from launcher.launch.checkpoint_policy import SavePolicy
+from launcher.launch.context import LaunchContext
 from launcher.launch.faults import FaultHook
 from launcher.launch.hooks.best_model import BestModelHook
 from launcher.launch.hooks.budget import TimeBudgetHook
@@ -50,11 +51,17 @@ class FitHooks:
         return {"stop_reason": self.stop_reason(result, schedule), **pruned}
 
 
-def hooks_for(
-    config, plan, built, tracker, env, run_dir: Path, guard, checkpointer=None, agreement=None, trial=None
-) -> FitHooks:
+def hooks_for(context: LaunchContext, guard) -> FitHooks:
     """One hook per job: stops first (time budget, the workers' agreement, a test's fault), then what measures,
     what keeps state for a resume, the save, and last what logs and what raises the stop."""
+    config, plan, built, tracker, run_dir = (
+        context.config,
+        context.plan,
+        context.built,
+        context.tracker,
+        context.run_dir,
+    )
+    checkpointer, agreement, trial = context.checkpointer, context.agreement, context.prepared.trial
     cfg, schedule = config.checkpoint, plan.schedule
     history, callback_state = HistoryHook(), CallbackStateHook()
     metrics = MetricsHook(tracker, val_by_step=schedule.val_every_steps is not None)
@@ -73,7 +80,7 @@ def hooks_for(
         TimeBudgetHook(budget, guard, process_age_seconds) if budget else None,
         stop_agreement,
         FaultHook() if plan.has(FaultPlan) else None,
-        _utilization_hook(config, plan, built.model, tracker, env),
+        _utilization_hook(config, plan, built.model, tracker, context.prepared.env),
         _profiler_hook(config, plan, tracker, run_dir),
         history,
         best,
