@@ -317,7 +317,8 @@ def test_exit_code_1_for_a_training_failure_with_the_error_on_the_failed_run(cli
     assert "InjectedFault" in (tmp_path / "run" / "console.log").read_text()  # the traceback, kept
     from mlflow.tracking import MlflowClient
 
-    logged = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").download_artifacts(run.info.run_id, "console.log", ".")
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    logged = client.download_artifacts(run.info.run_id, "console.log", str(tmp_path))
     assert "Training failed; the MLflow run is marked FAILED." in Path(logged).read_text()
 
 
