@@ -16,7 +16,17 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from launcher.config.bounds import limited
-from launcher.config.datasets import DATASET_KINDS, CustomDatasetConfig
+from launcher.config.datasets import (  # noqa: F401 (the dataset schemas' import path, as plugins write it, stays)
+    DATASET_KINDS,
+    CustomDatasetConfig,
+    DatasetBase,
+    DigitsConfig,
+    ImageFolderConfig,
+    NpzConfig,
+    SyntheticConfig,
+    SyntheticKind,
+    TfrecordConfig,
+)
 from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.imports import plugins
 from launcher.config.keys import unknown_key_problems
