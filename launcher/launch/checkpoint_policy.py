@@ -17,8 +17,8 @@ class SavePolicy:
     interval_epochs: int = 1
 
     @classmethod
-    def from_config(cls, checkpoint_cfg) -> SavePolicy:
-        return cls(checkpoint_cfg.interval_steps, checkpoint_cfg.interval_epochs)
+    def from_config(cls, checkpoint) -> SavePolicy:
+        return cls(checkpoint.interval_steps, checkpoint.interval_epochs)
 
     def steps_until_save(self, position: Position) -> int | None:
         """Steps from `position` to the next step save (None: no step saves)."""

@@ -100,11 +100,11 @@ class Checkpointer:
     Multi-worker: every worker saves (TensorFlow needs them all), the chief into the real directory, the others
     into a temporary one of their own removed after each save; everyone restores the chief's."""
 
-    def __init__(self, cfg, directory: Path, built, model_config: dict, worker: int = 0, mirror=None):
+    def __init__(self, checkpoint_config, directory: Path, built, model_config: dict, worker: int = 0, mirror=None):
         """`mirror`: a `remote.RemoteCheckpoints` the chief uploads every complete save to (None: local only)."""
         import tensorflow as tf
 
-        self.cfg = cfg
+        self.checkpoint_config = checkpoint_config
         self.directory = directory
         self.mirror = mirror if worker == 0 else None
         self.worker = worker
@@ -121,7 +121,7 @@ class Checkpointer:
         if self.is_chief and (repaired := checkpoint_index.repair(directory)):  # before the manager reads it
             self._warn(repaired)
         self.manager = tf.train.CheckpointManager(
-            self.checkpoint, str(directory), max_to_keep=cfg.max_to_keep, checkpoint_name="ckpt"
+            self.checkpoint, str(directory), max_to_keep=checkpoint_config.max_to_keep, checkpoint_name="ckpt"
         )
         self.best_dir = directory / "best"
         self.best_manager = tf.train.CheckpointManager(self.checkpoint, str(self.best_dir), max_to_keep=1)
@@ -169,7 +169,7 @@ class Checkpointer:
         self._drop_orphan_sidecars()
         self._upload(Path(path).name, lambda m: m.push_checkpoint(path, self.manager.checkpoints))
         fault_point("after_save", position.global_step)
-        if not self.verified and self.cfg.verify_restore:
+        if not self.verified and self.checkpoint_config.verify_restore:
             self.verify(path)
         return path
 
@@ -180,7 +180,7 @@ class Checkpointer:
 
         manager = tf.train.CheckpointManager(self.checkpoint, str(self.temp_dir), max_to_keep=1)
         path = manager.save(checkpoint_number=position.global_step)
-        if verify and not self.verified and self.cfg.verify_restore:
+        if verify and not self.verified and self.checkpoint_config.verify_restore:
             self.verify(path)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
         return path
@@ -259,7 +259,7 @@ class Checkpointer:
 
     def restore(self) -> tuple[Position, dict] | None:
         """Restore the newest complete checkpoint; None when there is nothing to resume."""
-        resume = str(self.cfg.resume)
+        resume = str(self.checkpoint_config.resume)
         if resume == "never":
             return None
         if resume != "auto":

@@ -41,7 +41,7 @@ def run_params(settings: dict, plan) -> dict[str, Any]:
     return params
 
 
-def run_tags(plan, env, run_dir: Path, tracking_cfg, name: str) -> dict[str, str]:
+def run_tags(plan, env, run_dir: Path, tracking, name: str) -> dict[str, str]:
     tags = plan.tags()
     tags.update(
         {
@@ -51,7 +51,7 @@ def run_tags(plan, env, run_dir: Path, tracking_cfg, name: str) -> dict[str, str
             "run_dir": str(run_dir),
         }
     )
-    tags.update({str(k): str(v) for k, v in (tracking_cfg.tags or {}).items()})
-    if tracking_cfg.sweep_id:
-        tags.update({"sweep_id": tracking_cfg.sweep_id, "sweep.role": "child", "sweep.overrides": name})
+    tags.update({str(k): str(v) for k, v in (tracking.tags or {}).items()})
+    if tracking.sweep_id:
+        tags.update({"sweep_id": tracking.sweep_id, "sweep.role": "child", "sweep.overrides": name})
     return tags

@@ -18,19 +18,19 @@ def restore(context: LaunchContext) -> Restored:
     """checkpoint.resume=never sets the old checkpoints aside; else the newest (or the named) one is restored,
     after pulling an object store's copy."""
     plan, built, run_dir, remote = context.plan, context.built, context.run_dir, context.prepared.remote
-    directory, cfg = context.checkpoint_dir, context.config.checkpoint
-    if not cfg.enabled:
+    directory, checkpoint = context.checkpoint_dir, context.config.checkpoint
+    if not checkpoint.enabled:
         return Restored(plan)
-    if str(cfg.resume) == "never" and plan.is_chief:
+    if str(checkpoint.resume) == "never" and plan.is_chief:
         set_aside(directory)
         if remote is not None and (aside := remote.set_aside()):
             print(f"WARNING: checkpoint.resume=never: remote checkpoints moved to {redact(aside)}", flush=True)
     elif remote is not None and (pulled := remote.pull(directory)):
         print(f"  remote   downloaded ckpt-{pulled[-1]} (and {len(pulled) - 1} older) from {remote.url}")
-    if plan.is_chief and str(cfg.resume) != "never" and (taken := owner_problem(directory, run_dir)):
+    if plan.is_chief and str(checkpoint.resume) != "never" and (taken := owner_problem(directory, run_dir)):
         raise taken
     checkpointer = Checkpointer(
-        cfg, directory, built, architecture(context.settings["model"]), plan.worker_index, remote
+        checkpoint, directory, built, architecture(context.settings["model"]), plan.worker_index, remote
     )
     restored = checkpointer.restore()
     if not restored:

@@ -148,20 +148,22 @@ def prepare(candidate, config, env) -> Timed:
     from launcher.train.engine import Engine, EngineSettings
 
     timed = Timed(candidate)
-    cfg = candidate.applied(config)
-    cfg.train = replace(cfg.train, **TIMING_SETTINGS)
+    candidate_config = candidate.applied(config)
+    candidate_config.train = replace(candidate_config.train, **TIMING_SETTINGS)
     try:
-        checked = review(cfg, env, lambda p: runtime.configure(p, cfg.seed, cfg.deterministic))
+        checked = review(
+            candidate_config, env, lambda p: runtime.configure(p, candidate_config.seed, candidate_config.deterministic)
+        )
         if checked.problems:
             timed.note = f"refused: {ConfigError(checked.problems).violations[0].key}"
             return timed
-        built = build(cfg, checked.plan, checked.source, checked.strategy)
+        built = build(candidate_config, checked.plan, checked.source, checked.strategy)
         timed.swapped = bool(built.swaps and built.swaps.swapped)
         settings = EngineSettings(
-            seed=cfg.seed,
-            shuffle_buffer=cfg.dataset.shuffle_buffer,
+            seed=candidate_config.seed,
+            shuffle_buffer=candidate_config.dataset.shuffle_buffer,
             verbose=0,
-            guard=numerics_guard(cfg, checked.plan),
+            guard=numerics_guard(candidate_config, checked.plan),
             validate=False,
         )
         timed.engine = Engine(built, checked.plan, checked.source, settings)

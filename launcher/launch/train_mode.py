@@ -19,61 +19,61 @@ from launcher.plan.environment import read_slurm, read_tf_config
 from launcher.supervise.local_workers import local_worker_count
 
 
-def launch(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> int:
+def launch(node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> int:
     """One launch; returns its exit code and leaves outcome.json in the run dir.
 
     The run dir's lock is held from before the first write to after outcome.json: a second
     launch on the same dir is refused and writes nothing there.
     """
-    run_dir = worker_run_dir(cfg, run_dir)
+    run_dir = worker_run_dir(node, run_dir)
     return run_in_shell(
-        lambda: train(cfg, run_dir, launch_dir, choices or {}),
+        lambda: train(node, run_dir, launch_dir, choices or {}),
         run_dir,
         "train",
-        bool(cfg.get("tf_logs", False)),
-        first_pass=lambda: check_before_tensorflow(cfg, run_dir, launch_dir),
-        checkpoints=own_checkpoint_directory(cfg, run_dir, launch_dir),
+        bool(node.get("tf_logs", False)),
+        first_pass=lambda: check_before_tensorflow(node, run_dir, launch_dir),
+        checkpoints=own_checkpoint_directory(node, run_dir, launch_dir),
     )
 
 
-def own_checkpoint_directory(cfg: DictConfig, run_dir: Path, launch_dir: Path) -> Path | None:
+def own_checkpoint_directory(node: DictConfig, run_dir: Path, launch_dir: Path) -> Path | None:
     """A local `checkpoint.directory` outside the run dir, of a one-process run: held for the launch (a multi-worker
     job's workers all read the chief's; an object store's is staged in the run dir)."""
-    configured = str(cfg.checkpoint.get("directory") or "").strip()
-    if not configured or "://" in configured or not cfg.checkpoint.get("enabled", True):
+    configured = str(node.checkpoint.get("directory") or "").strip()
+    if not configured or "://" in configured or not node.checkpoint.get("enabled", True):
         return None
-    if not strategy_of(cfg.strategy.kind).single_process or local_worker_count(cfg.strategy):
+    if not strategy_of(node.strategy.kind).single_process or local_worker_count(node.strategy):
         return None
     path = Path(configured).expanduser()
     path = path if path.is_absolute() else launch_dir / path
     return None if path.resolve().is_relative_to(run_dir.resolve()) else path
 
 
-def check_before_tensorflow(cfg: DictConfig, run_dir: Path, launch_dir: Path) -> None:
+def check_before_tensorflow(node: DictConfig, run_dir: Path, launch_dir: Path) -> None:
     """The config's own problems (unknown keys, the rules), refused before TensorFlow loads."""
     from launcher.launch.preflight import first_pass  # fsspec and numpy: not for a process that only routes
 
-    first_pass(to_config(cfg), run_dir, launch_dir)
+    first_pass(to_config(node), run_dir, launch_dir)
 
 
-def train(cfg: DictConfig, run_dir: Path, launch_dir: Path, choices: dict) -> OutcomeRecord:
+def train(node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict) -> OutcomeRecord:
     """Resolve, build, train (or explain); the outcome record of what happened. Raises ConfigError."""
     from launcher.launch.training import execute
 
-    return execute(cfg, run_dir, launch_dir, choices)
+    return execute(node, run_dir, launch_dir, choices)
 
 
-def worker_run_dir(cfg: DictConfig, run_dir: Path) -> Path:
+def worker_run_dir(node: DictConfig, run_dir: Path) -> Path:
     """Multi-worker: worker i > 0 runs in <run dir>/workers/worker<i> (the chief in the run dir itself), so
     every worker can be given the same run dir (name=, a shared filesystem); checkpoint.directory defaults to
     the chief's <run dir>/checkpoints, which the other workers resume from."""
-    strategy = cfg.strategy
+    strategy = node.strategy
     if strategy_of(strategy.kind).single_process or local_worker_count(strategy):
         return run_dir  # one process, or the launcher of local workers (each worker comes back here on its own)
     cluster, _ = find_cluster(strategy, read_tf_config(), read_slurm())
     if cluster is None or cluster.is_chief:
         return run_dir  # a bad spec is refused by the resolver, in this run dir
-    with open_dict(cfg):
-        if not str(cfg.checkpoint.get("directory", "")):
-            cfg.checkpoint.directory = str(run_dir / "checkpoints")
+    with open_dict(node):
+        if not str(node.checkpoint.get("directory", "")):
+            node.checkpoint.directory = str(run_dir / "checkpoints")
     return run_dir / "workers" / f"worker{cluster.index}"

@@ -30,10 +30,10 @@ from launcher.outcome import OutcomeRecord
 from launcher.plan.resume import layout_of
 
 
-def execute(cfg_node, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> OutcomeRecord:
+def execute(node, run_dir: Path, launch_dir: Path, choices: dict | None = None) -> OutcomeRecord:
     """Resolve, print and save the Plan, then train unless explain=true: the outcome record (with, in this
     process, the Plan, the fit's result and the model). Raises ConfigError."""
-    config = to_config(cfg_node)
+    config = to_config(node)
     if config.mode == Mode.doctor:  # __main__ routes mode=doctor to the doctor; execute() only trains
         raise ConfigError.single(
             "mode",

@@ -62,13 +62,13 @@ def hooks_for(context: LaunchContext, guard) -> FitHooks:
         context.run_dir,
     )
     checkpointer, agreement, trial = context.checkpointer, context.agreement, context.prepared.trial
-    cfg, schedule = config.checkpoint, plan.schedule
+    checkpoint, schedule = config.checkpoint, plan.schedule
     history, callback_state = HistoryHook(), CallbackStateHook()
     metrics = MetricsHook(tracker, val_by_step=schedule.val_every_steps is not None)
     best = None
-    if cfg.monitor:
-        export = run_dir / "best.keras" if cfg.export_model and plan.is_chief else None
-        best = BestModelHook(cfg.monitor, cfg.mode.value, checkpointer, built.model, export)
+    if checkpoint.monitor:
+        export = run_dir / "best.keras" if checkpoint.export_model and plan.is_chief else None
+        best = BestModelHook(checkpoint.monitor, checkpoint.mode.value, checkpointer, built.model, export)
     stateful = HookList(h for h in (history, best, callback_state, metrics) if h is not None)
     stop_agreement = None
     if agreement is not None:
@@ -86,7 +86,7 @@ def hooks_for(context: LaunchContext, guard) -> FitHooks:
         best,
         callback_state,
         pruning,
-        CheckpointHook(checkpointer, SavePolicy.from_config(cfg), guard, schedule.steps_in_epoch, stateful)
+        CheckpointHook(checkpointer, SavePolicy.from_config(checkpoint), guard, schedule.steps_in_epoch, stateful)
         if checkpointer
         else None,
         _step_metrics_hook(config, built, tracker),
