@@ -104,10 +104,14 @@ class _Lines:
         self.out = out
         self.line: list[str] = []
         self.returned = False  # a carriage return not yet followed by anything: "\r\n" is a plain newline
-        self.lock = threading.Lock()
+        # Re-entrant: a signal handler that prints (the preemption guard) may run while this thread is inside feed.
+        self.lock = threading.RLock()
+        self.closed = False  # a stream kept past the launch (a handler made during it) writes to the console only
 
     def feed(self, text: str) -> None:
         with self.lock:
+            if self.closed:
+                return
             for char in _ESCAPES.sub("", text):
                 if char == "\n":
                     self._emit()
@@ -125,6 +129,7 @@ class _Lines:
 
     def close(self) -> None:
         with self.lock:
+            self.closed = True
             if self.line:
                 self._emit()
 
@@ -144,7 +149,7 @@ class _Tee:
         written = self._stream.write(text)
         try:
             self._lines.feed(text)
-        except OSError as err:  # a full disk stops the transcript, never the launch
+        except (OSError, ValueError) as err:  # a full disk (or a closed file) stops the transcript, not the launch
             self._broken(err)
         return written
 
@@ -176,32 +181,56 @@ def transcript(path: Path):
         return
     lines = _Lines(out)
     originals = sys.stdout, sys.stderr
-    stopped = []
+    stopped: list[Exception] = []
+    tees: tuple = ()
 
-    def broken(err: OSError) -> None:
+    def broken(err: Exception) -> None:
         if not stopped:
             stopped.append(err)
-            sys.stdout, sys.stderr = originals
+            lines.closed = True
+            if tees and sys.stdout is tees[0] and sys.stderr is tees[1]:
+                sys.stdout, sys.stderr = originals
             if lines in _KEPT:
                 _KEPT.remove(lines)
-            print(f"WARNING: the console is no longer kept in {path} ({err.strerror or err}).", file=sys.stderr)
+            reason = getattr(err, "strerror", None) or err
+            print(f"WARNING: the console is no longer kept in {path} ({reason}).", file=originals[1])
 
     try:
         out.write(f"--- launch of {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, pid {os.getpid()} ---\n")
     except OSError as err:
         broken(err)
+    handlers = []
     if not stopped:
-        sys.stdout, sys.stderr = _Tee(originals[0], lines, broken), _Tee(originals[1], lines, broken)
+        tees = _Tee(originals[0], lines, broken), _Tee(originals[1], lines, broken)
+        sys.stdout, sys.stderr = tees
         _KEPT.append(lines)
+        handlers = _onto(tees, originals)
     try:
         yield
     finally:
-        for stream in originals:
-            stream.flush()
         sys.stdout, sys.stderr = originals
+        for handler, stream in handlers:
+            with contextlib.suppress(OSError, ValueError):
+                handler.setStream(stream)
         if lines in _KEPT:
             _KEPT.remove(lines)
-        with contextlib.suppress(OSError):
+        for stream in originals:
+            with contextlib.suppress(OSError, ValueError):  # a console whose reader is gone (a broken pipe)
+                stream.flush()
+        with contextlib.suppress(OSError, ValueError):
             lines.close()
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):
             out.close()
+
+
+def _onto(tees, originals) -> list:
+    """Python logging's console handlers (Hydra's, set up before the launch with the console streams themselves)
+    write through the transcript too; each handler with the stream to give back."""
+    moved = []
+    for handler in logging.getLogger().handlers:
+        stream = getattr(handler, "stream", None)
+        if isinstance(handler, logging.StreamHandler) and stream in originals:
+            moved.append((handler, stream))
+            with contextlib.suppress(OSError, ValueError):
+                handler.setStream(tees[originals.index(stream)])
+    return moved

@@ -4,7 +4,7 @@ socket passes to every child in LAUNCHER_FORKSERVER, so nested starts (a sweep j
 
 A server whose imported source changed on disk refuses as stale: this process's own is then replaced by a new one
 (`_replace_own`), another's (inherited) passed over for this process's own. Why a launch starts cold goes to the
-debug log (`hydra.verbose=launcher.forkserver`: the console and the run's `.log`).
+debug log (`hydra.verbose=launcher.forkserver`: the console and the run dir's `console.log`).
 """
 
 from __future__ import annotations

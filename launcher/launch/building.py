@@ -12,7 +12,7 @@ from pathlib import Path
 from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.tasks import epoch_metrics, known_epoch_metrics, monitor_problems
 from launcher.export.trained import check_exports
-from launcher.launch.preflight import Prepared, save_plan
+from launcher.launch.preflight import Prepared, save_plan, show_plan
 from launcher.plan.decisions import Plan, render_records
 from launcher.train.fine_tune import Freezer, freeze_record, frozen_layers, load_matching
 
@@ -27,7 +27,7 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path) -> tuple:
     for record in shown:  # what only the built model shows (its output dtype, its swapped layers): printed and saved
         plan = plan.with_record(record)
     if shown:
-        print(render_records(shown, "the build"), flush=True)
+        show_plan(plan, render_records(shown, "the build"))
         save_plan(plan, run_dir)
     if prepared.init_source is not None:
         with prepared.strategy.scope():
@@ -42,7 +42,7 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path) -> tuple:
     for record in records:
         plan = plan.with_record(record)
     if records:
-        print(render_records(records, "model.init_from and model.freeze"), flush=True)
+        show_plan(plan, render_records(records, "model.init_from and model.freeze"))
         save_plan(plan, run_dir)
     _check_monitor(config, plan, built)
     check_exports(config, plan, built, prepared.source)  # the formats asked for, tried before the first step

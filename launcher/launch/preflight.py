@@ -105,12 +105,19 @@ def preflight(config: Config, settings: dict, run_dir: Path, launch_dir: Path) -
     write_text_atomic(run_dir / CONFIG_FILE, OmegaConf.to_yaml(settings))
     if tune_record is not None:
         copy_table(config, env, run_dir / TUNING_FILE)
-    if prepared.plan.is_chief:
-        print(prepared.plan.render(), flush=True)
-    else:  # one Plan on a job's console, the chief's: the workers agree on it before training
-        keep(prepared.plan.render())
+    show_plan(prepared.plan, prepared.plan.render())
+    if not prepared.plan.is_chief:
         print(f"Plan: the chief's (worker 0 prints it); this worker's is in {run_dir / PLAN_FILE}", flush=True)
     return prepared
+
+
+def show_plan(plan: Plan, text: str) -> None:
+    """Plan lines on the console once per job, the chief's (the workers agree on the Plan before training); the
+    other workers keep theirs in their console.log."""
+    if plan.is_chief:
+        print(text, flush=True)
+    else:
+        keep(text)
 
 
 FIRST_PASS_NOTE = (

@@ -128,8 +128,10 @@ class RemoteCheckpoints:
         self.fs.put_file(str(file), self._path(name or file.name))
 
     def push_folder(self, folder: Path) -> None:
-        """A folder as it is (an exported SavedModel), file by file under the folder's name."""
-        for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        """A folder as it is (an exported SavedModel), file by file under the folder's name; a SavedModel's graph
+        file last, so a copy cut short never looks complete (its variables missing)."""
+        files = sorted((p for p in folder.rglob("*") if p.is_file()), key=lambda p: (p.name == "saved_model.pb", p))
+        for file in files:
             self.push_file(file, "/".join((folder.name, *file.relative_to(folder).parts)))
 
     def push_best(self, path: str) -> None:

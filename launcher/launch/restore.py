@@ -8,7 +8,7 @@ from __future__ import annotations
 from launcher.config.models import architecture
 from launcher.launch.checkpointer import Checkpointer, owner_problem, set_aside
 from launcher.launch.context import LaunchContext, Restored
-from launcher.launch.preflight import save_plan
+from launcher.launch.preflight import save_plan, show_plan
 from launcher.plan.decisions import InitPlan, ResumePlan, render_records
 from launcher.plan.resume import decide_resume, layout_of
 from launcher.tracking.uri import redact
@@ -26,7 +26,7 @@ def restore(context: LaunchContext) -> Restored:
         if remote is not None and (aside := remote.set_aside()):
             print(f"WARNING: checkpoint.resume=never: remote checkpoints moved to {redact(aside)}", flush=True)
     elif remote is not None and (pulled := remote.pull(directory)):
-        print(f"  remote   downloaded ckpt-{pulled[-1]} (and {len(pulled) - 1} older) from {remote.url}")
+        print(f"  remote   downloaded ckpt-{pulled[-1]} (and {len(pulled) - 1} older) from {redact(remote.url)}")
     if plan.is_chief and str(checkpoint.resume) != "never" and (taken := owner_problem(directory, run_dir)):
         raise taken
     checkpointer = Checkpointer(
@@ -45,6 +45,6 @@ def restore(context: LaunchContext) -> Restored:
     plan = plan.with_record(record)
     if decision.warning:
         plan = plan.with_warning(decision.warning)
-    print(render_records([record], "the checkpoint"), flush=True)
+    show_plan(plan, render_records([record], "the checkpoint"))
     save_plan(plan, run_dir)
     return Restored(plan, checkpointer, decision.position, sidecar)

@@ -9,6 +9,7 @@ to a server that does not answer) is raised there, or at the next write.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -285,8 +286,9 @@ class Tracker:
             self._system = None
         console = self.run_dir / CONSOLE_FILE if self.run_dir is not None else None
         if console is not None and console.exists():
-            sys.stdout.flush()
-            sys.stderr.flush()
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(OSError, ValueError):  # a console whose reader is gone: the run still ends
+                    stream.flush()
             self.delivery.put(Artifact(str(console), None), check=False)
         self.delivery.put(Terminate(status), check=False)
         left = self.delivery.close(self.outage_wait)

@@ -75,6 +75,7 @@ def test_two_local_workers_train_like_one_process_with_the_same_global_batch(tmp
     assert re.search(r"\[worker 0\]\s+loss_scale.optimizer\s+replica_safe", out)
     # One Plan on the job's console, the chief's; the other worker's is in its own console.log.
     assert len(re.findall(r"^\[worker \d\] Plan:$", out, re.M)) == 1 and "[worker 1] Plan: the chief's" in out
+    assert "[worker 1] Plan, decided by" not in out  # the records decided later, too
     assert re.search(r"^\s+process.is_chief\s+False", (job / "workers" / "worker1" / "console.log").read_text(), re.M)
     assert "All 2 workers finished with identical weights" in out
     chief, other = outcome(job), outcome(job / "workers" / "worker1")

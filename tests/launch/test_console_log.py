@@ -104,3 +104,54 @@ def test_kept_text_goes_to_the_transcript_only(tmp_path, capsys):
     assert kept == ["Plan:", "  process.is_chief  False", "Plan: the chief's"]
     keep("after the launch: nowhere")
     assert "nowhere" not in (tmp_path / "console.log").read_text()
+
+
+def test_a_print_inside_a_print_such_as_a_signal_handlers_does_not_deadlock():
+    """The preemption guard's signal handler prints; the signal can land while this thread is inside the
+    transcript's own write (it held a plain lock: the launch froze and never saved)."""
+    import threading
+
+    class Interrupted(io.StringIO):
+        def write(self, text):
+            if not getattr(self, "nested", False):
+                self.nested = True
+                lines.feed("Signal SIGTERM again\n")  # what the handler's print does, on this same thread
+            return super().write(text)
+
+    out = Interrupted()
+    lines = _Lines(out)
+    worker = threading.Thread(target=lines.feed, args=("epoch 3/5: loss=0.1\n",), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive()
+    assert "Signal SIGTERM again" in out.getvalue() and "epoch 3/5" in out.getvalue()
+
+
+def test_a_console_whose_reader_is_gone_ends_the_transcript_cleanly(tmp_path, monkeypatch):
+    class Gone(io.StringIO):
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    gone = Gone()
+    monkeypatch.setattr(sys, "stdout", gone)
+    with transcript(tmp_path / "console.log"):
+        print("last words")
+    assert sys.stdout is gone  # given back, and nothing raised out of the transcript
+
+
+def test_logging_to_the_console_is_kept_and_a_stream_kept_past_the_launch_is_harmless(tmp_path, capsys):
+    import logging
+
+    handler = logging.StreamHandler(sys.stdout)  # as Hydra's console handler: made before the launch
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with transcript(tmp_path / "console.log"):
+            logging.getLogger("botocore").warning("Found credentials in environment variables.")
+            late = logging.StreamHandler(sys.stderr)  # made during the launch: holds the transcript's stream
+        assert handler.stream is sys.stdout
+        late.stream.write("after the launch\n")  # the transcript's file is closed: the console still gets it
+    finally:
+        root.removeHandler(handler)
+    assert "Found credentials in environment variables." in (tmp_path / "console.log").read_text()
+    assert "after the launch" in capsys.readouterr().err
