@@ -79,9 +79,23 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
             "tracking.uri",
             redact(uri),
             f"a reachable MLflow tracking server ({redact(str(err))})",
-            "start it (mlflow server --host 127.0.0.1 --port 5000), or tracking=mlflow for the local "
-            "SQLite store, or tracking=off",
+            _unreachable_fix(uri),
         ) from None
+
+
+def _unreachable_fix(uri: str) -> str:
+    """What brings a server that does not answer back, for this URI's own host and port; or how to go on without."""
+    parts = urlsplit(uri)
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    if host in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
+        first = f"start it (mlflow server --host {host} --port {port})"
+    else:
+        first = f"check that the server at {host}:{port} is up and reachable from this machine"
+    return (
+        f"{first}; or tracking.on_unreachable=local to log to tracking.fallback_uri instead; or tracking=mlflow "
+        "for the local SQLite store; or tracking=off"
+    )
 
 
 def _health_request(uri: str) -> urllib.request.Request:

@@ -33,6 +33,15 @@ def test_an_unreachable_server_error_does_not_print_the_password():
         check_reachable(uri, timeout=2)
     assert "s3cret" not in str(err.value)
     assert "alice:***@127.0.0.1" in str(err.value)
+    # The fix names this URI's own port (it said --port 5000 whatever the URI) and the way to go on without it.
+    (problem,) = err.value.violations
+    port = uri.rsplit(":", 1)[1]
+    assert problem.fix.startswith(f"start it (mlflow server --host 127.0.0.1 --port {port})")
+    assert "tracking.on_unreachable=local" in problem.fix
+    from launcher.tracking.uri import _unreachable_fix
+
+    remote = _unreachable_fix("https://bob:pw@mlflow.example.com/api")
+    assert remote.startswith("check that the server at mlflow.example.com:443 is up") and "pw" not in remote
 
 
 @pytest.mark.xdist_group(SHARED_SERVER_GROUP)
