@@ -15,19 +15,15 @@ from launcher.launch.context import LaunchContext
 def finish(context: LaunchContext, result: FitResult, engine, best) -> str | None:
     """Export the model (and the best one) to the run dir and MLflow, check the workers' weights agree, test the
     model (train.test_at_end) and print the summary. Returns the final weights' digest (multi-worker)."""
-    config, plan, built, tracker, run_dir = (
-        context.config,
-        context.plan,
-        context.built,
-        context.tracker,
-        context.run_dir,
-    )
+    plan, built, tracker = context.plan, context.built, context.tracker
     exported = best.exported if best else None
-    failed = export_trained(config, plan, built, context.source, tracker, run_dir, exported, context.prepared.remote)
+    failed = export_trained(
+        context.config, plan, built, context.source, tracker, context.run_dir, exported, context.prepared.remote
+    )
     digest = final_weights_agree(context.agreement, built.model, tracker)
     tested = evaluate_test_split(plan, engine, tracker, best, context.checkpointer)
     hint = tracker.ui_hint if plan.is_chief else "logged by the chief (worker 0)"
-    print_summary(result, run_dir, hint, [m.name for m in built.task.train_metrics], tested)
+    print_summary(result, context.run_dir, hint, [m.name for m in built.task.train_metrics], tested)
     if failed:  # after what every worker does together (the weights compared, the test split) and the summary
         raise ExportFailed(failed)
     return digest
