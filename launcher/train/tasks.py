@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from launcher.config.errors import ConfigError
 from launcher.config.imports import import_component, plugin_choices
+from launcher.config.raised import told
 from launcher.config.tasks import TASKS, loss_name, metric_names, users_loss_path, users_metric_path
 
 
@@ -112,8 +113,9 @@ def make_metric(task: str, name: str):
             raise ConfigError.single(
                 "task.metrics",
                 path,
-                f"a metric that builds with no arguments ({type(err).__name__}: {err})",
+                "a metric that builds with no arguments (it raised the error below)",
                 "give the class defaults for its arguments",
+                detail=told(err, factory),
             ) from None
         if not isinstance(metric, keras.metrics.Metric):
             raise ConfigError.single(

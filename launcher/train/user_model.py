@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from launcher.config.errors import ConfigError
 from launcher.config.imports import check_call, configured_path, import_component
+from launcher.config.raised import told
 from launcher.train.model_io import ModelSpec
 
 SHOWN_SIGNATURE = "build(spec, **params) -> keras.Model (spec: input_shape, outputs, task, kind, vocab_size)"
@@ -39,8 +40,9 @@ def build(cfg, source):
         raise ConfigError.single(
             key,
             path,
-            f"a builder that runs ({type(err).__name__}: {str(err)[:300]})",
-            "fix the builder (python -c 'from <module> import <builder>' and call it to see the traceback)",
+            "a builder that runs (it raised the error below)",
+            "fix the builder where it raised (call it in Python on the same spec for the whole traceback)",
+            detail=told(err, function),
         ) from None
     if not isinstance(model, keras.Model):
         raise ConfigError.single(
@@ -57,8 +59,9 @@ def build(cfg, source):
             raise ConfigError.single(
                 key,
                 path,
-                f"a model that accepts inputs of shape {spec.input_shape} ({type(err).__name__}: {str(err)[:200]})",
+                f"a model that accepts inputs of shape {spec.input_shape} (calling it raised the error below)",
                 "build the model with keras.Input(shape=spec.input_shape)",
+                detail=told(err, function),
             ) from None
     if len(_names(model, called)) == 1:  # several: each head's task is checked against it at build
         _check_output(model, spec, key, path)
