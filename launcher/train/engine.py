@@ -208,6 +208,8 @@ class Engine:
             metric.reset_state()
         metric_logs: dict[str, float] = {}
         self._skipped_in_epoch = 0
+        compiling = Totals()  # the step that traced and compiled, kept out of the epoch's throughput
+        compile_sec = 0.0
         start = time.perf_counter()
         while position.step_in_epoch < steps:
             done = position.step_in_epoch
@@ -217,11 +219,15 @@ class Engine:
                 n = min(n, until_boundary)
             if self.validate_every:  # a chunk ends at each validation
                 n = min(n, self.validate_every - position.global_step % self.validate_every)
-            if not self._stepped:
+            first = not self._stepped
+            if first:
                 n = 1  # the first call traces and compiles; one step makes time-to-first-step honest
                 self._stepped = True
             self.callbacks.on_train_batch_begin(done)
+            chunk_start = time.perf_counter()
             telemetry, chunk_totals, metric_logs = self._run_chunk(iterator, n, position.global_step + 1)
+            if first:
+                compiling, compile_sec = chunk_totals, time.perf_counter() - chunk_start
             totals = totals + chunk_totals
             position.step_in_epoch += telemetry.ran
             position.global_step += telemetry.ran
@@ -256,7 +262,7 @@ class Engine:
         logs = {"loss": totals.loss, **metric_logs, "skipped_steps": float(self._skipped_in_epoch)}
         if totals.finite_norms:
             logs["grad_norm"] = totals.grad_norm
-        logs["examples_per_sec"] = totals.examples / elapsed if elapsed > 0 else 0.0
+        logs["examples_per_sec"] = steady_rate(totals.examples, elapsed, compiling.examples, compile_sec)
         logs["epoch_time_sec"] = elapsed
         return logs
 
@@ -370,3 +376,12 @@ def optimizer_logs(optimizer) -> dict[str, float]:
 def _epoch_line(epoch: int, epochs: int, logs: dict[str, float], metrics) -> str:
     parts = [f"{k}={readable(logs[k])}" for k in headline(m.name for m in metrics) if k in logs]
     return f"  epoch {epoch + 1}/{epochs}: " + " ".join(parts)
+
+
+def steady_rate(examples: float, elapsed: float, compiled_examples: float, compile_sec: float) -> float:
+    """Examples per second of an epoch without the step that compiled (epoch 1's rate was mostly the compile),
+    unless that step was all the epoch ran."""
+    steady_examples, steady_sec = examples - compiled_examples, elapsed - compile_sec
+    if steady_examples > 0 and steady_sec > 0:
+        return steady_examples / steady_sec
+    return examples / elapsed if elapsed > 0 else 0.0
