@@ -466,14 +466,37 @@ class Plan:
         return {f"plan.{key}": str(_plain(value)) for key, value in self.values().items()}
 
     def render(self) -> str:
+        """The Plan on the console: one line per decision, its reason cut to fit (plan.yaml keeps it whole)."""
         decided = self.decisions()
         width = max((len(k) for k in decided), default=0)
         lines = ["Plan:"]
-        lines += [f"  {key:<{width}}  {_plain(value)!s:<14}  {reason}" for key, (value, reason) in decided.items()]
+        for key, (value, reason) in decided.items():
+            start = f"  {key:<{width}}  {_plain(value)!s:<14}  "
+            lines.append(start + brief(reason, LINE_WIDTH - len(start)))
+        if any(line.endswith(CUT) for line in lines):
+            lines.append(f"  ({CUT} the whole reason is in the run dir's plan.yaml)")
         if self.warnings:
             lines.append("Warnings:")
             lines.extend(f"  ! {w}" for w in self.warnings)
         return "\n".join(lines)
+
+
+LINE_WIDTH = 160  # a Plan line on the console, at most (a decision's reason is cut to fit)
+CUT = "…"
+
+
+def brief(reason: str, room: int) -> str:
+    """`reason` within `room` characters: cut at the last clause that fits (`; `, `. `, `, `), else at a space,
+    and marked as cut."""
+    if len(reason) <= room:
+        return reason
+    room = max(room - len(CUT) - 1, 20)
+    head = reason[:room]
+    for mark in ("; ", ". ", ", ", " "):
+        at = head.rfind(mark)
+        if at >= room // 2:
+            return head[:at].rstrip(" ,;.") + " " + CUT
+    return head.rstrip() + " " + CUT
 
 
 def render_records(records: list[Section], decided_by: str) -> str:
@@ -481,7 +504,9 @@ def render_records(records: list[Section], decided_by: str) -> str:
     otherwise read as part of the Plan's `Warnings:`)."""
     lines = [f"Plan, decided by {decided_by}:"]
     for record in records:
-        lines += [f"  {key:<23} {_plain(value)}  {reason}" for key, value, reason in record.decisions()]
+        for key, value, reason in record.decisions():
+            start = f"  {key:<23} {_plain(value)}  "
+            lines.append(start + brief(reason, LINE_WIDTH - len(start)))
     return "\n".join(lines)
 
 
