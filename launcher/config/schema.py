@@ -352,9 +352,10 @@ class TrainConfig:
     model, early stopping's and the LR plateau rule's patience count validations, and val_* are logged by global
     step."""
     max_time: str = ""
-    """Wall-clock budget of one launch, from its start, e.g. 2h30m, 45m, 90s ("" = none): at the first step
-    boundary past it the run saves, ends FINISHED with tag stop_reason=max_time and exits 0; the same command
-    again continues with a new budget."""
+    """Training-time budget of one launch, counted from its first step (start-up, data and build not counted:
+    leave them as margin under a scheduler's limit), e.g. 2h30m, 45m, 90s ("" = none): at the first step boundary
+    past it the run saves, ends FINISHED with tag stop_reason=max_time and exits 0; the same command again
+    continues with a new budget."""
     unfreeze_at_epoch: int = limited(0, ">= 0")
     """After this many epochs the layers in model.freeze train too, >= 0 (0 = never): the step is retraced, the
     optimizer keeps its state (its slots exist for every layer from the start), a resume lands in the right phase."""
