@@ -11,5 +11,6 @@ Modules:
     trained: the trained model as files: `model.keras`, `best.keras`, serving formats, MLflow model
 
 May import: `config`, `train` (the model's preprocessing and its EMA weights) and the leaf modules (`contract`,
+`console` (TensorFlow's C++ notes set aside),
 `files`). Never `launch`, `inference`, `tracking` or `sweep`: the launch logs what the exports write.
 """

@@ -62,13 +62,14 @@ def shipped(tmp_path_factory):
     assert done.returncode == 0, done.stderr[-3000:]
     x = load_digits().images[-16:].astype("float32")[..., None]  # raw intensities 0..16, as a client has them
     np.save(folder / "run" / "inputs.npy", x)
-    return folder, done.stdout
+    return folder, done.stdout + done.stderr
 
 
 @pytest.mark.xdist_group("shipped")  # one worker makes the module's run once
 def test_savedmodel_and_tflite_answer_like_the_keras_model_without_the_launcher(shipped):
     folder, stdout = shipped
     assert "export   saved_model" in stdout and "export   tflite" in stdout
+    assert "XNNPACK" not in stdout and "tflite_converter" not in stdout  # TFLite's C++ notes, set aside
     answer = subprocess.run(
         [sys.executable, "-c", CONSUMER, str(folder / "run")], capture_output=True, text=True, timeout=300
     )
