@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import yaml
 
 from launcher.config.precisions import PRECISIONS
+from launcher.plan.reasons import CUT, one_line
 
 S = TypeVar("S", bound="Section")
 
@@ -470,9 +471,7 @@ class Plan:
         decided = self.decisions()
         width = max((len(k) for k in decided), default=0)
         lines = ["Plan:"]
-        for key, (value, reason) in decided.items():
-            start = f"  {key:<{width}}  {_plain(value)!s:<14}  "
-            lines.append(start + brief(reason, LINE_WIDTH - len(start)))
+        lines += [one_line(f"  {key:<{width}}  {_plain(value)!s:<14}  ", why) for key, (value, why) in decided.items()]
         if any(line.endswith(CUT) for line in lines):
             lines.append(f"  ({CUT} the whole reason is in the run dir's plan.yaml)")
         if self.warnings:
@@ -481,32 +480,12 @@ class Plan:
         return "\n".join(lines)
 
 
-LINE_WIDTH = 160  # a Plan line on the console, at most (a decision's reason is cut to fit)
-CUT = "…"
-
-
-def brief(reason: str, room: int) -> str:
-    """`reason` within `room` characters: cut at the last clause that fits (`; `, `. `, `, `), else at a space,
-    and marked as cut."""
-    if len(reason) <= room:
-        return reason
-    room = max(room - len(CUT) - 1, 20)
-    head = reason[:room]
-    for mark in ("; ", ". ", ", ", " "):
-        at = head.rfind(mark)
-        if at >= room // 2:
-            return head[:at].rstrip(" ,;.") + " " + CUT
-    return head.rstrip() + " " + CUT
-
-
 def render_records(records: list[Section], decided_by: str) -> str:
     """The console lines of records added after the Plan was printed, under a heading of their own (they would
     otherwise read as part of the Plan's `Warnings:`)."""
     lines = [f"Plan, decided by {decided_by}:"]
     for record in records:
-        for key, value, reason in record.decisions():
-            start = f"  {key:<23} {_plain(value)}  "
-            lines.append(start + brief(reason, LINE_WIDTH - len(start)))
+        lines += [one_line(f"  {key:<23} {_plain(value)}  ", reason) for key, value, reason in record.decisions()]
     return "\n".join(lines)
 
 

@@ -228,7 +228,7 @@ def test_a_sweep_over_strategies_under_the_per_replica_rule_is_warned_that_its_b
 
 
 def test_every_plan_line_fits_one_console_line_and_plan_yaml_keeps_the_whole_reason():
-    from launcher.plan.decisions import CUT, LINE_WIDTH, brief
+    from launcher.plan.reasons import CUT, LINE_WIDTH, brief
 
     long = "first clause that matters; " + "a detail that runs on " * 12
     assert len(brief(long, 60)) <= 60 and brief(long, 60).startswith("first clause that matters; a detail")
