@@ -83,3 +83,27 @@ def words_with_a_lookup_table(n: int = 96):
         "val": tf.data.Dataset.from_tensor_slices((words[split:], labels[split:])),
         "preprocess": vectorize,
     }
+
+
+class WeightsNpz:
+    """An export writer: every weight of the trained model, by its path, in one .npz file."""
+
+    written = "weights.npz"
+
+    def write(self, model, path):
+        np.savez(path, **{w.path.replace("/", "."): np.asarray(w) for w in model.weights})
+
+
+class RefusingWriter:
+    """An export writer that cannot write any model."""
+
+    written = "never.bin"
+
+    def write(self, model, path):
+        raise RuntimeError("this writer takes no model with Dense layers")
+
+
+class HalfWriter:
+    """Not an export writer: it says what it writes but has no write."""
+
+    written = "half.bin"

@@ -27,6 +27,7 @@ PLUGIN_GROUPS = {
     "loss": "launcher.losses",
     "metric": "launcher.metrics",
     "callback": "launcher.callbacks",
+    "export": "launcher.exports",
 }
 CONFIG_GROUP = "launcher.configs"  # entry points naming a package with Hydra config groups (YAML defaults)
 

@@ -411,7 +411,8 @@ class ExportConfig:
     """What the final model is exported as, each into the run dir and MLflow: keras (model.keras, always: eval,
     predict and the MLflow model read it), saved_model (a TensorFlow SavedModel whose serving_default takes the
     raw input and returns the task's predictions), tflite (model.tflite, for models TFLite converts; one it
-    cannot is reported, the run still finishes). Needs checkpoint.export_model=true."""
+    cannot is reported, the run still finishes), or a format of your own: an export writer as module.path:Name or
+    an installed plugin's name (launcher.exports). Needs checkpoint.export_model=true."""
 
 
 @dataclass

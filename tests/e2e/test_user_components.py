@@ -259,6 +259,9 @@ acme_confidence = acme_plugin.parts:Confidence
 [launcher.callbacks]
 acme_printer = acme_plugin.parts:Printer
 
+[launcher.exports]
+acme_npz = acme_plugin.parts:WeightsNpz
+
 [launcher.configs]
 acme = acme_plugin.conf
 """
@@ -306,6 +309,15 @@ class Confidence(keras.metrics.Metric):
 class Printer(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         print(f"acme printer: epoch {epoch} val_confidence {logs['val_confidence']:.3f}", flush=True)
+
+
+class WeightsNpz:
+    written = "weights.npz"
+
+    def write(self, model, path):
+        import numpy as np
+
+        np.savez(path, **{w.path.replace("/", "."): np.asarray(w) for w in model.weights})
 """
 PLUGIN_MODEL_YAML = """defaults:
   - /schema/model/custom@_here_
@@ -344,6 +356,7 @@ def test_an_installed_plugin_adds_model_and_dataset_choices_with_its_yaml_defaul
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert "acme_net" in listed.stdout and "acme_data" in listed.stdout
     assert "task.loss (installed plugins): acme_xent" in listed.stdout
+    assert "export.formats (installed plugins): acme_npz" in listed.stdout
     done = run_cli(
         [
             "model=acme_net",
@@ -351,6 +364,7 @@ def test_an_installed_plugin_adds_model_and_dataset_choices_with_its_yaml_defaul
             "task.loss=acme_xent",
             "task.metrics=[accuracy,acme_confidence]",
             "train.callbacks=[acme_printer]",
+            "export.formats=[keras,acme_npz]",
             "train.epochs=1",
             "tracking.enabled=false",
             "checkpoint.enabled=false",
@@ -368,3 +382,8 @@ def test_an_installed_plugin_adds_model_and_dataset_choices_with_its_yaml_defaul
     decided = yaml.safe_load((tmp_path / "outputs" / "runs" / "plugin" / "plan.yaml").read_text())["decisions"]
     assert decided["task.loss"]["value"] == "acme_xent"
     assert "installed plugin's (acme_plugin.parts:CrossEntropy)" in decided["task.loss"]["reason"]
+    # the plugin export format, written from the trained model beside model.keras
+    assert "acme_npz: your export writer (acme_plugin.parts:WeightsNpz)" in decided["export.formats"]["reason"]
+    weights = np.load(tmp_path / "outputs" / "runs" / "plugin" / "weights.npz")
+    assert any(name.endswith("hidden8.kernel") and weights[name].shape == (6, 8) for name in weights.files)
+    assert "export   acme_npz" in done.stdout

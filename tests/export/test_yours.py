@@ -1,0 +1,62 @@
+"""Export formats of a person's or a plugin's own (`launcher.export.yours`): an export writer named in
+export.formats by import path or by an installed plugin's name (entry point group launcher.exports) is in the Plan,
+writes its file beside the built-in formats, and one that cannot write fails its own format only. Entry points are
+faked in this process (`support.plugins`); tests/e2e/test_user_components.py installs a real one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fakes import CPU_PLAIN
+from support import plugins
+from support.config import config
+
+from launcher.config.errors import ConfigError
+from launcher.export.yours import write_yours
+from launcher.plan.resolve import resolve, resolve_all
+
+
+@pytest.fixture
+def installed(monkeypatch):
+    plugins.install(
+        monkeypatch, {"launcher.exports": {"npz": "user_parts:WeightsNpz", "keras": "user_parts:HalfWriter"}}
+    )
+
+
+def test_your_formats_are_planned_after_the_built_in_ones_and_say_whose_they_are(installed):
+    plan = resolve(config("export.formats=[saved_model,npz,user_parts:RefusingWriter,keras]"), CPU_PLAIN)
+    assert plan.export.formats == ["keras", "saved_model", "npz", "user_parts:RefusingWriter"]  # keras: built-in wins
+    reason = plan.export.reason("formats")
+    assert "npz: your export writer (user_parts:WeightsNpz)" in reason
+    assert "user_parts:RefusingWriter: your export writer" in reason
+
+
+def test_an_unknown_format_is_refused_naming_the_built_in_and_installed_choices(installed):
+    _, found = resolve_all(config("export.formats=[keras,onnx]"), CPU_PLAIN)
+    [refused] = [v for v in found if v.key == "export.formats"]
+    assert "unknown: ['onnx']" in refused.expected
+    assert (
+        "['keras', 'saved_model', 'tflite']" in refused.expected and "launcher.exports: keras, npz" in refused.expected
+    )
+    assert refused.fix == "export.formats=[keras]"
+
+
+def test_a_writer_writes_its_file_and_one_that_raises_fails_its_own_format_only(tmp_path):
+    import keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="dense")])
+    written, failed = write_yours(model, ["user_parts:WeightsNpz", "user_parts:RefusingWriter"], tmp_path)
+    assert written == {"user_parts:WeightsNpz": tmp_path / "weights.npz"}
+    saved = np.load(tmp_path / "weights.npz")
+    np.testing.assert_array_equal(saved["sequential.dense.kernel"], np.asarray(model.layers[0].kernel))
+    assert failed == {"user_parts:RefusingWriter": "RuntimeError: this writer takes no model with Dense layers"}
+    assert not (tmp_path / "never.bin").exists()
+
+
+def test_an_object_without_write_is_refused_saying_what_a_writer_has(tmp_path):
+    with pytest.raises(ConfigError) as refused:
+        write_yours(None, ["user_parts:HalfWriter"], tmp_path)
+    [violation] = refused.value.violations
+    assert violation.key == "export.formats" and "`written` (the file it writes) and `write(model, path)`" in str(
+        refused.value
+    )
