@@ -60,3 +60,21 @@ def test_an_object_without_write_is_refused_saying_what_a_writer_has(tmp_path):
     assert violation.key == "export.formats" and "`written` (the file it writes) and `write(model, path)`" in str(
         refused.value
     )
+
+
+def test_a_writer_that_cannot_write_the_untrained_model_is_refused_before_training(tmp_path):
+    from types import SimpleNamespace
+
+    import keras
+
+    from launcher.export.trained import check_exports
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="dense")])
+    chosen = config("export.formats=[keras,user_parts:WeightsNpz,user_parts:RefusingWriter]")
+    plan = resolve(chosen, CPU_PLAIN)
+    with pytest.raises(ConfigError) as refused:
+        check_exports(chosen, plan, SimpleNamespace(model=model, task=None), None)
+    [violation] = refused.value.violations
+    assert (violation.key, violation.value) == ("export.formats", "user_parts:RefusingWriter")
+    assert "this writer takes no model with Dense layers" in violation.expected
+    assert violation.fix == "export.formats=[keras,user_parts:WeightsNpz]"
