@@ -189,7 +189,7 @@ def shown(entry) -> str:
 
 def component_problem(key: str, entry, example: str) -> Violation | None:
     """A loss or metric entry that is neither a name nor {name: <name>, <argument>: <value>, ...}."""
-    if isinstance(entry, str) and entry:
+    if isinstance(entry, str):
         return None
     if hasattr(entry, "items") and component_name(entry) and all(_is_plain(v) for v in entry.values()):
         return None

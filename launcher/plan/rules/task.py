@@ -45,6 +45,7 @@ def decide_task(cfg: Config, found: Findings, precision: PrecisionPlan) -> TaskP
     loss = _loss(cfg.task, found, task, precision.mixed, "task")
     metrics = _metrics(cfg.task.metrics, found, task, "task")
     _per_token(cfg, found, task, kind, "task")
+    _outputs(cfg.task, found, task, "task")
     class_weight = _class_weight(cfg.task.class_weight, found, task, "task.class_weight")
     target = objective(cfg)
     known = known_epoch_metrics(task, metrics)
@@ -100,6 +101,7 @@ def _decide_heads(cfg: Config, found: Findings, precision: PrecisionPlan) -> Tas
         loss, loss_reason = _loss(hc, found, task, precision.mixed, key)
         metrics = _metrics(hc.metrics, found, task, key)
         _per_token(cfg, found, task, kind, f"{key}.name")
+        _outputs(hc, found, task, key)
         weight = _loss_weight(hc.loss_weight, found, key)
         class_weight = _class_weight(hc.class_weight, found, task, f"{key}.class_weight")
         heads[head] = {
@@ -178,10 +180,22 @@ def _per_token(cfg: Config, found: Findings, task: str, kind, key: str) -> None:
         )
 
 
+def _outputs(tc, found: Findings, task: str, prefix: str) -> None:
+    """Logits or probabilities mean something only for the tasks whose outputs are scores of classes or tokens."""
+    declared = tc.outputs.value
+    if task == "regression" and declared != "auto":
+        found.refuse(
+            f"{prefix}.outputs",
+            declared,
+            "auto for a regression output (its values are the predictions: neither logits nor probabilities)",
+            f"{prefix}.outputs=auto",
+        )
+
+
 def _loss(tc, found: Findings, task: str, mixed: bool, prefix: str) -> tuple[str, str]:
     """The loss of a task (`tc`: task or one of task.heads) and why; one the task cannot use is refused."""
     spec = TASKS[task]
-    form = component_problem(f"{prefix}.loss", tc.loss, "{name:'my_project.losses:FocalLoss',gamma:2.0}")
+    form = component_problem(f"{prefix}.loss", tc.loss, spec.losses[0])
     if form is not None:
         found.violations.append(form)
         return str(tc.loss), "refused"
@@ -215,7 +229,7 @@ def _metrics(requested, found: Findings, task: str, prefix: str) -> list[str]:
     an objective) is itself refused."""
     spec = TASKS[task]
     key = f"{prefix}.metrics"
-    example = f"[{{name:auc,curve:PR}},{spec.metrics[0]}]"
+    example = "[{name:auc,curve:PR}]" if "auc" in spec.metrics else f"[{spec.metrics[0]}]"
     forms = [(entry, component_problem(key, entry, example)) for entry in requested]
     found.violations.extend(problem for _, problem in forms if problem is not None)
     requested = [entry for entry, problem in forms if problem is None]
