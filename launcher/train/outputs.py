@@ -7,14 +7,16 @@ Read from each output's last layer (through the float32 layer a mixed policy add
 
 from __future__ import annotations
 
+import keras
+
+from launcher.train.user_model import output_names
+
 PROBABILITIES = ("softmax", "sigmoid")
 
 
 def output_activations(model) -> dict[str, str]:
     """Output name -> the activation that makes it ("softmax", "sigmoid", or "" for anything else, logits
     included); {} for a subclassed model without symbolic outputs (its outputs are taken as logits unless declared)."""
-    from launcher.train.user_model import output_names
-
     outputs = getattr(model, "outputs", None)
     if not outputs:
         return {}
@@ -24,8 +26,6 @@ def output_activations(model) -> dict[str, str]:
 def last_activation(tensor) -> str:
     """The activation of the layer that makes `tensor`, looking through linear Activation layers (the float32
     layer a mixed policy adds, a cast)."""
-    import keras
-
     for _ in range(8):  # a chain of linear layers is short; never loop on a strange graph
         history = getattr(tensor, "_keras_history", None)
         if history is None:

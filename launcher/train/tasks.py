@@ -22,8 +22,8 @@ import tensorflow as tf
 from launcher.config.errors import ConfigError
 from launcher.config.tasks import NO_METRICS, TASKS, component_name
 from launcher.train.losses import make_loss
-from launcher.train.metrics import ClassAccuracy, Perplexity, make_metric, scores_positive_class
 from launcher.train.outputs import takes_logits
+from launcher.train.task_metrics import ClassAccuracy, Perplexity, make_metric, scores_positive_class
 
 __all__ = ["ClassAccuracy", "Heads", "Perplexity", "Task", "make_task"]  # the metric classes' old import path
 

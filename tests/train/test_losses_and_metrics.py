@@ -2,7 +2,7 @@
 a keras.io Loss class without `reduction`, metric names without Keras's `_1`, `[none]`, what the model's outputs
 are (`launcher.train.outputs`) and what the task serves for them.
 
-The objects: `launcher.train.losses`, `launcher.train.metrics`; fed and served by `launcher.train.tasks`.
+The objects: `launcher.train.losses`, `launcher.train.task_metrics`; fed and served by `launcher.train.tasks`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from support.config import config
 
 from launcher.config.errors import ConfigError
 from launcher.train.losses import make_loss
-from launcher.train.metrics import make_metric
 from launcher.train.outputs import output_activations, takes_logits
+from launcher.train.task_metrics import make_metric
 from launcher.train.tasks import Task, make_task
 
 FOCAL = "binary_parts:FocalLoss"

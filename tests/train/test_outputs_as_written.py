@@ -4,7 +4,7 @@ negatives) trains in-process through the real config, resolver, build and engine
 the number plain Keras `evaluate` gives for the trained model on the same data.
 
 The pieces: `launcher.train.outputs` (probabilities read from the last layer), `launcher.train.losses`,
-`launcher.train.metrics`, `launcher.train.tasks`.
+`launcher.train.task_metrics`, `launcher.train.tasks`.
 """
 
 from __future__ import annotations
