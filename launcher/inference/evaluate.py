@@ -348,7 +348,7 @@ def _head_columns(task, outputs, labels, prefix: str) -> dict[str, np.ndarray]:
     predictions = np.asarray(task.predictions(outputs))
     columns = {"outputs": outputs, "predictions": predictions, "labels": np.asarray(labels)}
     if task.name in ("classification", "sequence"):
-        columns["classes"] = predictions.argmax(axis=-1)
+        columns["classes"] = np.asarray(task.label_ids(predictions))  # a one-unit binary head: p > 0.5
     return {f"{prefix}{name}": values for name, values in columns.items()}
 
 

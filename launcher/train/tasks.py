@@ -95,7 +95,7 @@ class Task:
             return tf.sigmoid(outputs)
         return tf.nn.softmax(outputs)
 
-    def _label_ids(self, predictions):
+    def label_ids(self, predictions):
         if self.one_unit:  # the positive class when its probability is over one half
             return tf.cast(tf.reshape(predictions, [-1]) > 0.5, tf.int32)
         return tf.argmax(predictions, axis=-1, output_type=tf.int32)
@@ -105,11 +105,11 @@ class Task:
         classification's label is its class name when the data names classes, beside `label_id`)."""
         predictions = self.predictions(outputs)
         if self.name == "classification" and self.class_names:
-            ids = self._label_ids(predictions)
+            ids = self.label_ids(predictions)
             names = tf.gather(tf.constant(list(self.class_names)), ids)
             return {"probabilities": predictions, "label": names, "label_id": ids}
         if self.name in ("classification", "sequence"):
-            return {"probabilities": predictions, "label": self._label_ids(predictions)}
+            return {"probabilities": predictions, "label": self.label_ids(predictions)}
         if self.name == "multilabel":
             return {"probabilities": predictions, "labels": tf.cast(predictions > 0.5, tf.int32)}
         return {"values": predictions}
