@@ -133,3 +133,21 @@ def test_probabilities_are_served_as_the_model_gives_them_and_logits_after_the_s
     one = Task("classification", None, from_logits=False, units=1, class_names=("ok", "fraud"))
     served = one.served(tf.constant([[0.9], [0.1]]))
     assert list(served["label_id"].numpy()) == [1, 0] and list(served["label"].numpy()) == [b"fraud", b"ok"]
+
+
+def test_a_one_logit_binary_head_takes_binary_crossentropy_class_weights_and_a_threshold():
+    built = make_task(
+        config("task.metrics=[accuracy,precision]", "task.class_weight={0: 1, 1: 3}").task,
+        source=None,
+        widths={"": 1},
+    )
+    logits, labels = tf.constant([[2.0], [-1.0], [0.5]]), tf.constant([1, 0, 0])
+    per_example = built.per_example_loss(labels, logits)
+    plain = keras.losses.BinaryCrossentropy(from_logits=True, reduction=None)(
+        tf.constant([[1.0], [0.0], [0.0]]), logits
+    )
+    np.testing.assert_allclose(per_example, plain * np.array([3.0, 1.0, 1.0]), rtol=1e-5)
+    built.update(built.val_metrics, labels, logits, training=False)
+    accuracy, precision = (float(m.result()) for m in built.val_metrics)
+    assert accuracy == pytest.approx(2 / 3) and precision == pytest.approx(1 / 2)
+    assert list(built.served(logits)["label"].numpy()) == [1, 0, 1]
