@@ -103,6 +103,12 @@ class Mode(Enum):
 TaskName = Enum("TaskName", {name: name for name in TASKS})
 
 
+class TaskOutputs(Enum):
+    auto = "auto"
+    logits = "logits"
+    probabilities = "probabilities"
+
+
 class EvalSplit(Enum):
     train = "train"
     val = "val"
@@ -132,11 +138,14 @@ class HeadConfig:
 
     name: TaskName = TaskName.classification
     """classification, multilabel, regression or sequence: this output's labels, loss and metrics."""
-    loss: str = "auto"
+    loss: Any = "auto"
     """auto (the head's task's), a built-in loss of that task, or your own as module.path:name or an installed
-    plugin's name (launcher.losses); in float32."""
-    metrics: list[str] = field(default_factory=list)
-    """This head's metric names ([] = its task's defaults), logged as <head>_<metric> and val_<head>_<metric>."""
+    plugin's name (launcher.losses); in float32. With arguments: {name: ..., <argument>: value, ...}."""
+    metrics: list[Any] = field(default_factory=list)
+    """This head's metrics as task.metrics takes them ([] = its task's defaults, [none] = none), logged as
+    <head>_<metric> and val_<head>_<metric>."""
+    outputs: TaskOutputs = TaskOutputs.auto
+    """What this output is, as task.outputs: auto (read from its last layer), logits or probabilities."""
     loss_weight: float = limited(1.0, ">= 0")
     """This head's share of the total loss: loss = sum over heads of loss_weight * head loss, a number >= 0."""
     class_weight: Any = None
@@ -149,14 +158,19 @@ class TaskConfig:
     name: TaskName = TaskName.classification
     """classification (softmax over classes), multilabel (a sigmoid per label), regression (real targets) or
     sequence (next-token language modelling on token data, padding masked)."""
-    loss: str = "auto"
+    loss: Any = "auto"
     """auto (the task's), crossentropy, binary_crossentropy, mse, mae, huber, or your own as module.path:name or an
     installed plugin's name (launcher.losses): a function (y_true, y_pred) -> per-example loss, or a keras Loss
-    class; always computed in float32."""
-    metrics: list[str] = field(default_factory=list)
+    class; always computed in float32. With arguments: {name: ..., <argument>: value, ...} (name: any of these)."""
+    metrics: list[Any] = field(default_factory=list)
     """Metric names (accuracy, auc, precision, recall, mae, mse, rmse, perplexity, any name keras.metrics knows)
-    or your own keras Metric class as module.path:Name or an installed plugin's name (launcher.metrics); [] = the
-    task's defaults."""
+    or your own keras Metric class as module.path:Name or an installed plugin's name (launcher.metrics), each
+    either a name or {name: ..., <argument>: value} (e.g. {name: auc, curve: PR}); [] = the task's defaults,
+    [none] = no metric beside the loss."""
+    outputs: TaskOutputs = TaskOutputs.auto
+    """What the model's output is: auto (probabilities when its last layer is a softmax or sigmoid, else logits),
+    logits or probabilities; the loss and metrics get it as plain Keras fit gives them, the server answers
+    probabilities either way."""
     pad_id: int = 0
     """sequence: the token id that pads sequences (masked out of the loss and metrics)."""
     class_weight: Any = None

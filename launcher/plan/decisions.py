@@ -221,6 +221,9 @@ class TaskPlan(Section):
     class_weight: str | dict | None = decision("task.class_weight", optional=True)
     # task.heads: output name -> {task, loss, loss_weight, metrics, class_weight}, in the config's order.
     heads: dict[str, dict] | None = decision("task.heads", optional=True)
+    # The keyword arguments from config of a one-head task's loss and metrics: {"loss": {...}, "metrics": {name:
+    # {...}}}; None when none has any (under task.heads each head's are its `arguments`).
+    arguments: dict | None = decision("task.arguments", optional=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -302,6 +305,9 @@ class OutputPlan(Section):
     # The class weights the loss uses, per head ("task" for a one-head task): balanced ones computed from the
     # training labels, mappings as a weight per class id. None when no head has class weights.
     class_weights: dict[str, list[float]] | None = decision("task.class_weights", optional=True)
+    # What the outputs are (task.outputs): "probabilities (its last layer is a softmax)", "logits (declared)"...,
+    # per head with several; None for logits outputs nobody declared (what the launcher always assumed).
+    given: str | dict[str, str] | None = decision("task.outputs", optional=True)
 
 
 @dataclass(frozen=True, kw_only=True)

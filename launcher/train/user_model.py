@@ -94,12 +94,14 @@ def _check_output(model, spec: ModelSpec, key: str, path: str) -> None:
     if shape is None:
         return  # a subclassed model without symbolic outputs: the first step checks it
     wanted = (None, *spec.input_shape[:1], spec.outputs) if spec.task == "sequence" else (None, spec.outputs)
-    if len(shape) != len(wanted) or shape[-1] != spec.outputs:
+    binary = spec.task == "classification" and spec.outputs == 2 and shape[-1] == 1  # one sigmoid or logit unit
+    if len(shape) != len(wanted) or (shape[-1] != spec.outputs and not binary):
         per = "per token " if spec.task == "sequence" else ""
         raise ConfigError.single(
             key,
             path,
             f"a model whose output is {per}{spec.outputs} value(s) for "
             f"task={spec.task} (spec.outputs), shape {wanted}; yours is {shape}",
-            "end the model with keras.layers.Dense(spec.outputs) (logits, no activation)",
+            "end the model with keras.layers.Dense(spec.outputs) (logits, or activation='softmax'; a binary "
+            "classification may end in Dense(1), a logit or activation='sigmoid')",
         )

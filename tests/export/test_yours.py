@@ -44,11 +44,11 @@ def test_an_unknown_format_is_refused_naming_the_built_in_and_installed_choices(
 def test_a_writer_writes_its_file_and_one_that_raises_fails_its_own_format_only(tmp_path):
     import keras
 
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="dense")])
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="dense")], name="tiny")
     written, failed = write_yours(model, ["user_parts:WeightsNpz", "user_parts:RefusingWriter"], tmp_path)
     assert written == {"user_parts:WeightsNpz": tmp_path / "weights.npz"}
     saved = np.load(tmp_path / "weights.npz")
-    np.testing.assert_array_equal(saved["sequential.dense.kernel"], np.asarray(model.layers[0].kernel))
+    np.testing.assert_array_equal(saved["tiny.dense.kernel"], np.asarray(model.layers[0].kernel))
     assert failed == {"user_parts:RefusingWriter": "RuntimeError: this writer takes no model with Dense layers"}
     assert not (tmp_path / "never.bin").exists()
 
@@ -69,7 +69,7 @@ def test_a_writer_that_cannot_write_the_untrained_model_is_refused_before_traini
 
     from launcher.export.trained import check_exports
 
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="dense")])
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="dense")], name="tiny")
     chosen = config("export.formats=[keras,user_parts:WeightsNpz,user_parts:RefusingWriter]")
     plan = resolve(chosen, CPU_PLAIN)
     with pytest.raises(ConfigError) as refused:
