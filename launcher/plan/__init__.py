@@ -13,6 +13,7 @@ Modules:
     resolve: resolve(config, environment) -> Plan: the launcher's knowledge of what works together
     resume: how a checkpoint's position maps onto this launch: the Plan's `resume` decision
     schedule: decisions that depend on the data's size: steps per epoch, validation steps, warmup
+    section: a section of the Plan: decided values with their plan.yaml keys and reasons, checked when made
     sharding: how a multi-worker job splits its training data, decided from the shards' sizes
     rules/: the resolver's rules, one module per concern, each returning its section of the Plan
 

@@ -10,11 +10,12 @@ from fakes import CPU_PLAIN
 from support.config import config
 
 from launcher.config.errors import Violation
-from launcher.plan.decisions import BatchPlan, PlanError, ResumePlan, SchedulePlan, StepPlan
+from launcher.plan.decisions import BatchPlan, ResumePlan, SchedulePlan, StepPlan
 from launcher.plan.resolve import resolve
 from launcher.plan.rules.batch import decide_batch, decide_learning_rate
 from launcher.plan.rules.findings import Findings
 from launcher.plan.schedule import schedule
+from launcher.plan.section import PlanError
 
 
 def test_reading_a_field_that_does_not_exist_fails_loudly():
