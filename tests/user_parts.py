@@ -107,3 +107,24 @@ class HalfWriter:
     """Not an export writer: it says what it writes but has no write."""
 
     written = "half.bin"
+
+
+class ClobberingWriter(WeightsNpz):
+    """Not an export writer: it would replace the run's model.keras."""
+
+    written = "model.keras"
+
+
+class EscapingWriter(WeightsNpz):
+    """Not an export writer: it would write outside the run dir."""
+
+    written = "../weights.npz"
+
+
+class IdleWriter:
+    """An export writer that returns without writing its file."""
+
+    written = "nothing.bin"
+
+    def write(self, model, path):
+        pass

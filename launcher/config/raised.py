@@ -9,17 +9,26 @@ from __future__ import annotations
 
 import inspect
 import re
+import site
+import sys
 import sysconfig
 import traceback
 from pathlib import Path
 
 FRAMES_SHOWN = 3
 _COLOUR_CODES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-# Code that is not the person's: the standard library, installed packages, the launcher itself.
-_NOT_THEIRS = tuple(
-    {str(Path(sysconfig.get_paths()[name]).resolve()) for name in ("stdlib", "platstdlib", "purelib", "platlib")}
-    | {str(Path(__file__).resolve().parents[1])}
-)
+
+
+def _installed() -> frozenset[Path]:
+    """Where code that is not the person's lives: the standard library, every place packages are installed (the
+    environment's, the user's `pip install --user`, Debian's dist-packages on the path) and the launcher itself."""
+    paths = {sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    paths |= {*site.getsitepackages(), site.getusersitepackages()}
+    paths |= {entry for entry in sys.path if entry.endswith(("site-packages", "dist-packages"))}
+    return frozenset({Path(p).resolve() for p in paths} | {Path(__file__).resolve().parents[1]})
+
+
+_NOT_THEIRS = _installed()
 
 
 def plain(text: str) -> str:
@@ -27,19 +36,24 @@ def plain(text: str) -> str:
     return _COLOUR_CODES.sub("", text)
 
 
-def _theirs(filename: str, home: str | None) -> bool:
+def _theirs(filename: str, home: Path | None) -> bool:
     if filename.startswith("<"):
         return False
-    resolved = str(Path(filename).resolve())
-    return (home is not None and resolved.startswith(home)) or not resolved.startswith(_NOT_THEIRS)
+    resolved = Path(filename).resolve()
+    if home is not None and (resolved == home or resolved.is_relative_to(home)):
+        return True
+    return not any(resolved.is_relative_to(root) for root in _NOT_THEIRS)
 
 
-def _home(component: object) -> str | None:
-    """The directory of the module that defines `component`: an installed plugin's own frames count as theirs."""
+def _home(component: object) -> Path | None:
+    """Where the package that defines `component` lives (its top-level package's folder, or the module file of a
+    single-file one): an installed plugin's own frames count as theirs."""
     module = inspect.getmodule(component)
-    filename = getattr(module, "__file__", None)
-    home = str(Path(filename).resolve().parent) if filename else None
-    return None if home in _NOT_THEIRS else home  # a single-file module installed among every other package
+    if module is None or not getattr(module, "__file__", None):
+        return None
+    top = sys.modules.get(module.__name__.partition(".")[0], module)
+    folders = list(getattr(top, "__path__", []))
+    return Path(folders[0]).resolve() if folders else Path(module.__file__).resolve()
 
 
 def own_frames(err: BaseException, component: object = None) -> list[traceback.FrameSummary]:

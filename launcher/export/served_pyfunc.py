@@ -34,26 +34,31 @@ QUIET_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "2", "ABSL_MIN_LOG_LEVEL": "2", "GRPC_
 @contextlib.contextmanager
 def _quiet_tensorflow_start():
     """TensorFlow imported and the SavedModel loaded with their C++ lines on fd 2 set aside (they bypass every log
-    level), and written out after all if loading fails; the log levels default to warnings and errors only."""
+    level), and written out after all if loading fails. TensorFlow reads its log levels once, at import: they are
+    raised to errors only for the import and given back afterwards, so whoever loads the model keeps their own."""
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL") in ("0", "1"):  # the person asked for TensorFlow's info lines
         yield
         return
-    for key, value in QUIET_DEFAULTS.items():
-        os.environ.setdefault(key, value)
+    added = {key: value for key, value in QUIET_DEFAULTS.items() if key not in os.environ}
+    os.environ.update(added)
     sys.stderr.flush()
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as aside:
-        os.dup2(aside.fileno(), 2)
-        try:
-            yield
-        except BaseException:
-            os.dup2(saved, 2)
-            aside.seek(0)
-            sys.stderr.write(aside.read().decode(errors="replace"))
-            raise
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+    try:
+        with tempfile.TemporaryFile() as aside:
+            os.dup2(aside.fileno(), 2)
+            try:
+                yield
+            except BaseException:
+                os.dup2(saved, 2)
+                aside.seek(0)
+                sys.stderr.write(aside.read().decode(errors="replace"))
+                raise
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+        for key in added:
+            os.environ.pop(key, None)
 
 
 class ServedSavedModel(PythonModel):

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from launcher.config.errors import Violation, raise_if_any
+from launcher.config.errors import ConfigError, Violation, raise_if_any
 from launcher.config.exports import EXPORT_FORMATS, served_formats
 from launcher.contract import EXIT_FAILED, EXPORT_FAILURE, FAILED, Ending, StopContext
 from launcher.export.serving import SIGNATURE, ServingExports, export_saved_model, export_serving, served_inputs
@@ -99,6 +99,8 @@ def check_exports(config, plan, built, source) -> None:
             model = Reloaded(untrained).model
             failed = export_serving(model, built.task, source, Path(scratch), formats).failed if formats else {}
             failed.update(write_yours(model, theirs, Path(scratch))[1])
+    except ConfigError:  # a writer of the person's own that cannot be made or names no file of its own
+        raise
     except Exception as err:  # saving or reloading model.keras itself (e.g. a custom layer not registered)
         failed = {"keras": f"{type(err).__name__}: {' '.join(str(err).splitlines()[:2])[:300]}"}
     if "saved_model" in failed and "tflite" in formats:  # TFLite is converted from the SavedModel
@@ -147,8 +149,9 @@ def export_trained(
 
 
 def copy_beside_checkpoints(remote, written: dict[str, Path], best_exported=None) -> None:
-    """Each written format the export format table copies beside the remote checkpoints (`remote_copy`), best.keras
-    with model.keras: a file as it is, a folder (the SavedModel) file by file."""
+    """Each written format the export format table copies beside the remote checkpoints (`remote_copy`), and every
+    format of the person's own, best.keras with model.keras: a file as it is, a folder (the SavedModel) file by
+    file."""
     for name, path in written.items():
         if name in EXPORT_FORMATS and not EXPORT_FORMATS[name].remote_copy:  # yours are copied
             continue

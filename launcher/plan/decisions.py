@@ -387,12 +387,14 @@ class Plan:
         """One MLflow tag per decision (values only; reasons live in plan.yaml)."""
         return {f"plan.{key}": str(_plain(value)) for key, value in self.values().items()}
 
-    def render(self) -> str:
-        """The Plan on the console: one line per decision, its reason cut to fit (plan.yaml keeps it whole)."""
+    def render(self, whole: bool = False) -> str:
+        """The Plan on the console: one line per decision, its reason cut to fit (plan.yaml keeps it whole); `whole`
+        (explain) cuts nothing."""
         decided = self.decisions()
         width = max((len(k) for k in decided), default=0)
         lines = ["Plan:"]
-        lines += [one_line(f"  {key:<{width}}  {_plain(value)!s:<14}  ", why) for key, (value, why) in decided.items()]
+        for key, (value, why) in decided.items():
+            lines.append(one_line(f"  {key:<{width}}  ", _plain(value), why, 14, whole))
         if any(line.endswith(CUT) for line in lines):
             lines.append(f"  ({CUT} the whole reason is in the run dir's plan.yaml)")
         if self.warnings:
@@ -406,7 +408,7 @@ def render_records(records: list[Section], decided_by: str) -> str:
     otherwise read as part of the Plan's `Warnings:`)."""
     lines = [f"Plan, decided by {decided_by}:"]
     for record in records:
-        lines += [one_line(f"  {key:<23} {_plain(value)}  ", reason) for key, value, reason in record.decisions()]
+        lines += [one_line(f"  {key:<23} ", _plain(value), reason) for key, value, reason in record.decisions()]
     return "\n".join(lines)
 
 

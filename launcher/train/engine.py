@@ -158,6 +158,7 @@ class Engine:
             position.epoch = epoch
             if self.freezer is not None and self.freezer.set_for(epoch):
                 self._build_functions()  # another set of trainable variables: the step is traced again
+                self._stepped = False  # its first step compiles again: kept out of the epoch's throughput too
             self.callbacks.on_epoch_begin(epoch)
             logs = self._train_epoch(position, epochs, hooks)
             finished = position.step_in_epoch >= self.plan.schedule.steps_in_epoch(position)
@@ -209,7 +210,7 @@ class Engine:
         metric_logs: dict[str, float] = {}
         self._skipped_in_epoch = 0
         compiling = Totals()  # the step that traced and compiled, kept out of the epoch's throughput
-        compile_sec = 0.0
+        compile_sec = validating_sec = 0.0  # the validations inside the epoch are not training either
         start = time.perf_counter()
         while position.step_in_epoch < steps:
             done = position.step_in_epoch
@@ -249,7 +250,9 @@ class Engine:
                 and position.global_step % self.validate_every == 0
                 and position.step_in_epoch < steps
             ):
+                validating = time.perf_counter()
                 self._validate_inside_epoch(position, hooks)  # the epoch's last step validates at the epoch end
+                validating_sec += time.perf_counter() - validating
             hooks.after_steps(position, logs)
             if self.model.stop_training:
                 break
@@ -262,7 +265,8 @@ class Engine:
         logs = {"loss": totals.loss, **metric_logs, "skipped_steps": float(self._skipped_in_epoch)}
         if totals.finite_norms:
             logs["grad_norm"] = totals.grad_norm
-        logs["examples_per_sec"] = steady_rate(totals.examples, elapsed, compiling.examples, compile_sec)
+        training_sec = elapsed - validating_sec
+        logs["examples_per_sec"] = steady_rate(totals.examples, training_sec, compiling.examples, compile_sec)
         logs["epoch_time_sec"] = elapsed
         return logs
 

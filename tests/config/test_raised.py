@@ -66,3 +66,35 @@ def test_a_keras_error_in_a_builder_is_told_without_colour_codes_at_the_persons_
     assert f"{path}:12 in build: return keras.Model(inputs, Broken()(inputs))" in text
     assert f"{path}:7 in call: raise ValueError(" in text
     assert "site-packages" not in text.split("raised at:")[1]
+
+
+def test_an_installed_single_file_plugin_s_frames_are_its_own_and_other_installed_code_is_not(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from launcher.config import raised
+
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    (site / "library_below.py").write_text("def fail():\n    raise KeyError('missing column: price')\n")
+    (site / "single_plugin.py").write_text("import library_below\n\n\ndef load():\n    return library_below.fail()\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(raised, "_NOT_THEIRS", raised._NOT_THEIRS | {Path(site).resolve()})
+    import single_plugin
+
+    with pytest.raises(KeyError) as err:
+        single_plugin.load()
+    text = told(err.value, single_plugin.load)
+    assert f"{site / 'single_plugin.py'}:5 in load: return library_below.fail()" in text
+    assert "library_below.py" not in text  # installed code that is not the plugin's
+    assert "single_plugin.py" not in told(err.value)  # without the component, installed code is not the person's
+
+
+def test_a_module_that_raises_on_import_is_refused_with_the_line_that_raised(tmp_path, monkeypatch):
+    from launcher.config.imports import import_component
+
+    path = _module(tmp_path, monkeypatch, "raising_on_import", "import json\n\nSETTINGS = json.loads('{broken')\n")
+    with pytest.raises(ConfigError) as refused:
+        import_component("model.builder", "raising_on_import:build", "a model builder function")
+    text = str(refused.value)
+    assert "JSONDecodeError: Expecting property name enclosed in double quotes" in text
+    assert f"{path}:3 in <module>: SETTINGS = json.loads('{{broken')" in text

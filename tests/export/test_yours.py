@@ -53,7 +53,7 @@ def test_a_writer_writes_its_file_and_one_that_raises_fails_its_own_format_only(
     assert not (tmp_path / "never.bin").exists()
 
 
-def test_an_object_without_write_is_refused_saying_what_a_writer_has(tmp_path):
+def test_an_object_without_write_is_refused_saying_what_a_writer_has(tmp_path):  # after training too
     with pytest.raises(ConfigError) as refused:
         write_yours(None, ["user_parts:HalfWriter"], tmp_path)
     [violation] = refused.value.violations
@@ -78,3 +78,38 @@ def test_a_writer_that_cannot_write_the_untrained_model_is_refused_before_traini
     assert (violation.key, violation.value) == ("export.formats", "user_parts:RefusingWriter")
     assert "this writer takes no model with Dense layers" in violation.expected
     assert violation.fix == "export.formats=[keras,user_parts:WeightsNpz]"
+
+
+@pytest.mark.parametrize(
+    ("writer", "said"),
+    [
+        ("user_parts:HalfWriter", "`written` (the file it writes) and `write(model, path)`"),
+        ("user_parts:ClobberingWriter", "not a path nor one of the launcher's own files"),
+        ("user_parts:EscapingWriter", "not a path nor one of the launcher's own files"),
+    ],
+)
+def test_a_writer_that_is_no_writer_is_refused_before_training_naming_it(tmp_path, writer, said):
+    from types import SimpleNamespace
+
+    import keras
+
+    from launcher.export.trained import check_exports
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    chosen = config(f"export.formats=[keras,{writer}]")
+    with pytest.raises(ConfigError) as refused:
+        check_exports(chosen, resolve(chosen, CPU_PLAIN), SimpleNamespace(model=model, task=None), None)
+    [violation] = refused.value.violations
+    assert (violation.key, violation.value) == ("export.formats", writer) and said in violation.expected
+
+
+def test_a_rerun_replaces_the_file_and_a_writer_that_writes_nothing_fails_its_format(tmp_path):
+    import keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="dense")], name="tiny")
+    (tmp_path / "weights.npz").write_text("an earlier launch's file")
+    (tmp_path / "nothing.bin").write_text("an earlier launch's file")
+    written, failed = write_yours(model, ["user_parts:WeightsNpz", "user_parts:IdleWriter"], tmp_path)
+    assert list(written) == ["user_parts:WeightsNpz"] and "tiny.dense.kernel" in np.load(tmp_path / "weights.npz")
+    assert failed == {"user_parts:IdleWriter": "its writer returned without writing nothing.bin"}
+    assert not list(tmp_path.glob("*.partial*"))

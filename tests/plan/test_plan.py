@@ -236,6 +236,10 @@ def test_every_plan_line_fits_one_console_line_and_plan_yaml_keeps_the_whole_rea
     short = brief(long, 60)
     assert short.endswith(f" {CUT}") and long.startswith(short[: -len(CUT) - 1] + " ")  # cut between words, marked
     assert brief("short enough", 60) == "short enough"
+    assert brief("a; b", 3) == "a; b"  # no room to cut anything off: nothing is marked as cut
+    formats = "export.formats=[keras,saved_model,tflite,my_company.ml.exports.onnx:OnnxWriter,other.pkg:CoreMLWriter]"
+    shown = resolve(config(formats), CPU_PLAIN).render().split("Warnings:")[0].splitlines()
+    assert any("export.formats" in line for line in shown) and all(len(line) <= LINE_WIDTH for line in shown)
     plan = resolve(config("precision=mixed"), CPU_PLAIN)
     shown = plan.render().splitlines()
     decisions = shown[1 : shown.index("Warnings:")]
