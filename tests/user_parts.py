@@ -83,3 +83,27 @@ def words_with_a_lookup_table(n: int = 96):
         "val": tf.data.Dataset.from_tensor_slices((words[split:], labels[split:])),
         "preprocess": vectorize,
     }
+
+
+COLORS = ("red", "green", "blue")
+
+
+def string_categories(n: int = 120):
+    """A pandas DataFrame of a string category and a number (keras.io's structured data form), split by the launcher:
+    the class is whether the color is red or the size large."""
+    import pandas as pd
+
+    rng = np.random.default_rng(3)
+    color = rng.choice(COLORS, size=n)
+    size = rng.normal(size=n).astype("float32")
+    label = ((color == "red") | (size > 1.0)).astype("int64")
+    return pd.DataFrame({"color": color, "size": size}), label
+
+
+def string_lookup_model(spec):
+    """A StringLookup inside the model reads the raw color; the size goes in as it is."""
+    color = keras.Input((1,), dtype="string", name="color")
+    size = keras.Input((1,), name="size")
+    one_hot = keras.layers.StringLookup(vocabulary=list(COLORS), output_mode="one_hot")(color)
+    hidden = keras.layers.Dense(8, activation="relu")(keras.layers.Concatenate()([one_hot, size]))
+    return keras.Model({"color": color, "size": size}, keras.layers.Dense(spec.outputs)(hidden))
