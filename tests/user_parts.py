@@ -107,3 +107,27 @@ def string_lookup_model(spec):
     one_hot = keras.layers.StringLookup(vocabulary=list(COLORS), output_mode="one_hot")(color)
     hidden = keras.layers.Dense(8, activation="relu")(keras.layers.Concatenate()([one_hot, size]))
     return keras.Model({"color": color, "size": size}, keras.layers.Dense(spec.outputs)(hidden))
+
+
+def feature_space(n: int = 96):
+    """keras.io's structured-data form: named raw features (a string category, a number) and an adapted Keras
+    FeatureSpace as the "preprocess", joining them into one tensor (it was refused: a dict in must give a dict out;
+    and under mixed_bfloat16 its adapt failed: cannot compute AddV2 ... bfloat16)."""
+    import tensorflow as tf
+
+    x, label = string_categories(n)
+    features = {"color": x["color"].to_numpy(), "size": x["size"].to_numpy()}
+    space = keras.utils.FeatureSpace(
+        features={
+            "color": keras.utils.FeatureSpace.string_categorical(num_oov_indices=1),
+            "size": keras.utils.FeatureSpace.float_normalized(),
+        },
+        output_mode="concat",
+    )
+    cut = n * 3 // 4
+    space.adapt(tf.data.Dataset.from_tensor_slices({k: v[:cut] for k, v in features.items()}).batch(32))
+    return {
+        "train": ({k: v[:cut] for k, v in features.items()}, label[:cut]),
+        "val": ({k: v[cut:] for k, v in features.items()}, label[cut:]),
+        "preprocess": space,
+    }
