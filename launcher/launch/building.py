@@ -22,7 +22,7 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path) -> tuple:
     from launcher.train.build import build
 
     built = build(config, plan, prepared.source, prepared.strategy)
-    _check_compilable(config, plan, built.model)
+    check_compilable(config, plan, built.model)
     records, freezer = [], None
     shown = [r for r in (built.output, built.swaps) if r is not None]
     for record in shown:  # what only the built model shows (its output dtype, its swapped layers): printed and saved
@@ -50,7 +50,7 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path) -> tuple:
     return built, plan, freezer
 
 
-def _check_compilable(config, plan: Plan, model) -> None:
+def check_compilable(config, plan: Plan, model) -> None:
     """A step XLA compiles cannot hold layers Keras marks `supports_jit=False` (lookup tables on ids: IntegerLookup,
     Hashing): refused now, with the fix, rather than failing at the first step. String inputs never get here with
     XLA on: the resolver keeps it off for them (`launcher.plan.rules.step`)."""
