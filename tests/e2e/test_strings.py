@@ -33,6 +33,7 @@ def test_string_categories_train_under_auto_and_are_served_raw_by_every_export(c
     import mlflow.pyfunc
     import pandas as pd
     import tensorflow as tf
+    from mlflow.pyfunc.scoring_server import infer_and_parse_data
 
     done = cli_here(*STRING_RUN)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -50,6 +51,9 @@ def test_string_categories_train_under_auto_and_are_served_raw_by_every_export(c
     assert schema == {"color": "DataType.string", "size": "DataType.float"}
     answer = model.predict(pd.DataFrame({"color": COLORS, "size": SIZES}))
     np.testing.assert_allclose(answer["probabilities"], want["probabilities"].numpy(), rtol=1e-6)
+    records = [{"color": c, "size": float(s)} for c, s in zip(COLORS, SIZES, strict=True)]  # a JSON request's body
+    request = infer_and_parse_data({"dataframe_records": records}, model.metadata.get_input_schema())  # as served
+    np.testing.assert_array_equal(model.predict(request)["label"], want["label"].numpy())
 
     pcsv.write_csv(pa.table({"id": [f"row-{i}" for i in range(5)], "color": COLORS, "size": SIZES}), tmp_path / "x.csv")
     predicted = launcher_here(
