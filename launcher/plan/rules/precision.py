@@ -30,10 +30,10 @@ def strings_keep_float32(facts: DataFacts) -> tuple[str, str] | None:
         return None
     float32 = next(p for p in PRECISIONS.values() if not p.mixed)
     return float32.name, (
-        f"precision=auto: the model takes string inputs ({facts.strings}): the layers that read them and the "
-        "preprocessing adapted beside them are Keras's float32 layers (FeatureSpace and Normalization.adapt on a "
-        "tf.data fail under mixed_bfloat16: cannot compute AddV2 ... bfloat16), so auto keeps float32; ask for "
-        "another precision by name"
+        f"precision=auto: the model takes string inputs ({facts.strings}): the lookup layers that read them, and "
+        "what a builder adapts beside them, are Keras's float32 preprocessing (under mixed_bfloat16 FeatureSpace "
+        "and Normalization.adapt on a tf.data fail: cannot compute AddV2 ... bfloat16), so auto keeps float32; "
+        "ask for another precision by name"
     )
 
 
