@@ -131,3 +131,14 @@ def feature_space(n: int = 96):
         "val": ({k: v[cut:] for k, v in features.items()}, label[cut:]),
         "preprocess": space,
     }
+
+
+def adapts_in_the_builder(spec):
+    """keras.io's habit: a Normalization adapted on a tf.data in the builder (plain Keras fails so under
+    mixed_bfloat16: cannot compute AddV2 ... bfloat16)."""
+    import tensorflow as tf
+
+    normalize = keras.layers.Normalization()
+    normalize.adapt(tf.data.Dataset.from_tensor_slices(np.ones((8, *spec.input_shape), "float32")).batch(4))
+    inputs = keras.Input(spec.input_shape)
+    return keras.Model(inputs, keras.layers.Dense(spec.outputs)(normalize(inputs)))
