@@ -112,6 +112,7 @@ class EvalSplit(Enum):
 class MonitorMode(Enum):
     min = "min"
     max = "max"
+    auto = "auto"  # by the metric's name: losses, errors and perplexity go down, the rest up
 
 
 # ---------------------------------------------------------------- the how
@@ -294,7 +295,7 @@ class EarlyStoppingConfig:
     patience: int = limited(3, ">= 0")
     """Epochs without improvement before stopping, >= 0."""
     mode: MonitorMode = MonitorMode.min
-    """min (lower is better) or max."""
+    """min (lower is better), max or auto (Keras decides by the metric)."""
 
 
 @dataclass
@@ -308,7 +309,7 @@ class ReduceLrConfig:
     patience: int = limited(2, ">= 0")
     """Epochs without improvement before reducing, >= 0."""
     mode: MonitorMode = MonitorMode.min
-    """min (lower is better) or max."""
+    """min (lower is better), max or auto (Keras decides by the metric)."""
 
 
 @dataclass
@@ -390,9 +391,11 @@ class CheckpointConfig:
     resume: str = "auto"
     """auto (newest complete checkpoint), never (old ones moved aside) or a ckpt-N prefix path."""
     monitor: str = ""
-    """Keep the best checkpoint (and best.keras) by this epoch metric, e.g. val_loss; "" = off."""
-    mode: MonitorMode = MonitorMode.min
-    """min (lower is better) or max, for `monitor`."""
+    """Keep the best checkpoint (and best.keras) by this epoch metric, e.g. val_loss; auto = the run's objective
+    (the default job's); "" = off."""
+    mode: MonitorMode = MonitorMode.auto
+    """min (lower is better), max, or auto (by the metric's name: losses, errors, perplexity go down), for
+    `monitor`."""
     save_on_preemption: bool = True
     """SIGTERM / SIGINT: save at the next step boundary, mark the run KILLED, exit 128 + signal."""
     verify_restore: bool = True

@@ -42,6 +42,8 @@ CHANGEABLE = {
     "checkpoint.save_on_preemption": "whether a stop saves",
     "checkpoint.verify_restore": "whether a restore is checked",
     "checkpoint.export_model": "what is written after training",
+    "checkpoint.monitor": "which epoch is kept as best.keras (the best starts over when it changes)",
+    "checkpoint.mode": "which epoch is kept as best.keras (the best starts over when it changes)",
     "export.": "what is written after training",
     "tracking.on_unreachable": "what a tracking outage does",
     "tracking.fallback_uri": "where an outage logs",

@@ -88,3 +88,18 @@ class SweepLinks:
             f"[Compare the {len(self.child_run_ids)} jobs side by side]({self.compare.removeprefix(page)}) · "
             f"[the experiment's runs]({self.runs.removeprefix(page)})"
         )
+
+
+def model_uri(run_id: str, artifact: str) -> str:
+    """The run's logged model as MLflow addresses it: what `mlflow.pyfunc.load_model` and `mlflow models serve`
+    take."""
+    return f"runs:/{run_id}/{artifact}"
+
+
+def serve_command(uri: str, run_id: str, artifact: str, port: int = 5001) -> str:
+    """`mlflow models serve` of the run's model, copy-ready from any directory: the tracking URI (as resolved, its
+    credentials left out) in MLFLOW_TRACKING_URI, port 5001 (`mlflow ui`'s 5000 stays free)."""
+    return (
+        f"MLFLOW_TRACKING_URI={redact(uri)} mlflow models serve -m {model_uri(run_id, artifact)} "
+        f"--env-manager local -p {port}"
+    )

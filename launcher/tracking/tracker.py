@@ -46,6 +46,7 @@ class RunTracker(Protocol):
     """What a launch writes to its run; `Tracker` sends it to MLflow, `NullTracker` nowhere."""
 
     run_id: str | None
+    uri: str  # the tracking URI as resolved ("" when nothing is tracked)
     resumed: bool  # continues a checkpoint's run
     adopted: bool  # trains from step 0 again in the run dir's earlier run (it ended before its first checkpoint)
     decision: Decision | None  # what became of the run dir's earlier run
@@ -396,6 +397,7 @@ class NullTracker:
     """tracking.enabled=false, or a worker that is not the chief: every write goes nowhere."""
 
     run_id = None
+    uri = ""
     resumed = False
     adopted = False
     decision = None

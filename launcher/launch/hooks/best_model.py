@@ -42,6 +42,7 @@ class BestModelHook(Hook):
             return
         self.best = {
             "monitor": self.monitor,
+            "mode": self.mode,
             "value": float(value),
             "epoch": epoch,
             "global_step": position.global_step,
@@ -56,4 +57,8 @@ class BestModelHook(Hook):
         return {"best": self.best}
 
     def load_state(self, state: dict) -> None:
-        self.best = dict(state.get("best") or {})
+        """The best so far, unless it was kept by another metric or direction (checkpoint.monitor changed when the
+        run continued): then the best starts over from this launch's epochs."""
+        best = dict(state.get("best") or {})
+        same = best.get("monitor") == self.monitor and best.get("mode", self.mode) == self.mode
+        self.best = best if same else {}

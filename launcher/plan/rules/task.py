@@ -15,6 +15,7 @@ from launcher.config.tasks import (
     ALL_METRICS,
     KERAS_METRICS,
     TASKS,
+    best_model_monitor,
     head_metric_names,
     is_import_path,
     is_metric_name,
@@ -68,6 +69,7 @@ def decide_task(cfg: Config, found: Findings, precision: PrecisionPlan) -> TaskP
             else f"objective=auto: the {task} task's headline validation metric (what a sweep job reports)",
         ),
         class_weight=None if class_weight is None else (class_weight, _class_weight_reason(class_weight)),
+        **_best_model(cfg),
     )
 
 
@@ -122,7 +124,31 @@ def _decide_heads(cfg: Config, found: Findings, precision: PrecisionPlan) -> Tas
             "requested" if cfg.objective != "auto" else "objective=auto with several heads: the total val_loss",
         ),
         heads=(heads, " | ".join(reasons)),
+        **_best_model(cfg),
     )
+
+
+def _best_model(cfg: Config) -> dict:
+    """checkpoint.monitor as kept: the metric (auto: the objective) and whether lower or higher is better."""
+    kept = best_model_monitor(cfg)
+    if kept is None:
+        return {}
+    metric, mode = kept
+    chosen = cfg.checkpoint.monitor
+    return {
+        "best_by": (
+            metric,
+            f"checkpoint.monitor={chosen}: the objective; best.keras is the epoch where it is best"
+            if chosen == "auto"
+            else "requested",
+        ),
+        "best_mode": (
+            mode,
+            f"checkpoint.mode=auto: {'lower' if mode == 'min' else 'higher'} {metric} is better"
+            if cfg.checkpoint.mode.value == "auto"
+            else "requested",
+        ),
+    }
 
 
 def _unused_with_heads(cfg: Config, found: Findings) -> None:
