@@ -341,6 +341,10 @@ class TrainConfig:
     with the dynamic loss scale at its minimum, >= 0 (0 = never)."""
     measure_utilization: bool = True
     """Log model_flops_utilization per epoch (model FLOPs vs this machine's cached matmul peak)."""
+    remeasure_matmul: bool = True
+    """precision=auto, xla=auto: measure this machine's matmul rates again when the cached figure is due
+    (provisional, or a week old; ~12 s in a child process). false: decide by the cached figure whatever its age,
+    by the CPU's flags when there is none (debug=fast)."""
     max_validation_steps: int = limited(0, ">= 0")
     """Cap on validation steps per epoch, >= 0 (0 = every validation example)."""
     limit_fraction: float = limited(1.0, "(0, 1]")

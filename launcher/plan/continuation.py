@@ -28,6 +28,7 @@ CHANGEABLE = {
     "train.profile.": "what is traced, not what is learned",
     "train.telemetry": "what each step reports",
     "train.measure_utilization": "what each epoch reports",
+    "train.remeasure_matmul": "whether auto's figure is measured again (a continued run keeps its first choices)",
     "train.val_every_steps": "how often it validates, not what it learns",
     "train.max_validation_steps": "how much it validates, not what it learns",
     "train.on_nonfinite": "what a NaN loss does",

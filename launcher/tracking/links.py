@@ -47,6 +47,11 @@ class MlflowUi:
         """A line for a local store: how to start the UI the links point at ('' for a server)."""
         return f"serve it first: {self.serve}" if self.serve else ""
 
+    def run_hint(self, experiment_id: str, run_id: str) -> str:
+        """Where a person opens a run: its page (and, for a local store, the command that serves the UI)."""
+        page = self.run(experiment_id, run_id)
+        return f"{page}  ({self.serving()})" if self.serve else page
+
 
 @dataclass(frozen=True)
 class SweepLinks:

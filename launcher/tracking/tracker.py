@@ -323,9 +323,7 @@ class Tracker:
     def ui_hint(self) -> str:
         """Where the person opens this run: its page in MLflow's UI (and, for a local store, the command that
         serves it)."""
-        ui = MlflowUi.of(self.uri)
-        page = ui.run(self.experiment_id, self.run_id)
-        return f"{page}  ({ui.serving()})" if ui.serve else page
+        return MlflowUi.of(self.uri).run_hint(self.experiment_id, self.run_id)
 
 
 ARTIFACTS = "mlartifacts"

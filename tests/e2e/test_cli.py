@@ -131,6 +131,13 @@ def test_exported_model_loads_and_predicts(cli_here, tmp_path):
     model = keras.saving.load_model(tmp_path / "run" / "model.keras")
     out = model.predict(np.zeros((2, 8, 8, 1), "float32"), verbose=0)
     assert out.shape == (2, 10) and out.dtype == np.float32
+    # The same command again: nothing to train and nothing exported again (launcher.launch.finished).
+    made = {name: (tmp_path / "run" / name).stat().st_mtime_ns for name in ("model.keras", "best.keras")}
+    rerun = cli_here(*TINY, "tracking.enabled=false", "precision=fp32")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "Nothing to train" in rerun.stdout and "nothing is trained or exported again" in rerun.stdout
+    assert f"exported model.keras {tmp_path / 'run' / 'model.keras'}" in rerun.stdout
+    assert {name: (tmp_path / "run" / name).stat().st_mtime_ns for name in made} == made
 
 
 def test_mixed_mirrored_xla_trains_like_the_non_xla_run(cli_here, tmp_path):

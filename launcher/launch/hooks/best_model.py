@@ -50,7 +50,16 @@ class BestModelHook(Hook):
         if self.checkpointer is not None:
             self.checkpointer.save_best(position)
         if self.model is not None and self.export_path is not None:
-            export_model(self.model, self.export_path)
+            try:
+                export_model(self.model, self.export_path)
+            except OSError as err:  # a full disk: training goes on, the best checkpoint is kept; the finish says
+                self.exported = None
+                print(
+                    f"WARNING: {self.export_path.name} not written ({err.strerror or err}); training goes on, the best "
+                    "checkpoint is kept.",
+                    flush=True,
+                )
+                return
             self.exported = self.export_path
 
     def state(self) -> dict:
