@@ -118,6 +118,7 @@ class EvalSplit(Enum):
 class MonitorMode(Enum):
     min = "min"
     max = "max"
+    auto = "auto"  # by the metric's name: losses, errors and perplexity go down, the rest up
 
 
 # ---------------------------------------------------------------- the how
@@ -308,7 +309,7 @@ class EarlyStoppingConfig:
     patience: int = limited(3, ">= 0")
     """Epochs without improvement before stopping, >= 0."""
     mode: MonitorMode = MonitorMode.min
-    """min (lower is better) or max."""
+    """min (lower is better), max or auto (Keras decides by the metric)."""
 
 
 @dataclass
@@ -322,7 +323,7 @@ class ReduceLrConfig:
     patience: int = limited(2, ">= 0")
     """Epochs without improvement before reducing, >= 0."""
     mode: MonitorMode = MonitorMode.min
-    """min (lower is better) or max."""
+    """min (lower is better), max or auto (Keras decides by the metric)."""
 
 
 @dataclass
@@ -354,6 +355,10 @@ class TrainConfig:
     with the dynamic loss scale at its minimum, >= 0 (0 = never)."""
     measure_utilization: bool = True
     """Log model_flops_utilization per epoch (model FLOPs vs this machine's cached matmul peak)."""
+    remeasure_matmul: bool = True
+    """precision=auto, xla=auto: measure this machine's matmul rates again when the cached figure is due
+    (provisional, or a week old; ~12 s in a child process). false: decide by the cached figure whatever its age,
+    by the CPU's flags when there is none (debug=fast)."""
     max_validation_steps: int = limited(0, ">= 0")
     """Cap on validation steps per epoch, >= 0 (0 = every validation example)."""
     limit_fraction: float = limited(1.0, "(0, 1]")
@@ -405,9 +410,11 @@ class CheckpointConfig:
     resume: str = "auto"
     """auto (newest complete checkpoint), never (old ones moved aside) or a ckpt-N prefix path."""
     monitor: str = ""
-    """Keep the best checkpoint (and best.keras) by this epoch metric, e.g. val_loss; "" = off."""
-    mode: MonitorMode = MonitorMode.min
-    """min (lower is better) or max, for `monitor`."""
+    """Keep the best checkpoint (and best.keras) by this epoch metric, e.g. val_loss; auto = the run's objective
+    (the default job's); "" = off."""
+    mode: MonitorMode = MonitorMode.auto
+    """min (lower is better), max, or auto (by the metric's name: losses, errors, perplexity go down), for
+    `monitor`."""
     save_on_preemption: bool = True
     """SIGTERM / SIGINT: save at the next step boundary, mark the run KILLED, exit 128 + signal."""
     verify_restore: bool = True

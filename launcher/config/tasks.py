@@ -239,6 +239,28 @@ def objective(cfg) -> str:
     return headline if headline.removeprefix("val_") in logged else "val_loss"
 
 
+def lower_is_better(metric: str) -> bool:
+    """Does `metric` improve by going down? Losses, errors and perplexity do (and the regression errors mae, mse,
+    rmse); accuracy, AUC, precision and recall go up."""
+    name = metric.removeprefix("val_")
+    return any(word in name for word in ("loss", "error", "perplexity", "crossentropy")) or name.endswith(
+        ("mae", "mse", "rmse")
+    )
+
+
+def best_model_monitor(cfg) -> tuple[str, str] | None:
+    """What the best model is kept by: (checkpoint.monitor, "min" | "max"), or None ("" = off). monitor=auto is
+    the run's objective; mode=auto goes by the metric's name (`lower_is_better`)."""
+    chosen = str(cfg.checkpoint.monitor or "")
+    if not chosen:
+        return None
+    metric = objective(cfg) if chosen == "auto" else chosen
+    mode = getattr(cfg.checkpoint.mode, "value", cfg.checkpoint.mode)
+    if mode == "auto":
+        mode = "min" if lower_is_better(metric) else "max"
+    return metric, str(mode)
+
+
 def head_metric_names(head: str, task: str, requested) -> list[str]:
     """What one head logs, as Keras names a model output's metrics: <head>_loss, then <head>_<metric> (a user
     metric's import path or plugin name is kept as is: its name is known once it is built)."""
@@ -274,7 +296,8 @@ RUN_METRICS = (
 def monitor_problems(cfg, task: str, known: list[str]) -> list[Violation]:
     """Every metric named as a monitor or objective must be one the run logs (`known`)."""
     tr = cfg.train
-    monitors = [("checkpoint.monitor", cfg.checkpoint.monitor), ("objective", objective(cfg))]
+    kept = cfg.checkpoint.monitor if cfg.checkpoint.monitor != "auto" else ""  # auto: the objective, checked next
+    monitors = [("checkpoint.monitor", kept), ("objective", objective(cfg))]
     if tr.early_stopping.enabled:
         monitors.append(("train.early_stopping.monitor", tr.early_stopping.monitor))
     if tr.reduce_lr_on_plateau.enabled:

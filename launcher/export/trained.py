@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.config.errors import ConfigError, Violation, raise_if_any
@@ -121,14 +122,22 @@ def check_exports(config, plan, built, source) -> None:
     )
 
 
-def export_trained(
-    config, plan, built, source, tracker, run_dir: Path, best_exported=None, remote=None
-) -> dict[str, str]:
+@dataclass
+class Exports:
+    """What the finish wrote, for the Done block: each file (its name -> path), the MLflow model's artifact (None:
+    not logged), and each export that failed (name -> why), which fails the launch once the finish is done."""
+
+    written: dict[str, Path] = field(default_factory=dict)
+    mlflow_model: str | None = None
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def export_trained(config, plan, built, source, tracker, run_dir: Path, best_exported=None, remote=None) -> Exports:
     """checkpoint.export_model, on the chief: model.keras (and best.keras), the serving formats and the MLflow
     model, logged to the run; beside remote checkpoints too, where a machine without this disk finds them. Every
-    export is tried; returns those that failed (name -> why), which fail the launch once the finish is done."""
+    export is tried; those that failed fail the launch once the finish is done."""
     if not (config.checkpoint.export_model and plan.is_chief):
-        return {}
+        return Exports()
     try:
         export_model(built.model, run_dir / "model.keras")
     except Exception as err:  # a full disk, a folder not writable: every other export is made from this one
@@ -145,7 +154,15 @@ def export_trained(
     model_failure = _log_mlflow_model(reloaded, config.tracking, built.task, source, tracker, run_dir, exported)
     if model_failure:
         failed["tracking.log_model"] = model_failure
-    return failed
+    logged = config.tracking.enabled and config.tracking.log_model and not model_failure
+    files = {"model.keras": run_dir / "model.keras", **({"best.keras": Path(best_exported)} if best_exported else {})}
+    return Exports({**files, **exported.written}, _mlflow_artifact() if logged else None, failed)
+
+
+def _mlflow_artifact() -> str:
+    from launcher.export.mlflow_model import MODEL_ARTIFACT  # MLflow's pyfunc module: only when a model is logged
+
+    return MODEL_ARTIFACT
 
 
 def copy_beside_checkpoints(remote, written: dict[str, Path], best_exported=None) -> None:

@@ -14,6 +14,8 @@ Modules:
     checkpointer: checkpoints a run can bet on: exact resume, keep-N, best model, verified restores
     context: what the launch steps share: the config, the Plan, what each step found (`LaunchContext`)
     faults: test-only fault injection: stop or break a run at one exact point
+    done: the Done block a training ends with: the best epoch, the exports, the run id and how to serve it
+    finished: a finished run launched again with the same settings: nothing to train or export, no TensorFlow
     find_run: a trained run found by its name, run dir or MLflow run id; or the newest finished
     finish: the finish step: exports, final weights compared, the test split, the summary
     init_source: where `model.init_from` points, found before anything is built

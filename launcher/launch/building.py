@@ -14,6 +14,8 @@ from launcher.config.tasks import epoch_metrics, known_epoch_metrics, monitor_pr
 from launcher.export.trained import check_exports
 from launcher.launch.preflight import Prepared, save_plan, show_plan
 from launcher.plan.decisions import Plan, render_records
+from launcher.plan.rules.batch_norm import moving_average_warning
+from launcher.train.batch_norm import batch_norm_momenta
 from launcher.train.fine_tune import Freezer, freeze_record, frozen_layers, load_matching
 
 
@@ -45,6 +47,7 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path) -> tuple:
     if records:
         show_plan(plan, render_records(records, "model.init_from and model.freeze"))
         save_plan(plan, run_dir)
+    plan = _moving_averages(plan, built.model, run_dir)
     _check_monitor(config, plan, built)
     check_exports(config, plan, built, prepared.source)  # the formats asked for, tried before the first step
     return built, plan, freezer
@@ -67,6 +70,19 @@ def check_compilable(config, plan: Plan, model) -> None:
             'xla=false (the graph step runs them), or move these layers into the loader\'s "preprocess" (it runs in '
             "the data pipeline, outside the compiled step)",
         )
+
+
+def _moving_averages(plan: Plan, model, run_dir: Path) -> Plan:
+    """A run too short for its BatchNormalization layers' moving averages: warned, with the fix, once the built
+    model shows their momentum (`launcher.plan.rules.batch_norm`)."""
+    schedule = plan.schedule
+    warning = moving_average_warning(batch_norm_momenta(model), schedule.total_steps, schedule.steps_per_epoch)
+    if warning is None:
+        return plan
+    plan = plan.with_warning(warning)
+    show_plan(plan, f"Plan warning, from the built model:\n  ! {warning}")
+    save_plan(plan, run_dir)
+    return plan
 
 
 def _init_model(built, source):

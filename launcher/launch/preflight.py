@@ -78,7 +78,7 @@ def preflight(config: Config, settings: dict, run_dir: Path, launch_dir: Path) -
     continuation = continued_run(config, settings, run_dir, checkpoint_directory(config, run_dir, launch_dir))
     if continuation is not None:
         keep_first_choices(config, continuation)
-    env = probe(measure=wants_measurements(config))
+    env = probe(measure=wants_measurements(config), refresh=config.train.remeasure_matmul)
     env, tune_record = decide_step_by_timing(config, env, command_line(), launch_dir)
     checked = review(config, env, lambda plan: runtime.configure(plan, config.seed, config.deterministic))
     problems = checked.problems
@@ -133,7 +133,7 @@ def first_pass(config: Config, run_dir: Path, launch_dir: Path) -> None:
     these again when this pass is skipped."""
     if config.tune != "off":
         return
-    env = probe_without_tensorflow(wants_measurements(config))
+    env = probe_without_tensorflow(wants_measurements(config), config.train.remeasure_matmul)
     if env is None:
         return
     config = copy.deepcopy(config)  # the pins below are this pass's own

@@ -25,19 +25,20 @@ def run_in_shell(
     body: Callable[[], OutcomeRecord],
     run_dir: Path,
     mode: str,
-    tf_logs: bool = False,
+    tf_logs: bool | None = False,
     first_pass: Callable[[], None] | None = None,
     checkpoints: Path | None = None,
 ) -> int:
     """Run `body` locked in `run_dir` (and in `checkpoints`, a checkpoint directory outside it); write its outcome
     record; return the process's exit code. `first_pass` checks what it can before TensorFlow loads: a refusal it
-    raises costs no TensorFlow import."""
-    quiet_tensorflow_logs(tf_logs, load=False)
+    raises costs no TensorFlow import. `tf_logs` True shows TensorFlow's logs; None: the body never needs
+    TensorFlow (it is not loaded)."""
+    quiet_tensorflow_logs(bool(tf_logs), load=False)
 
     def whole() -> OutcomeRecord:
         if first_pass is not None:
             first_pass()
-        if not tf_logs:
+        if tf_logs is False:
             load_tensorflow_quietly()
         return body()
 

@@ -10,8 +10,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
 
-from launcher.config.schema import to_config
+from launcher.config.errors import ConfigError
+from launcher.config.schema import Config, to_config
 from launcher.config.strategies import strategy_of
+from launcher.launch.finished import finished_already, nothing_to_do
 from launcher.launch.shell import run_in_shell
 from launcher.outcome import OutcomeRecord
 from launcher.plan.cluster import find_cluster
@@ -26,6 +28,10 @@ def launch(node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | No
     launch on the same dir is refused and writes nothing there.
     """
     run_dir = worker_run_dir(node, run_dir)
+    done = _finished_already(node, run_dir, launch_dir)
+    if done is not None:
+        config, record = done
+        return run_in_shell(lambda: nothing_to_do(config, record, run_dir, launch_dir), run_dir, "train", None)
     return run_in_shell(
         lambda: train(node, run_dir, launch_dir, choices or {}),
         run_dir,
@@ -34,6 +40,20 @@ def launch(node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | No
         first_pass=lambda: check_before_tensorflow(node, run_dir, launch_dir),
         checkpoints=own_checkpoint_directory(node, run_dir, launch_dir),
     )
+
+
+def _finished_already(node: DictConfig, run_dir: Path, launch_dir: Path) -> tuple[Config, OutcomeRecord] | None:
+    """A one-process training whose run finished with these same settings (`launcher.launch.finished`)."""
+    from launcher.launch.preflight import checkpoint_directory, settings_of  # fsspec, numpy: not to route
+
+    if not strategy_of(node.strategy.kind).single_process or local_worker_count(node.strategy):
+        return None
+    try:
+        config = to_config(node)
+    except ConfigError:
+        return None  # refused by the launch, with every other problem
+    record = finished_already(config, settings_of(config), run_dir, checkpoint_directory(config, run_dir, launch_dir))
+    return None if record is None else (config, record)
 
 
 def own_checkpoint_directory(node: DictConfig, run_dir: Path, launch_dir: Path) -> Path | None:

@@ -125,13 +125,16 @@ class NumericsPlan(Section):
 
 @dataclass(frozen=True, kw_only=True)
 class TaskPlan(Section):
-    """The task's head, loss, metrics and the objective a sweep reports."""
+    """The task's head, loss, metrics, the objective a sweep reports and what the best model is kept by."""
 
     name: str = decision("task")
     head: str = decision("task.head")
     loss: str = decision("task.loss")
     metrics: list[str] = decision("task.metrics")
     objective: str = decision("objective")
+    # checkpoint.monitor: the metric best.keras and the best/ checkpoint are kept by, and its direction (min, max).
+    best_by: str | None = decision("checkpoint.monitor", optional=True)
+    best_mode: str | None = decision("checkpoint.mode", optional=True)
     # task.class_weight of a one-head classification task: "balanced" or {class id: weight}.
     class_weight: str | dict | None = decision("task.class_weight", optional=True)
     # task.heads: output name -> {task, loss, loss_weight, metrics, class_weight}, in the config's order.

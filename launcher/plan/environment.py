@@ -143,21 +143,22 @@ ACCELERATOR_NODES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg", "/dev/accel*",
 DEVICE_PLUGINS = ("tensorflow-metal", "tensorflow-directml-plugin", "intel-extension-for-tensorflow", "tensorflow-rocm")
 
 
-def probe_without_tensorflow(measure: bool) -> Environment | None:
+def probe_without_tensorflow(measure: bool, refresh: bool = True) -> Environment | None:
     """The machine as `probe` sees it, without importing TensorFlow, where that is exact: no accelerator device
-    node, and (`measure`) a cached matmul figure that is not due. None otherwise."""
+    node, and (`measure`) a cached matmul figure that is not due (`refresh` False: of any age, or none). None
+    otherwise."""
     if platform.system() != "Linux" or any(glob.glob(pattern) for pattern in ACCELERATOR_NODES):
         return None
     if any(_installed(name) for name in DEVICE_PLUGINS):
         return None
-    measured = cached_measurement() if measure else None
-    if measure and measured is None:
+    measured = cached_measurement(refresh=refresh) if measure else None
+    if measure and refresh and measured is None:
         return None
     try:
         versions = version("tensorflow"), version("keras")
     except PackageNotFoundError:
         return None
-    return _environment((), *versions, measured)
+    return _environment((), *versions, measured, refresh)
 
 
 def _installed(distribution: str) -> bool:
@@ -168,18 +169,19 @@ def _installed(distribution: str) -> bool:
     return True
 
 
-def probe(measure: bool = False) -> Environment:
-    """What this machine offers; `measure` adds its matmul rates (cached; a child process the first time)."""
+def probe(measure: bool = False, refresh: bool = True) -> Environment:
+    """What this machine offers; `measure` adds its matmul rates (cached; a child process the first time and when
+    the figure is due, unless `refresh` is False: then the cached figure or none)."""
     import keras
     import tensorflow as tf
 
     with quiet_stderr():
         gpus = _probe_gpus()
-    measured = measurement() if measure and not gpus else None
-    return _environment(gpus, tf.__version__, keras.version(), measured)
+    measured = measurement(refresh=refresh) if measure and not gpus else None
+    return _environment(gpus, tf.__version__, keras.version(), measured, refresh)
 
 
-def _environment(gpus: tuple[Gpu, ...], tf_version: str, keras_version: str, measured) -> Environment:
+def _environment(gpus: tuple[Gpu, ...], tf_version: str, keras_version: str, measured, refresh: bool) -> Environment:
     """The Environment both probes describe: the devices and versions they found, the rest read here."""
     return Environment(
         cpu_count=os.cpu_count() or 1,
@@ -191,5 +193,5 @@ def _environment(gpus: tuple[Gpu, ...], tf_version: str, keras_version: str, mea
         slurm=read_slurm(),
         machine=platform.machine(),
         matmul_gflops=dict(measured.rates) if measured else {},
-        matmul_trust=measured.describe(time.time()) if measured else "",
+        matmul_trust=measured.describe(time.time(), refresh) if measured else "",
     )

@@ -86,11 +86,13 @@ class Measurement:
             return False
         return self.provisional or now - self.measured_at >= MAX_AGE_SEC
 
-    def describe(self, now: float) -> str:
-        """For the Plan: how much to trust the figure."""
+    def describe(self, now: float, refresh: bool = True) -> str:
+        """For the Plan: how much to trust the figure (`refresh` False: this launch measures nothing again)."""
         text = f"median of {self.rounds} interleaved samples" if self.rounds > 1 else "one sample"
         text += f", measured {age_text(now - self.measured_at)} ago" if self.measured_at else ", of unknown age"
-        if self.problems():
+        if self.problems() and not refresh:
+            text += f"; provisional ({'; '.join(self.problems())}): not measured again (train.remeasure_matmul=false)"
+        elif self.problems():
             text += f"; provisional ({'; '.join(self.problems())}): measured again by a launch from "
             text += f"{age_text(max(self.checked_at + RETRY_SEC - now, 0))} on"
         return text
@@ -149,18 +151,22 @@ def measured_rates() -> dict[str, float]:
     return dict(found.rates) if found else {}
 
 
-def cached_measurement(now: Callable[[], float] = time.time) -> Measurement | None:
-    """This machine's cached figure when it is not due, without measuring (None: `measurement` would measure)."""
+def cached_measurement(now: Callable[[], float] = time.time, refresh: bool = True) -> Measurement | None:
+    """This machine's cached figure when it is not due, without measuring (None: `measurement` would measure).
+    `refresh` False: the cached figure whatever its age (train.remeasure_matmul=false)."""
     cached = Measurement.from_json(_read(cache_file()).get(machine_key()))
-    return cached if cached is not None and not cached.due(now()) else None
+    return cached if cached is not None and not (refresh and cached.due(now())) else None
 
 
-def measurement(now: Callable[[], float] = time.time) -> Measurement | None:
+def measurement(now: Callable[[], float] = time.time, refresh: bool = True) -> Measurement | None:
     """This machine's figure: the cached one, unless it is due (`Measurement.due`), then measured again in a
     child process. A measurement that fails keeps the cached figure; a provisional one does not replace a sound
-    one (it is tried again after RETRY_SEC)."""
+    one (it is tried again after RETRY_SEC). `refresh` False: never measured here, the cached figure whatever its
+    age, else None (train.remeasure_matmul=false: auto decides by the CPU's flags)."""
     path, key = cache_file(), machine_key()
     cached = Measurement.from_json(_read(path).get(key))
+    if not refresh:
+        return cached
     if cached is not None and not cached.due(now()):
         return cached
     try:

@@ -73,7 +73,7 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int, num_test: in
     return plan.with_record(
         SchedulePlan.of(
             lr_schedule_arguments=_lr_schedule_arguments(cfg, plan, steps, total, warmup[0]),
-            test_steps=_test_steps(cfg, num_test, global_batch),
+            test_steps=_test_steps(cfg, plan, num_test, global_batch),
             unfreeze_step=_unfreeze_step(cfg, steps),
             val_every_steps=_val_every_steps(cfg, steps, val_steps),
             unfreeze_lr_factor=_unfreeze_factor(cfg, steps),
@@ -92,7 +92,7 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int, num_test: in
     )
 
 
-def _test_steps(cfg: Config, num_test: int, global_batch: int) -> tuple[int, str] | None:
+def _test_steps(cfg: Config, plan: Plan, num_test: int, global_batch: int) -> tuple[int, str] | None:
     """train.test_at_end: every test example once, after training, on the best model (else the final one)."""
     if not cfg.train.test_at_end:
         return None
@@ -104,7 +104,7 @@ def _test_steps(cfg: Config, num_test: int, global_batch: int) -> tuple[int, str
             "dataset.test_split=0.1 (array datasets), dataset.test=<glob> (tfrecord), dataset.test_path=<folder> "
             '(image_folder), a "test" entry (custom loader); or train.test_at_end=false',
         )
-    monitor = cfg.checkpoint.monitor
+    monitor = plan.task.best_by
     if monitor and cfg.checkpoint.enabled:
         which = f"the best model by checkpoint.monitor={monitor}"
     else:

@@ -6,6 +6,8 @@ import csv
 import time
 from pathlib import Path
 
+from launcher.config.tasks import lower_is_better
+from launcher.console import readable
 from launcher.contract import SUMMARY_METRICS
 from launcher.files import JOB_FILE, read_json
 from launcher.tracking.client import PARAM_LIMIT, with_retry
@@ -156,7 +158,7 @@ def minimises(objective: str, direction: str | None = None) -> bool:
     """The sweeper's direction when it has one, else by the metric's name (losses and errors go down)."""
     if direction:
         return str(direction).lower().startswith("min")
-    return any(word in objective for word in ("loss", "error", "perplexity"))
+    return lower_is_better(objective)
 
 
 def sweep_goal(objectives, direction, default: str) -> tuple[list[str], list[str]]:
@@ -191,6 +193,27 @@ def best_run(runs, objective: str, direction: str | None = None):
         return None
     pick = min if minimises(objective, direction) else max
     return pick(scored, key=lambda r: r.data.metrics[objective])
+
+
+def best_lines(runs, objective: str, direction: str | None = None, report: dict | None = None) -> list[str]:
+    """What a sweep's end says on the console besides its table: the best job (its overrides, its objective value,
+    its run dir and MLflow run id) and, for a search, the parameters that mattered most (top 3 importances)."""
+    lines = []
+    best = best_run(runs, objective, direction)
+    if best is not None:
+        tags = best.data.tags
+        lines += [
+            f"Best job: {tags.get('sweep.overrides') or best.info.run_name}",
+            f"  {objective:<20} {readable(best.data.metrics[objective])}",
+            *([f"  {'run dir':<20} {tags['run_dir']}"] if tags.get("run_dir") else []),
+            f"  {'MLflow run id':<20} {best.info.run_id}",
+        ]
+    importances = (report or {}).get("importances") or {}
+    for name, found in importances.items():
+        top = sorted(found.items(), key=lambda item: -item[1])[:3]
+        shown = ", ".join(f"{key} {value:.2f}" for key, value in top)
+        lines.append(f"Importances{f' for {name}' if len(importances) > 1 else ''} (what mattered most): {shown}")
+    return lines
 
 
 def swept_values(job_overrides: list[list[str]], swept: list[str]) -> dict[str, str]:
@@ -278,7 +301,8 @@ def summarise(
     job_overrides = [read_json(path, {}).get("overrides", []) for path in sorted(sweep_dir.glob(f"*/{JOB_FILE}"))]
     params, metrics, tags = parent_record(runs, job_overrides, list(swept), objective, direction)
     pruned_metrics, pruned_tags = pruning_record(runs)
-    search_metrics, search_tags = search_record(read_json(sweep_dir / "summary" / "search" / "search.json"))
+    report = read_json(sweep_dir / "summary" / "search" / "search.json")
+    search_metrics, search_tags = search_record(report)
     metrics.update({**pruned_metrics, **search_metrics})
     tags.update({**pruned_tags, **search_tags})
     if stopped_by:
@@ -313,5 +337,6 @@ def summarise(
     print((out / "summary.md").read_text(), flush=True)
     for difference in differences:
         print(f"WARNING: {difference}", flush=True)
+    print("\n".join(best_lines(runs, objective, direction, report)), flush=True)
     print(links.console(), flush=True)
     return rows

@@ -47,6 +47,11 @@ class MlflowUi:
         """A line for a local store: how to start the UI the links point at ('' for a server)."""
         return f"serve it first: {self.serve}" if self.serve else ""
 
+    def run_hint(self, experiment_id: str, run_id: str) -> str:
+        """Where a person opens a run: its page (and, for a local store, the command that serves the UI)."""
+        page = self.run(experiment_id, run_id)
+        return f"{page}  ({self.serving()})" if self.serve else page
+
 
 @dataclass(frozen=True)
 class SweepLinks:
@@ -88,3 +93,18 @@ class SweepLinks:
             f"[Compare the {len(self.child_run_ids)} jobs side by side]({self.compare.removeprefix(page)}) · "
             f"[the experiment's runs]({self.runs.removeprefix(page)})"
         )
+
+
+def model_uri(run_id: str, artifact: str) -> str:
+    """The run's logged model as MLflow addresses it: what `mlflow.pyfunc.load_model` and `mlflow models serve`
+    take."""
+    return f"runs:/{run_id}/{artifact}"
+
+
+def serve_command(uri: str, run_id: str, artifact: str, port: int = 5001) -> str:
+    """`mlflow models serve` of the run's model, copy-ready from any directory: the tracking URI (as resolved, its
+    credentials left out) in MLFLOW_TRACKING_URI, port 5001 (`mlflow ui`'s 5000 stays free)."""
+    return (
+        f"MLFLOW_TRACKING_URI={redact(uri)} mlflow models serve -m {model_uri(run_id, artifact)} "
+        f"--env-manager local -p {port}"
+    )

@@ -46,6 +46,7 @@ class RunTracker(Protocol):
     """What a launch writes to its run; `Tracker` sends it to MLflow, `NullTracker` nowhere."""
 
     run_id: str | None
+    uri: str  # the tracking URI as resolved ("" when nothing is tracked)
     resumed: bool  # continues a checkpoint's run
     adopted: bool  # trains from step 0 again in the run dir's earlier run (it ended before its first checkpoint)
     decision: Decision | None  # what became of the run dir's earlier run
@@ -322,9 +323,7 @@ class Tracker:
     def ui_hint(self) -> str:
         """Where the person opens this run: its page in MLflow's UI (and, for a local store, the command that
         serves it)."""
-        ui = MlflowUi.of(self.uri)
-        page = ui.run(self.experiment_id, self.run_id)
-        return f"{page}  ({ui.serving()})" if ui.serve else page
+        return MlflowUi.of(self.uri).run_hint(self.experiment_id, self.run_id)
 
 
 ARTIFACTS = "mlartifacts"
@@ -396,6 +395,7 @@ class NullTracker:
     """tracking.enabled=false, or a worker that is not the chief: every write goes nowhere."""
 
     run_id = None
+    uri = ""
     resumed = False
     adopted = False
     decision = None

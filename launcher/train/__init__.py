@@ -7,6 +7,7 @@ the other modules are the pieces they are built from, and the plugin API (`regis
 
 Modules:
     agreement: workers of one multi-worker job agreeing, over TensorFlow's own collectives
+    batch_norm: the built model's BatchNormalization layers and their momentum, for the moving-average warning
     build: build everything that creates variables, in one place, inside strategy.scope()
     callbacks: Keras callbacks from the `train` config, standard and the user's own
     clipping: gradient clipping after the all-reduce, the same whatever the strategy

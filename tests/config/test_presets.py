@@ -39,6 +39,11 @@ def steps(*overrides):
 def test_debug_presets_shrink_the_run():
     assert steps() == (22, 6, 5)  # 1438 // 64, whole batches
     assert steps("debug=fast") == (1, 1, 1)
+    # debug=fast times nothing and writes nothing a person did not ask for; asked for, it is written.
+    fast = config("debug=fast")
+    assert not (fast.train.remeasure_matmul or fast.train.measure_utilization or fast.checkpoint.enabled)
+    assert not fast.checkpoint.export_model and fast.checkpoint.monitor == ""
+    assert config("debug=fast", "checkpoint.export_model=true").checkpoint.export_model
     assert steps("debug=limit") == (2, 1, 2)  # a tenth of 22 and of 6 steps, rounded, at least 1
     cfg = config("debug=overfit")
     assert (cfg.dataset.limit, cfg.train.epochs, cfg.checkpoint.enabled) == (128, 60, False)

@@ -45,3 +45,26 @@ def test_no_suggestion_names_a_metric_that_is_itself_refused():
 def test_keras_names_class_names_and_import_paths_pass_the_first_pass():
     plan = resolve(config("task.metrics=[accuracy,AUC,mean_absolute_percentage_error]"), CPU_PLAIN)
     assert list(plan.task.metrics) == ["accuracy", "AUC", "mean_absolute_percentage_error"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "best_by", "mode", "reason"),
+    [
+        ((), "val_accuracy", "max", "checkpoint.monitor=auto: the objective"),  # the default job
+        (("task=regression", "model=mlp"), "val_loss", "min", "checkpoint.monitor=auto: the objective"),
+        (("objective=val_loss",), "val_loss", "min", "checkpoint.monitor=auto: the objective"),
+        (("checkpoint.monitor=val_loss", "checkpoint.mode=max"), "val_loss", "max", "requested"),
+    ],
+)
+def test_the_default_job_keeps_the_best_model_by_its_objective_in_the_direction_the_metric_improves(
+    overrides, best_by, mode, reason
+):
+    plan = resolve(config(*overrides), CPU_PLAIN)
+    assert (plan.task.best_by, plan.task.best_mode) == (best_by, mode)
+    assert plan.task.reason("best_by").startswith(reason)
+    assert plan.values()["checkpoint.monitor"] == best_by  # plan.yaml and the plan.* tags say it
+
+
+def test_no_best_model_when_the_monitor_is_off():
+    plan = resolve(config("checkpoint.monitor=''"), CPU_PLAIN)
+    assert plan.task.best_by is None and "checkpoint.monitor" not in plan.values()

@@ -89,6 +89,21 @@ def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
     logged = Path(client.download_artifacts(run.info.run_id, "console.log", str(tmp_path))).read_text()
     assert "Plan:" in logged and "Done." in logged and "\x1b[" not in logged
     assert not (tmp_path / "run" / "__main__.log").exists()
+    # The Done block: the best epoch by the objective and its file, every export, the run id, the model's URI and
+    # the command that serves it, copy-ready.
+    block = done.stdout[done.stdout.index("\nDone.") :]
+    best = re.search(r"best +val_accuracy (\S+) at epoch (\d) -> (\S+)", block)
+    assert best, block
+    history = client.get_metric_history(run.info.run_id, "val_accuracy")
+    top = max(history, key=lambda m: m.value)
+    assert float(best.group(1)) == pytest.approx(top.value, abs=1e-3) and int(best.group(2)) == top.step + 1
+    assert Path(best.group(3)) == tmp_path / "run" / "best.keras" and Path(best.group(3)).is_file()
+    assert f"exported model.keras {tmp_path / 'run' / 'model.keras'}" in block
+    assert f"MLflow run id        {run.info.run_id}" in block
+    assert f"MLflow model         runs:/{run.info.run_id}/mlflow_model" in block
+    assert f"mlflow models serve -m runs:/{run.info.run_id}/mlflow_model --env-manager local -p 5001" in block
+    logged_models = {a.path for a in client.list_artifacts(run.info.run_id, "model")}
+    assert {"model/model.keras", "model/best.keras"} <= logged_models
 
 
 # A TensorFlow C++ log line: severity, date, time, thread, file:line]
@@ -116,6 +131,13 @@ def test_exported_model_loads_and_predicts(cli_here, tmp_path):
     model = keras.saving.load_model(tmp_path / "run" / "model.keras")
     out = model.predict(np.zeros((2, 8, 8, 1), "float32"), verbose=0)
     assert out.shape == (2, 10) and out.dtype == np.float32
+    # The same command again: nothing to train and nothing exported again (launcher.launch.finished).
+    made = {name: (tmp_path / "run" / name).stat().st_mtime_ns for name in ("model.keras", "best.keras")}
+    rerun = cli_here(*TINY, "tracking.enabled=false", "precision=fp32")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "Nothing to train" in rerun.stdout and "nothing is trained or exported again" in rerun.stdout
+    assert f"exported model.keras {tmp_path / 'run' / 'model.keras'}" in rerun.stdout
+    assert {name: (tmp_path / "run" / name).stat().st_mtime_ns for name in made} == made
 
 
 def test_mixed_mirrored_xla_trains_like_the_non_xla_run(cli_here, tmp_path):

@@ -170,6 +170,11 @@ def test_sweep_against_a_real_tracking_server(server_sweep):
     assert champion.run_id == parent.data.tags["sweep.best_run_id"]
     assert parent.data.tags["registry.champion"] == f"{REGISTERED} v{champion.version}"
     assert f"Registry: {REGISTERED}@champion -> v{champion.version}: " in done.stdout
+    # The console names the best job: its overrides, its value, its run dir and run id.
+    best = next(k for k in kids if k.info.run_id == parent.data.tags["sweep.best_run_id"])
+    assert f"Best job: {best.info.run_name}\n" in done.stdout
+    assert f"  run dir              {best.data.tags['run_dir']}\n" in done.stdout
+    assert f"  MLflow run id        {best.info.run_id}\n" in done.stdout
 
 
 def printed_links(console: str) -> dict[str, str]:

@@ -179,6 +179,16 @@ def test_best_model_hook_resumes_against_the_saved_best():
     assert hook.state()["best"]["value"] == 0.5
 
 
+def test_a_best_kept_by_another_metric_or_direction_starts_over_when_the_run_continues():
+    """checkpoint.monitor may change when a run continues: the earlier best, by another measure, is not compared."""
+    for earlier in ({"monitor": "val_loss", "mode": "min", "value": 0.5}, {"monitor": "val_accuracy", "mode": "min"}):
+        fake = FakeCheckpointer()
+        hook = BestModelHook("val_accuracy", "max", checkpointer=fake)
+        hook.load_state({"best": {**earlier, "value": 0.5, "epoch": 3}})
+        hook.on_epoch_end(Position(epoch=5, global_step=50), {"val_accuracy": 0.2})
+        assert fake.best == [50] and hook.state()["best"]["value"] == 0.2
+
+
 def test_best_model_hook_ignores_epochs_without_the_metric():
     fake = FakeCheckpointer()
     BestModelHook("val_loss", "min", checkpointer=fake).on_epoch_end(Position(epoch=1), {"loss": 0.1})
@@ -451,13 +461,15 @@ def fit_config(monitor="", profile_steps=0, step_metrics_every=0):
     )
 
 
-def fit_plan(max_time=None, faulted=False):
+def fit_plan(max_time=None, faulted=False, best_by=None):
+    """`best_by`: the Plan's checkpoint.monitor (the config's, as resolved: auto is the objective)."""
     from types import SimpleNamespace as NS
 
     schedule = NS(
         max_time_seconds=max_time, val_every_steps=None, steps_in_epoch=lambda p: 10, total_steps=20, max_steps=None
     )
-    return NS(schedule=schedule, is_chief=True, has=lambda section: faulted)
+    task = NS(best_by=best_by, best_mode="min" if best_by else None)
+    return NS(schedule=schedule, task=task, is_chief=True, has=lambda section: faulted)
 
 
 class FakeAgreement:
@@ -498,7 +510,7 @@ def test_hooks_for_puts_stops_first_state_before_the_save_and_the_preemption_sto
     context = fit_context(
         tmp_path,
         fit_config(monitor="val_loss", profile_steps=2, step_metrics_every=5),
-        fit_plan(max_time=60),
+        fit_plan(max_time=60, best_by="val_loss"),
         built,
         FakeTracker(),
         env=NS(matmul_gflops={}),

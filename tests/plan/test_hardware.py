@@ -104,6 +104,19 @@ def test_a_figure_taken_under_load_is_replaced_by_the_first_launch_a_minute_late
     assert hardware.measurement(clock) == again and len(calls) == 2  # sound: kept for a week
 
 
+def test_debug_fast_decides_by_the_cached_figure_whatever_its_age_and_never_measures(cache, monkeypatch):
+    """train.remeasure_matmul=false (debug=fast: "does it run?"): a due figure is used as it is, and said so;
+    with none cached, auto decides by the CPU's flags. Measuring here took a 2-core CPU 12 s of its 15."""
+    clock = Clock()
+    monkeypatch.setattr(hardware, "_measure_in_child", lambda: pytest.fail("measured with remeasure_matmul=false"))
+    assert hardware.measurement(clock, refresh=False) is None
+    busy = sound(at=clock.now - hardware.MAX_AGE_SEC, busy=0.6)
+    cache.write_text(json.dumps({hardware.machine_key(): busy.to_json()}))
+    assert busy.due(clock.now) and hardware.measurement(clock, refresh=False) == busy
+    assert hardware.cached_measurement(clock, refresh=False) == busy and hardware.cached_measurement(clock) is None
+    assert busy.describe(clock.now, refresh=False).endswith("not measured again (train.remeasure_matmul=false)")
+
+
 def test_a_provisional_remeasurement_does_not_replace_a_sound_figure(cache, monkeypatch):
     clock = Clock()
     cache.write_text(json.dumps({hardware.machine_key(): sound(at=clock.now - hardware.MAX_AGE_SEC).to_json()}))

@@ -171,7 +171,17 @@ XLA = ("true", "false", "auto")
 CELLS = [(p, s, x) for p in PRECISIONS for s in STRATEGIES for x in XLA]
 WORKERS = ("strategy.workers=[10.0.0.1:2000,10.0.0.2:2000]", "strategy.task_index=0")
 # The task's keys a head changes; every other decision (precision, step, loss scaling, batch...) is the same.
-TASK_KEYS = {"task", "task.head", "task.heads", "task.loss", "task.metrics", "objective"}
+# checkpoint.monitor=auto follows the objective (val_accuracy alone, the total val_loss with heads), and its mode.
+TASK_KEYS = {
+    "task",
+    "task.head",
+    "task.heads",
+    "task.loss",
+    "task.metrics",
+    "objective",
+    "checkpoint.monitor",
+    "checkpoint.mode",
+}
 
 
 def outcome(env, *overrides):

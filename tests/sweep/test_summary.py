@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from launcher.sweep.summary import (
+    best_lines,
     best_run,
     minimises,
     parent_record,
@@ -72,6 +73,25 @@ def test_losses_are_minimised_unless_the_sweeper_says_otherwise():
     assert minimises("val_loss") and not minimises("val_accuracy")
     assert not minimises("val_loss", "maximize") and minimises("val_accuracy", "MINIMIZE")
     assert best_run(RUNS, "val_loss").info.run_name.startswith("precision=fp32")
+
+
+def test_the_sweep_s_end_names_the_best_job_its_value_run_dir_and_what_mattered_most():
+    best = _run("precision=bf16,optimizer.learning_rate=0.1", val_accuracy=0.9125)
+    best.data.tags["run_dir"] = "outputs/multirun/s/1"
+    report = {"importances": {"val_accuracy": {"scaling.batch_size": 0.05, "optimizer.learning_rate": 0.8, "x": 0.1}}}
+    assert best_lines([RUNS[0], best, RUNS[2]], "val_accuracy", report=report) == [
+        "Best job: precision=bf16,optimizer.learning_rate=0.1",
+        "  val_accuracy         0.9125",
+        "  run dir              outputs/multirun/s/1",
+        "  MLflow run id        id-precision=bf16,optimizer.learning_rate=0.1",
+        "Importances (what mattered most): optimizer.learning_rate 0.80, x 0.10, scaling.batch_size 0.05",
+    ]
+    assert best_lines([RUNS[2]], "val_accuracy") == []  # no finished job: no best to name
+
+
+def test_lower_is_better_for_losses_errors_and_the_regression_errors():
+    assert minimises("val_mae") and minimises("val_rmse") and minimises("val_perplexity")
+    assert not minimises("val_auc") and not minimises("val_precision")
 
 
 def test_a_sweep_without_a_finished_child_has_no_best():

@@ -34,7 +34,7 @@ class FitHooks:
 
     hooks: HookList
     metrics: MetricsHook  # after a resume: how many epochs of metrics it re-logged
-    best: BestModelHook | None  # checkpoint.monitor: the best epoch, its checkpoint and best.keras
+    best: BestModelHook | None  # checkpoint.monitor (plan.task.best_by): the best epoch, its checkpoint and best.keras
     pruning: PruningHook | None  # an hparams_search trial on the chief
 
     def stop_reason(self, result: FitResult, schedule) -> str:
@@ -66,9 +66,9 @@ def hooks_for(context: LaunchContext, guard) -> FitHooks:
     history, callback_state = HistoryHook(), CallbackStateHook()
     metrics = MetricsHook(tracker, val_by_step=schedule.val_every_steps is not None)
     best = None
-    if checkpoint.monitor:
+    if plan.task.best_by:
         export = run_dir / "best.keras" if checkpoint.export_model and plan.is_chief else None
-        best = BestModelHook(checkpoint.monitor, checkpoint.mode.value, checkpointer, built.model, export)
+        best = BestModelHook(plan.task.best_by, plan.task.best_mode, checkpointer, built.model, export)
     stateful = HookList(h for h in (history, best, callback_state, metrics) if h is not None)
     stop_agreement = None
     if agreement is not None:

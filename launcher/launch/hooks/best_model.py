@@ -42,6 +42,7 @@ class BestModelHook(Hook):
             return
         self.best = {
             "monitor": self.monitor,
+            "mode": self.mode,
             "value": float(value),
             "epoch": epoch,
             "global_step": position.global_step,
@@ -49,11 +50,24 @@ class BestModelHook(Hook):
         if self.checkpointer is not None:
             self.checkpointer.save_best(position)
         if self.model is not None and self.export_path is not None:
-            export_model(self.model, self.export_path)
+            try:
+                export_model(self.model, self.export_path)
+            except OSError as err:  # a full disk: training goes on, the best checkpoint is kept; the finish says
+                self.exported = None
+                print(
+                    f"WARNING: {self.export_path.name} not written ({err.strerror or err}); training goes on, the best "
+                    "checkpoint is kept.",
+                    flush=True,
+                )
+                return
             self.exported = self.export_path
 
     def state(self) -> dict:
         return {"best": self.best}
 
     def load_state(self, state: dict) -> None:
-        self.best = dict(state.get("best") or {})
+        """The best so far, unless it was kept by another metric or direction (checkpoint.monitor changed when the
+        run continued): then the best starts over from this launch's epochs."""
+        best = dict(state.get("best") or {})
+        same = best.get("monitor") == self.monitor and best.get("mode", self.mode) == self.mode
+        self.best = best if same else {}

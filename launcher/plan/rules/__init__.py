@@ -6,6 +6,7 @@ decisions as typed attributes. `launcher.plan.resolve` composes them.
 
 Modules:
     batch: global, per-replica and micro batches, and the learning rate scaled with the global batch
+    batch_norm: whether a run has the steps BatchNormalization's moving averages need to settle
     export: what the trained model is exported as: the formats checked, keras always among them
     findings: what rules report besides decisions: violations (refused) and warnings (said)
     fine_tune: fine-tuning's keys: what is frozen, when it trains again, where weights come from

@@ -16,6 +16,7 @@ from launcher.config.tasks import (
     KERAS_METRICS,
     NO_METRICS,
     TASKS,
+    best_model_monitor,
     component_args,
     component_name,
     component_problem,
@@ -76,6 +77,7 @@ def decide_task(cfg: Config, found: Findings, precision: PrecisionPlan) -> TaskP
         ),
         class_weight=None if class_weight is None else (class_weight, _class_weight_reason(class_weight)),
         arguments=None if not arguments else (arguments, ARGUMENTS_REASON),
+        **_best_model(cfg),
     )
 
 
@@ -144,7 +146,31 @@ def _decide_heads(cfg: Config, found: Findings, precision: PrecisionPlan) -> Tas
             "requested" if cfg.objective != "auto" else "objective=auto with several heads: the total val_loss",
         ),
         heads=(heads, " | ".join(reasons)),
+        **_best_model(cfg),
     )
+
+
+def _best_model(cfg: Config) -> dict:
+    """checkpoint.monitor as kept: the metric (auto: the objective) and whether lower or higher is better."""
+    kept = best_model_monitor(cfg)
+    if kept is None:
+        return {}
+    metric, mode = kept
+    chosen = cfg.checkpoint.monitor
+    return {
+        "best_by": (
+            metric,
+            f"checkpoint.monitor={chosen}: the objective; best.keras is the epoch where it is best"
+            if chosen == "auto"
+            else "requested",
+        ),
+        "best_mode": (
+            mode,
+            f"checkpoint.mode=auto: {'lower' if mode == 'min' else 'higher'} {metric} is better"
+            if cfg.checkpoint.mode.value == "auto"
+            else "requested",
+        ),
+    }
 
 
 def _unused_with_heads(cfg: Config, found: Findings) -> None:
