@@ -7,7 +7,7 @@ conditions run to 400 characters.
 from __future__ import annotations
 
 LINE_WIDTH = 160  # a Plan line on the console, at most (a decision's reason is cut to fit)
-VALUE_WIDTH = 60  # a decided value on the console, at most (a long list of formats or layers)
+VALUE_WIDTH = 80  # a decided value on the console, at most (a long list of formats or layers)
 CUT = "…"
 
 
