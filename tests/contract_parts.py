@@ -80,9 +80,15 @@ def heads_differ():
     return splits
 
 
-def unweighted_val():
+def unweighted_val(form: str = "arrays"):
+    """Sample weights in the training split alone (`form`: arrays or tf.data), as Keras's `fit(x, y,
+    sample_weight=w, validation_data=(x_val, y_val))` takes them."""
     splits = per_split()
     splits["val"] = splits["val"][:2]
+    if form == "tf":
+        import tensorflow as tf
+
+        return {name: tf.data.Dataset.from_tensor_slices(tuple(parts)) for name, parts in splits.items()}
     return splits
 
 

@@ -8,16 +8,19 @@ import numpy as np
 SEEN: list[dict] = []  # what RecordingCallback saw, one entry per epoch
 
 
-def tf_data(n: int = 256, features: int = 6):
-    """{"train": ds, "val": ds} of unbatched tf.data (x, y); targets a linear function of x."""
+def tf_data(n: int = 256, features: int = 6, train_weights: bool = False):
+    """{"train": ds, "val": ds} of unbatched tf.data (x, y); targets a linear function of x. `train_weights`: the
+    training split is (x, y, sample_weight) (0.5 or 1.5 each), validation stays (x, y)."""
     import tensorflow as tf
 
     rng = np.random.default_rng(1)
     x = rng.normal(size=(n, features)).astype("float32")
     y = (x @ rng.normal(size=(features,))).astype("float32")
     cut = n * 3 // 4
+    weights = (np.arange(cut) % 2 + 0.5).astype("float32")
+    train = (x[:cut], y[:cut], weights) if train_weights else (x[:cut], y[:cut])
     return {
-        "train": tf.data.Dataset.from_tensor_slices((x[:cut], y[:cut])),
+        "train": tf.data.Dataset.from_tensor_slices(train),
         "val": tf.data.Dataset.from_tensor_slices((x[cut:], y[cut:])),
     }
 
