@@ -146,6 +146,31 @@ def ragged_feature_tf():
     }
 
 
+def windows(n: int = 120, length: int = 8, form: str = "fixed"):
+    """Forecasting windows as keras.io makes them: timeseries_dataset_from_array(..., batch_size=None) yields
+    (length, 2) windows of static shape (None, 2) and the next step's first value as target. `form`: "fixed"
+    (as made), "batched" (.batch(16): a smaller last batch), "even" (.batch(10), every batch full) or "ragged"
+    (every window cut to a length of its own)."""
+
+    series = np.stack([np.sin(np.arange(n) / 5.0), np.cos(np.arange(n) / 7.0)], axis=1).astype("float32")
+    made = keras.utils.timeseries_dataset_from_array(series[:-length], series[length:, 0], length, batch_size=None)
+    cut = int(made.cardinality()) * 3 // 4
+    splits = {"train": made.take(cut), "val": made.skip(cut)}
+    if form == "batched":
+        splits["train"] = splits["train"].batch(16)
+    if form == "even":
+        splits = {name: ds.batch(10, drop_remainder=True) for name, ds in splits.items()}
+    if form == "ragged":
+        splits["train"] = splits["train"].enumerate().map(lambda i, e: (e[0][: 4 + i % 3], e[1]))
+    return splits
+
+
+def window_model(spec, units: int = 8):
+    """Reads spec.input_shape, as a builder does: the windows' length and features, known only from the data."""
+    inputs = keras.Input(spec.input_shape)
+    return keras.Model(inputs, keras.layers.Dense(spec.outputs)(keras.layers.LSTM(units)(inputs)))
+
+
 def two_inputs_two_heads(spec=None, units: int = 8):
     """Inputs `age` and `dose` (one value each); heads `kind` (3 logits) and `size` (1 value), as a dict."""
     age, dose = keras.Input((1,), name="age"), keras.Input((1,), name="dose")

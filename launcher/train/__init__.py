@@ -15,6 +15,7 @@ Modules:
     data_checks: a user's data checked before training: every problem of a file in one ConfigError
     ema: the weights' exponential moving average (`optimizer.use_ema`) for evaluation and export
     engine: one training loop for every strategy, precision and XLA mode
+    example_shapes: tf.data examples of one shape tf.data does not know: read, checked, given (windows)
     fine_tune: fine-tuning on the built model: weights from a source, layers frozen, then unfrozen
     fused_activation: keras.layers.Dense whose bias add and GELU/SiLU are one compiled float32 cluster
     fused_batch_norm: keras.layers.BatchNormalization computed by one fused kernel (FusedBatchNormV3)
