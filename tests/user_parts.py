@@ -86,3 +86,46 @@ def words_with_a_lookup_table(n: int = 96):
         "val": tf.data.Dataset.from_tensor_slices((words[split:], labels[split:])),
         "preprocess": vectorize,
     }
+
+
+ADAPTED_ON: list[np.ndarray] = []  # what adapt_normalizer was handed, one entry per call
+
+
+def shifted(n: int = 192):
+    """Splits far apart: train x ~ N(5, 2), val ~ N(-5, 1), test ~ N(50, 1); a normalizer adapted on anything but
+    train is far off."""
+    rng = np.random.default_rng(3)
+
+    def split(count, mean, scale):
+        x = rng.normal(mean, scale, size=(count, 3)).astype("float32")
+        return x, (x[:, 0] > mean).astype("int64")
+
+    return {"train": split(n, 5.0, 2.0), "val": split(64, -5.0, 1.0), "test": split(32, 50.0, 1.0)}
+
+
+def adapt_normalizer(spec, train):
+    """keras.io's form: a Normalization adapted on the training features."""
+    ADAPTED_ON.append(np.concatenate([x.numpy() for x, *_ in train]))
+    normalizer = keras.layers.Normalization()
+    normalizer.adapt(train.map(lambda x, *_: x))
+    return {"x": normalizer}
+
+
+def adapt_words(spec, train):
+    """A StringLookup and a TextVectorization adapted on words (the state a checkpoint does not hold)."""
+    words = np.array(["red", "green", "blue", "red", "sky"])
+    lookup, vectorize = keras.layers.StringLookup(), keras.layers.TextVectorization(output_mode="multi_hot")
+    lookup.adapt(words)
+    vectorize.adapt(words)
+    return {"lookup": lookup, "vectorize": vectorize}
+
+
+def normalized(spec, adapted, units: int = 8):
+    """The adapted normalizer inside the model, as keras.io builds it."""
+    inputs = keras.Input(spec.input_shape)
+    hidden = keras.layers.Dense(units, activation="relu")(adapted["x"](inputs))
+    return keras.Model(inputs, keras.layers.Dense(spec.outputs)(hidden))
+
+
+def adapt_nothing(spec, train):
+    """Adapts nothing and returns None: refused, naming what adapt must return."""

@@ -1,5 +1,5 @@
-"""The build step: model, optimizer and metrics inside the strategy scope, then what only the built model
-shows (its output dtype), model.init_from's weights and model.freeze's layers, each a Plan record.
+"""The build step: model.adapt's layers, then model, optimizer and metrics inside the strategy scope, then what only
+the built model shows (its output dtype), model.init_from's weights and model.freeze's layers, each a Plan record.
 
 A source that does not fit, a freeze that matches nothing, or a monitored metric the built task does not log is
 refused here, before anything runs.
@@ -17,13 +17,17 @@ from launcher.plan.decisions import Plan, render_records
 from launcher.train.fine_tune import Freezer, freeze_record, frozen_layers, load_matching
 
 
-def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path) -> tuple:
-    """(the Built model, the Plan with its records, model.freeze's Freezer or None)."""
+def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path, checkpoint_dir: Path) -> tuple:
+    """(the Built model, the Plan with its records, model.freeze's Freezer or None). model.adapt's layers are
+    adapted first, on the training split, or read back from `checkpoint_dir` when the run resumes."""
+    from launcher.train.adapt import adapt_once
     from launcher.train.build import build
 
-    built = build(config, plan, prepared.source, prepared.strategy)
+    resumes = config.checkpoint.enabled and str(config.checkpoint.resume) != "never"
+    adapted = adapt_once(config.model, prepared.source, prepared.strategy, checkpoint_dir if resumes else None)
+    built = build(config, plan, prepared.source, prepared.strategy, adapted)
     records, freezer = [], None
-    shown = [r for r in (built.output, built.swaps) if r is not None]
+    shown = [r for r in (adapted and adapted.record, built.output, built.swaps) if r is not None]
     for record in shown:  # what only the built model shows (its output dtype, its swapped layers): printed and saved
         plan = plan.with_record(record)
     if shown:

@@ -331,6 +331,13 @@ class FreezePlan(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class AdaptPlan(Section):
+    """model.adapt's layers, by name: what each holds, adapted on the training split or read back (the build)."""
+
+    adapted: dict[str, str] = decision("model.adapted")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ResumePlan(Section):
     """Where a resumed run continues (added when a checkpoint is restored)."""
 

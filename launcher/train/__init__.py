@@ -6,6 +6,7 @@ the other modules are the pieces they are built from, and the plugin API (`regis
 `data`) a user's model or dataset is written against.
 
 Modules:
+    adapt: `model.adapt`: the user's preprocessing layers adapted once on the training split, read back on resume
     agreement: workers of one multi-worker job agreeing, over TensorFlow's own collectives
     build: build everything that creates variables, in one place, inside strategy.scope()
     callbacks: Keras callbacks from the `train` config, standard and the user's own
