@@ -41,8 +41,8 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path, checkpoin
             )
     if patterns := list(config.model.freeze or []):
         layers = frozen_layers(built.model, patterns)
-        records.append(freeze_record(built.model, layers))
-        freezer = Freezer(layers, config.train.unfreeze_at_epoch)
+        records.append(freeze_record(built.model, layers, config.train.unfreeze_batch_norm))
+        freezer = Freezer(layers, config.train.unfreeze_at_epoch, config.train.unfreeze_batch_norm)
     for record in records:
         plan = plan.with_record(record)
     if records:
