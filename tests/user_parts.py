@@ -129,3 +129,23 @@ def normalized(spec, adapted, units: int = 8):
 
 def adapt_nothing(spec, train):
     """Adapts nothing and returns None: refused, naming what adapt must return."""
+
+
+def rescaled(spec, units: int = 8):
+    """keras.io's image classifier from scratch begins with its own Rescaling(1/255): it takes 0-255 pixels."""
+    inputs = keras.Input(spec.input_shape)
+    x = keras.layers.Flatten()(keras.layers.Rescaling(1.0 / 255, name="rescale")(inputs))
+    return keras.Model(inputs, keras.layers.Dense(spec.outputs)(keras.layers.Dense(units, activation="relu")(x)))
+
+
+def pixels(n: int = 48):
+    """A person's own image loader: 8x8 RGB images as 0-255 pixels, declared `"raw_images": True`."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 256, size=(n, 8, 8, 3)).astype("uint8")
+    y = (x[..., 0].mean(axis=(1, 2)) > x[..., 1].mean(axis=(1, 2))).astype("int64")
+    return {"train": (x[:36], y[:36]), "val": (x[36:], y[36:]), "raw_images": True}
+
+
+def shifted_raw():
+    """Tabular features declared as raw images: refused."""
+    return {**shifted(), "raw_images": True}

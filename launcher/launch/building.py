@@ -13,8 +13,9 @@ from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.tasks import epoch_metrics, known_epoch_metrics, monitor_problems
 from launcher.export.trained import check_exports
 from launcher.launch.preflight import Prepared, save_plan, show_plan
-from launcher.plan.decisions import Plan, render_records
+from launcher.plan.decisions import InputsPlan, Plan, render_records
 from launcher.train.fine_tune import Freezer, freeze_record, frozen_layers, load_matching
+from launcher.train.preprocessing import pixel_scaling
 
 
 def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path, checkpoint_dir: Path) -> tuple:
@@ -26,8 +27,9 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path, checkpoin
     resumes = config.checkpoint.enabled and str(config.checkpoint.resume) != "never"
     adapted = adapt_once(config.model, prepared.source, prepared.strategy, checkpoint_dir if resumes else None)
     built = build(config, plan, prepared.source, prepared.strategy, adapted)
+    inputs = _inputs_record(adapted, pixel_scaling(built.model, prepared.source))
     records, freezer = [], None
-    shown = [r for r in (adapted and adapted.record, built.output, built.swaps) if r is not None]
+    shown = [r for r in (inputs, built.output, built.swaps) if r is not None]
     for record in shown:  # what only the built model shows (its output dtype, its swapped layers): printed and saved
         plan = plan.with_record(record)
     if shown:
@@ -51,6 +53,13 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path, checkpoin
     _check_monitor(config, plan, built)
     check_exports(config, plan, built, prepared.source)  # the formats asked for, tried before the first step
     return built, plan, freezer
+
+
+def _inputs_record(adapted, pixels: tuple[str, str] | None) -> InputsPlan | None:
+    """What prepares the model's inputs: model.adapt's layers, and which side scales an image folder's pixels."""
+    if adapted is None and pixels is None:
+        return None
+    return InputsPlan.of(adapted=(adapted.described, adapted.reason) if adapted else None, pixels=pixels)
 
 
 def _init_model(built, source):

@@ -20,7 +20,6 @@ import keras
 from launcher.config.errors import ConfigError
 from launcher.config.imports import check_call, import_component
 from launcher.config.models import model_kind
-from launcher.plan.decisions import AdaptPlan
 from launcher.train.model_io import ModelSpec
 
 ADAPTED_FILE = "adapted.keras"  # in the checkpoint directory
@@ -49,11 +48,12 @@ class AdaptedLayers(keras.layers.Layer):
 
 @dataclass(frozen=True)
 class Adapted:
-    """What `model.adapt` gave the builder, the Plan record saying so, and whether this launch adapted them (to be
-    saved beside the checkpoints) or read them back."""
+    """What `model.adapt` gave the builder, what each layer holds and where it was adapted (the Plan's
+    `model.adapted`), and whether this launch adapted them (to be saved beside the checkpoints) or read them back."""
 
     layers: dict
-    record: AdaptPlan
+    described: dict[str, str]
+    reason: str
     fresh: bool
 
 
@@ -71,10 +71,10 @@ def adapt_once(model_cfg, source, strategy, checkpoints: Path | None) -> Adapted
         if saved is not None and saved.is_file():
             layers = keras.saving.load_model(saved, compile=False).adapted
             reason = f"read back from {saved}: the run resumes with the state it adapted, nothing is adapted again"
-            return Adapted(layers, _record(layers, reason), fresh=False)
+            return Adapted(layers, _described_all(layers), reason, fresh=False)
         layers = _called(function, path, source)
     reason = f"{path} on the training split alone ({source.num_train} examples; validation and test never)"
-    return Adapted(layers, _record(layers, reason), fresh=True)
+    return Adapted(layers, _described_all(layers), reason, fresh=True)
 
 
 def save_adapted(adapted: Adapted | None, checkpoints: Path) -> None:
@@ -110,8 +110,8 @@ def _called(function, path: str, source) -> dict:
     return {str(name): layer for name, layer in layers.items()}
 
 
-def _record(layers: dict, reason: str) -> AdaptPlan:
-    return AdaptPlan.of(adapted=({name: _described(layer) for name, layer in layers.items()}, reason))
+def _described_all(layers: dict) -> dict[str, str]:
+    return {name: _described(layer) for name, layer in layers.items()}
 
 
 def _described(layer) -> str:

@@ -8,8 +8,9 @@ The loader is called as `loader(**dataset.params)` and returns one of
 where every (x, y) may be (x, y, sample_weight): x is an array, a tuple of arrays (one per model input) or a dict
 name -> array (the model's input names); y an array or a dict output name -> array (one per head); sample_weight
 one float >= 0 per example. The dict forms may add "preprocess" (a Keras layer or tf.function from the raw
-features to the model's input, run on every batch and exported inside the model) and "class_names" (by class id,
-or a dict of them per head; served as the label). Its labels are checked against the task afterwards
+features to the model's input, run on every batch and exported inside the model), "class_names" (by class id,
+or a dict of them per head; served as the label) and "raw_images": True (x is images as 0-255 pixels: scaled and
+served as an image folder's, image bytes included). Its labels are checked against the task afterwards
 (`launcher.train.labels`), like every dataset's.
 """
 
@@ -31,7 +32,7 @@ from launcher.train.data_checks import (
     structure_problems,
 )
 from launcher.train.example_shapes import with_fixed_shapes
-from launcher.train.preprocessing import users
+from launcher.train.preprocessing import loader_images, users
 
 RETURNS = (
     '(x, y) arrays, {"train": (x, y), "val": (x, y)} or {"train": ds, "val": ds} of tf.data (x, y); '
@@ -143,6 +144,9 @@ def _add_served(source: DataSource, data: dict, key: str, path: str) -> None:
     """The loader's "preprocess" (raw features -> the model's input: run on every batch and exported inside the
     model) and "class_names" (by class id; a dict of them per head), checked by a call on the first examples."""
     given, names = data.get("preprocess"), data.get("class_names")
+    if data.get("raw_images"):
+        _check_raw_images(source, given, key, path)
+        source.preprocessing = loader_images(source)
     if given is not None:
         if not callable(given):
             raise ConfigError.single(
@@ -165,6 +169,22 @@ def _add_served(source: DataSource, data: dict, key: str, path: str) -> None:
             source.input_shape = tuple(np.asarray(prepared).shape[1:])
     if names is not None:
         source.class_names = _class_names(names, key, path)
+
+
+def _check_raw_images(source: DataSource, given, key: str, path: str) -> None:
+    """`"raw_images": True` declares one feature array of images, 0-255 pixels (H, W, C), with no other preprocess."""
+    shape = tuple(source.input_shape)
+    if given is not None or source.feature_names or len(shape) != 3 or shape[-1] not in (1, 3, 4):
+        raise ConfigError.single(
+            key,
+            path,
+            '"raw_images": True beside one feature array of images, 0-255 pixels of shape (height, width, 1, 3 or '
+            f'4 channels), and no "preprocess" (x is {shape}'
+            + (", named features" if source.feature_names else "")
+            + (', with a "preprocess"' if given is not None else "")
+            + ")",
+            'return {"train": (pixels, y), "val": (pixels, y), "raw_images": True} with pixels (n, h, w, 3) 0-255',
+        )
 
 
 def _class_names(names, key: str, path: str):

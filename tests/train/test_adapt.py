@@ -9,7 +9,7 @@ import pytest
 from support.config import compose, config
 
 from launcher.config.errors import ConfigError
-from launcher.plan.decisions import AdaptPlan
+from launcher.plan.decisions import InputsPlan
 from launcher.train.registry import DATASETS
 
 CUSTOM = ["model=custom", "model.builder=user_parts:normalized", "dataset=custom", "dataset.loader=user_parts:shifted"]
@@ -33,11 +33,11 @@ def test_lookup_vocabularies_are_saved_whole_and_read_back(tmp_path):
     from launcher.train.adapt import ADAPTED_FILE, save_adapted
 
     adapted = _adapted("model.adapt=user_parts:adapt_words")
-    assert adapted.fresh and adapted.record.adapted["lookup"] == "StringLookup (vocabulary of 5)"
+    assert adapted.fresh and adapted.described["lookup"] == "StringLookup (vocabulary of 5)"
     save_adapted(adapted, tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == [ADAPTED_FILE]
     again = _adapted("model.adapt=user_parts:adapt_words", checkpoints=tmp_path)
-    assert not again.fresh and "read back from" in again.record.reason("adapted")
+    assert not again.fresh and "read back from" in again.reason
     words = tf.constant(["sky", "red", "unknown"])
     for name in ("lookup", "vectorize"):
         np.testing.assert_array_equal(again.layers[name](words), adapted.layers[name](words))
@@ -81,10 +81,10 @@ def test_adapted_on_the_training_split_once_and_a_resumed_run_reads_it_back(tmp_
     np.testing.assert_allclose(np.ravel(mean), train_x.mean(axis=0), rtol=1e-4)  # train's, not val's or test's
     plan = first.plan.values()
     assert plan["model.adapted"]["x"] == "Normalization (variables (3,), (3,), ())"
-    assert "on the training split alone (192 examples" in first.plan.record(AdaptPlan).reason("adapted")
+    assert "on the training split alone (192 examples" in first.plan.record(InputsPlan).reason("adapted")
 
     resumed = execute(compose(*settings, "train.epochs=2"), tmp_path / "run", tmp_path)
     assert resumed.error is None and len(resumed.history) == 2
     assert len(user_parts.ADAPTED_ON) == 1  # not adapted again
-    assert "read back from" in resumed.plan.record(AdaptPlan).reason("adapted")
+    assert "read back from" in resumed.plan.record(InputsPlan).reason("adapted")
     np.testing.assert_allclose(np.ravel(resumed.model.get_layer("normalization").mean), np.ravel(mean))
