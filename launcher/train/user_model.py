@@ -36,6 +36,12 @@ def build(cfg, source, adapted: dict | None = None):
     """The user's model, built by their builder; `adapted`: model.adapt's layers by name (launcher.train.adapt)."""
     import keras
 
+    if adapted is None and str(cfg.adapt).strip():  # a caller that did not adapt first (the doctor): adapt here
+        import tensorflow as tf
+
+        from launcher.train.adapt import adapt_once
+
+        adapted = adapt_once(cfg, source, tf.distribute.get_strategy(), None).layers
     key, path, function, given = _builder(cfg, source, adapted)
     spec = ModelSpec.of(source)
     try:

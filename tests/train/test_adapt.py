@@ -88,3 +88,17 @@ def test_adapted_on_the_training_split_once_and_a_resumed_run_reads_it_back(tmp_
     assert len(user_parts.ADAPTED_ON) == 1  # not adapted again
     assert "read back from" in resumed.plan.record(InputsPlan).reason("adapted")
     np.testing.assert_allclose(np.ravel(resumed.model.get_layer("normalization").mean), np.ravel(mean))
+
+
+def test_a_builder_called_without_adapted_layers_gets_them_adapted_on_the_training_split():
+    """The doctor builds the model itself (`MODELS.get(...).build(cfg, source)`): the adapt function runs for it."""
+    import user_parts
+
+    from launcher.train.labels import fit_to_task
+    from launcher.train.user_model import build
+
+    user_parts.ADAPTED_ON.clear()
+    cfg = config(*CUSTOM, "model.adapt=user_parts:adapt_normalizer")
+    model = build(cfg.model, fit_to_task(DATASETS.get("custom").load(cfg.dataset), "classification"))
+    (seen,) = user_parts.ADAPTED_ON
+    np.testing.assert_allclose(np.ravel(model.get_layer("normalization").mean), seen.mean(axis=0), rtol=1e-4)
