@@ -149,3 +149,48 @@ def pixels(n: int = 48):
 def shifted_raw():
     """Tabular features declared as raw images: refused."""
     return {**shifted(), "raw_images": True}
+
+
+class WeightsNpz:
+    """An export writer: every weight of the trained model, by its path, in one .npz file."""
+
+    written = "weights.npz"
+
+    def write(self, model, path):
+        np.savez(path, **{w.path.replace("/", "."): np.asarray(w) for w in model.weights})
+
+
+class RefusingWriter:
+    """An export writer that cannot write any model."""
+
+    written = "never.bin"
+
+    def write(self, model, path):
+        raise RuntimeError("this writer takes no model with Dense layers")
+
+
+class HalfWriter:
+    """Not an export writer: it says what it writes but has no write."""
+
+    written = "half.bin"
+
+
+class ClobberingWriter(WeightsNpz):
+    """Not an export writer: it would replace the run's model.keras."""
+
+    written = "model.keras"
+
+
+class EscapingWriter(WeightsNpz):
+    """Not an export writer: it would write outside the run dir."""
+
+    written = "../weights.npz"
+
+
+class IdleWriter:
+    """An export writer that returns without writing its file."""
+
+    written = "nothing.bin"
+
+    def write(self, model, path):
+        pass

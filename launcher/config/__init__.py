@@ -16,6 +16,7 @@ Modules:
     models: the table of the model kinds the launcher knows, each saying what it is
     optimizers: the table of optimizers and learning-rate schedules a config names, and what each is
     precisions: the table of the precisions the launcher knows, each saying what it is
+    raised: what a person's own code raised, told in their own frames (file:line), whole and without colour codes
     samplers: the hyper-parameter search's samplers and pruners by name, and how to build each
     study_storage: where an Optuna study lives (a database URL or a journal file), opened with a heartbeat
     schema: structured-config schema: every key a person can set, with its type

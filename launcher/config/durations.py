@@ -29,7 +29,9 @@ def parse_duration(text: str) -> float | None:
 
 
 def show_duration(seconds: float) -> str:
-    """9000 -> "2h30m"; 90 -> "1m30s"."""
+    """9000 -> "2h30m"; 90 -> "1m30s"; 0.01 -> "0.01s" (under a second as written)."""
+    if 0 < seconds < 1:
+        return f"{seconds:g}s"
     whole = int(round(seconds))
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)

@@ -16,9 +16,12 @@ class Violation:
     fix: str
     overrides: tuple[str, ...] = ()
     """The fix as command-line overrides when it is one (the doctor tries these); () when it is advice."""
+    detail: str = ""
+    """Lines shown between what was expected and the fix: what the person's code raised, and where."""
 
     def render(self) -> str:
-        return f"  - {self.key}={self.value!r}: expected {self.expected}.\n    fix: {self.fix}"
+        detail = f"\n{self.detail}" if self.detail else ""
+        return f"  - {self.key}={self.value!r}: expected {self.expected}.{detail}\n    fix: {self.fix}"
 
 
 class ConfigError(Exception):
@@ -31,8 +34,8 @@ class ConfigError(Exception):
         super().__init__("\n".join([head, *(v.render() for v in self.violations), *([note] if note else [])]))
 
     @classmethod
-    def single(cls, key: str, value: object, expected: str, fix: str) -> ConfigError:
-        return cls([Violation(key, value, expected, fix)])
+    def single(cls, key: str, value: object, expected: str, fix: str, detail: str = "") -> ConfigError:
+        return cls([Violation(key, value, expected, fix, detail=detail)])
 
 
 def raise_if_any(violations: Iterable[Violation]) -> None:

@@ -2,12 +2,15 @@
 the exports and the copy beside remote checkpoints ask this table instead of naming formats.
 
 Adding a format is one entry here and the function that writes it (`launcher.export.trained.export_trained` calls
-it; a format made from the served function belongs in `launcher.export.serving`).
+it; a format made from the served function belongs in `launcher.export.serving`). A person's or a plugin's own
+format is no entry here: `yours` finds its writer's import path (`launcher.export.yours` writes it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from launcher.config.imports import component_path
 
 
 @dataclass(frozen=True)
@@ -58,3 +61,9 @@ EXPORT_FORMATS: dict[str, ExportFormat] = {
 def served_formats(formats) -> list[str]:
     """Of `formats`, those made from the served function (`ExportFormat.served`), in the order given."""
     return [name for name in formats if name in EXPORT_FORMATS and EXPORT_FORMATS[name].served]
+
+
+def yours(name: str) -> str | None:
+    """The import path of a format of the person's own: `module.path:Name`, or an installed plugin's name (entry point
+    group launcher.exports); None for a built-in format (it wins over a plugin of the same name) or an unknown one."""
+    return None if name in EXPORT_FORMATS else component_path("export", name)

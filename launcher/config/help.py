@@ -17,7 +17,7 @@ from launcher.config.imports import plugins
 # Groups under conf/hydra/ that users choose (hydra/launcher=parallel).
 HYDRA_GROUPS = ("hydra/launcher",)
 # Keys that take an installed plugin's name besides their built-in names: key -> the plugin kind.
-PLUGIN_KEYS = {"task.loss": "loss", "task.metrics": "metric", "train.callbacks": "callback"}
+PLUGIN_KEYS = {"task.loss": "loss", "task.metrics": "metric", "train.callbacks": "callback", "export.formats": "export"}
 
 
 def group_listing(conf_dir: Path) -> str:

@@ -19,6 +19,7 @@ import inspect
 from importlib.metadata import entry_points
 
 from launcher.config.errors import ConfigError, Violation
+from launcher.config.raised import told
 
 # What a plugin provides -> the entry point group that names it.
 PLUGIN_GROUPS = {
@@ -27,6 +28,7 @@ PLUGIN_GROUPS = {
     "loss": "launcher.losses",
     "metric": "launcher.metrics",
     "callback": "launcher.callbacks",
+    "export": "launcher.exports",
 }
 CONFIG_GROUP = "launcher.configs"  # entry points naming a package with Hydra config groups (YAML defaults)
 
@@ -193,7 +195,7 @@ def _broken(key: str, path: str, err: Exception) -> ConfigError:
     return ConfigError.single(
         key,
         path,
-        f"a module that imports cleanly (importing it raised {type(err).__name__}: "
-        f"{str(err).splitlines()[0][:300] if str(err) else ''})",
-        "fix the error in your module",
+        "a module that imports cleanly (importing it raised the error below)",
+        "fix the error in your module where it raised",
+        detail=told(err),
     )

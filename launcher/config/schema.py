@@ -103,6 +103,12 @@ class Mode(Enum):
 TaskName = Enum("TaskName", {name: name for name in TASKS})
 
 
+class TaskOutputs(Enum):
+    auto = "auto"
+    logits = "logits"
+    probabilities = "probabilities"
+
+
 class EvalSplit(Enum):
     train = "train"
     val = "val"
@@ -132,11 +138,14 @@ class HeadConfig:
 
     name: TaskName = TaskName.classification
     """classification, multilabel, regression or sequence: this output's labels, loss and metrics."""
-    loss: str = "auto"
+    loss: Any = "auto"
     """auto (the head's task's), a built-in loss of that task, or your own as module.path:name or an installed
-    plugin's name (launcher.losses); in float32."""
-    metrics: list[str] = field(default_factory=list)
-    """This head's metric names ([] = its task's defaults), logged as <head>_<metric> and val_<head>_<metric>."""
+    plugin's name (launcher.losses); in float32. With arguments: {name: ..., <argument>: value, ...}."""
+    metrics: list[Any] = field(default_factory=list)
+    """This head's metrics as task.metrics takes them ([] = its task's defaults, [none] = none), logged as
+    <head>_<metric> and val_<head>_<metric>."""
+    outputs: TaskOutputs = TaskOutputs.auto
+    """What this output is, as task.outputs: auto (read from its last layer), logits or probabilities."""
     loss_weight: float = limited(1.0, ">= 0")
     """This head's share of the total loss: loss = sum over heads of loss_weight * head loss, a number >= 0."""
     class_weight: Any = None
@@ -149,14 +158,19 @@ class TaskConfig:
     name: TaskName = TaskName.classification
     """classification (softmax over classes), multilabel (a sigmoid per label), regression (real targets) or
     sequence (next-token language modelling on token data, padding masked)."""
-    loss: str = "auto"
+    loss: Any = "auto"
     """auto (the task's), crossentropy, binary_crossentropy, mse, mae, huber, or your own as module.path:name or an
     installed plugin's name (launcher.losses): a function (y_true, y_pred) -> per-example loss, or a keras Loss
-    class; always computed in float32."""
-    metrics: list[str] = field(default_factory=list)
+    class; always computed in float32. With arguments: {name: ..., <argument>: value, ...} (name: any of these)."""
+    metrics: list[Any] = field(default_factory=list)
     """Metric names (accuracy, auc, precision, recall, mae, mse, rmse, perplexity, any name keras.metrics knows)
-    or your own keras Metric class as module.path:Name or an installed plugin's name (launcher.metrics); [] = the
-    task's defaults."""
+    or your own keras Metric class as module.path:Name or an installed plugin's name (launcher.metrics), each
+    either a name or {name: ..., <argument>: value} (e.g. {name: auc, curve: PR}); [] = the task's defaults,
+    [none] = no metric beside the loss."""
+    outputs: TaskOutputs = TaskOutputs.auto
+    """What the model's output is: auto (probabilities when its last layer is a softmax or sigmoid, else logits),
+    logits or probabilities; the loss and metrics get it as plain Keras fit gives them, the server answers
+    probabilities either way."""
     pad_id: int = 0
     """sequence: the token id that pads sequences (masked out of the loss and metrics)."""
     class_weight: Any = None
@@ -352,9 +366,10 @@ class TrainConfig:
     model, early stopping's and the LR plateau rule's patience count validations, and val_* are logged by global
     step."""
     max_time: str = ""
-    """Wall-clock budget of one launch, from its start, e.g. 2h30m, 45m, 90s ("" = none): at the first step
-    boundary past it the run saves, ends FINISHED with tag stop_reason=max_time and exits 0; the same command
-    again continues with a new budget."""
+    """Training-time budget of one launch, counted from its first step (start-up, data and build not counted:
+    leave them as margin under a scheduler's limit), e.g. 2h30m, 45m, 90s ("" = none): at the first step boundary
+    past it the run saves, ends FINISHED with tag stop_reason=max_time and exits 0; the same command again
+    continues with a new budget."""
     unfreeze_at_epoch: int = limited(0, ">= 0")
     """After this many epochs the layers in model.freeze train too, >= 0 (0 = never): the step is retraced, the
     optimizer keeps its state (its slots exist for every layer from the start), a resume lands in the right phase."""
@@ -414,7 +429,8 @@ class ExportConfig:
     """What the final model is exported as, each into the run dir and MLflow: keras (model.keras, always: eval,
     predict and the MLflow model read it), saved_model (a TensorFlow SavedModel whose serving_default takes the
     raw input and returns the task's predictions), tflite (model.tflite, for models TFLite converts; one it
-    cannot is reported, the run still finishes). Needs checkpoint.export_model=true."""
+    cannot is reported, the run still finishes), or a format of your own: an export writer as module.path:Name or
+    an installed plugin's name (launcher.exports). Needs checkpoint.export_model=true."""
 
 
 @dataclass

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from launcher.config.errors import Violation
 from launcher.config.imports import component_path, is_import_path
 
+# The launcher's names of metrics that score one positive class: on a classification head they need a binary head
+# (one logit or sigmoid unit, or two classes) and are fed the positive class's probability (checked when built).
+BINARY_NAMES = ("auc", "precision", "recall", "binary_crossentropy")
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -28,8 +32,8 @@ TASKS: dict[str, TaskSpec] = {
     "classification": TaskSpec(
         losses=("crossentropy",),
         default_metrics=("accuracy",),
-        metrics=("accuracy", "top5_accuracy", "crossentropy"),
-        head="Dense(num_classes) logits, softmax in the loss",
+        metrics=("accuracy", "top5_accuracy", "crossentropy", *BINARY_NAMES),
+        head="Dense(num_classes) logits or softmax (binary: also one logit or sigmoid unit)",
         labels="integer class ids in 0..num_classes-1",
         objective="val_accuracy",
     ),
@@ -37,7 +41,7 @@ TASKS: dict[str, TaskSpec] = {
         losses=("binary_crossentropy",),
         default_metrics=("auc", "precision", "recall"),
         metrics=("auc", "precision", "recall", "accuracy", "binary_crossentropy"),
-        head="Dense(num_labels) logits, a sigmoid per label in the loss",
+        head="Dense(num_labels) logits or sigmoid, one per label",
         labels="0/1 per label, shape (num_labels,)",
         objective="val_auc",
     ),
@@ -148,14 +152,77 @@ def users_loss_path(name: str) -> str | None:
     return component_path("loss", name)
 
 
-def loss_name(task: str, requested: str) -> str:
-    """The loss the task uses: the requested one, or the task's first."""
-    return TASKS[task].losses[0] if requested in ("", "auto") else requested
+# `metrics: [none]`: no metric beside the loss (`[]` keeps meaning the task's defaults, as it always has).
+NO_METRICS = "none"
+
+
+def component_name(entry) -> str:
+    """What a loss or metric entry names: the entry itself (a name), or its `name` key ({name: auc, curve: PR});
+    "" when a mapping has no string name (refused by `component_problem`)."""
+    if hasattr(entry, "items"):
+        name = entry.get("name", "")
+        return name if isinstance(name, str) else ""
+    return entry if isinstance(entry, str) else ""
+
+
+def component_args(entry) -> dict:
+    """The keyword arguments a loss or metric entry gives its class or function: every key but `name`."""
+    if not hasattr(entry, "items"):
+        return {}
+    return {str(k): _plain(v) for k, v in entry.items() if k != "name"}
+
+
+def _plain(value):
+    if hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple) or type(value).__name__ == "ListConfig":
+        return [_plain(v) for v in value]
+    return value
+
+
+def shown(entry) -> str:
+    """An entry as the Plan shows it: `auc`, `auc(curve='PR')`."""
+    args = component_args(entry)
+    name = component_name(entry)
+    return f"{name}({', '.join(f'{k}={v!r}' for k, v in args.items())})" if args else name
+
+
+def component_problem(key: str, entry, example: str) -> Violation | None:
+    """A loss or metric entry that is neither a name nor {name: <name>, <argument>: <value>, ...}."""
+    if isinstance(entry, str):
+        return None
+    if hasattr(entry, "items") and component_name(entry) and all(_is_plain(v) for v in entry.values()):
+        return None
+    return Violation(
+        key,
+        entry,
+        "a name, or a mapping {name: <name>, <argument>: <value>, ...} whose arguments are numbers, strings, "
+        "booleans or lists of them",
+        f"{key}={example}",
+    )
+
+
+def _is_plain(value) -> bool:
+    if hasattr(value, "items"):
+        return False
+    if isinstance(value, list | tuple) or type(value).__name__ == "ListConfig":
+        return all(_is_plain(v) for v in value)
+    return value is None or isinstance(value, bool | int | float | str)
+
+
+def loss_name(task: str, requested) -> str:
+    """The loss the task uses: the requested one (a name or {name: ..., arguments}), or the task's first."""
+    name = component_name(requested)
+    return TASKS[task].losses[0] if name in ("", "auto") else name
 
 
 def metric_names(task: str, requested) -> list[str]:
-    """The task's metrics: the requested ones, or its defaults."""
-    return list(requested) if requested else list(TASKS[task].default_metrics)
+    """The task's metric names: the requested ones (names or {name: ..., arguments}), none for `[none]`, or its
+    defaults for `[]`."""
+    names = [component_name(entry) for entry in requested or ()]
+    if NO_METRICS in names:
+        return [n for n in names if n != NO_METRICS]
+    return names if names else list(TASKS[task].default_metrics)
 
 
 def objective(cfg) -> str:

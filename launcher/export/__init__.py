@@ -9,7 +9,9 @@ Modules:
     served_pyfunc: the code MLflow runs to serve a run's SavedModel (never imports the launcher)
     serving: exports a server or a device runs: a TensorFlow SavedModel and a TFLite file
     trained: the trained model as files: `model.keras`, `best.keras`, serving formats, MLflow model
+    yours: export formats of a person's or a plugin's own (launcher.exports): a writer called with the model
 
 May import: `config`, `train` (the model's preprocessing and its EMA weights) and the leaf modules (`contract`,
-`files`). Never `launch`, `inference`, `tracking` or `sweep`: the launch logs what the exports write.
+`files`, `console`: TensorFlow's C++ notes set aside). Never `launch`, `inference`, `tracking` or `sweep`: the
+launch logs what the exports write.
 """

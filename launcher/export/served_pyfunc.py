@@ -11,6 +11,11 @@ never a silent wrong answer.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import tempfile
+
 import numpy as np
 from mlflow.exceptions import MlflowException
 from mlflow.models import set_model
@@ -21,13 +26,49 @@ ARTIFACT = "saved_model"  # the SavedModel's key among the MLflow model's artifa
 SIGNATURE_KEY = "signature"  # the model config's key naming the SavedModel signature served
 
 
+# TensorFlow's start-up lines (CUDA drivers not found, cuInit, CPU instructions, oneDNN) that a person serving the
+# model cannot act on; whoever wants them sets TF_CPP_MIN_LOG_LEVEL=0 before `mlflow models serve`.
+QUIET_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "2", "ABSL_MIN_LOG_LEVEL": "2", "GRPC_VERBOSITY": "ERROR"}
+
+
+@contextlib.contextmanager
+def _quiet_tensorflow_start():
+    """TensorFlow imported and the SavedModel loaded with their C++ lines on fd 2 set aside (they bypass every log
+    level), and written out after all if loading fails. TensorFlow reads its log levels once, at import: they are
+    raised to errors only for the import and given back afterwards, so whoever loads the model keeps their own."""
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL") in ("0", "1"):  # the person asked for TensorFlow's info lines
+        yield
+        return
+    added = {key: value for key, value in QUIET_DEFAULTS.items() if key not in os.environ}
+    os.environ.update(added)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as aside:
+            os.dup2(aside.fileno(), 2)
+            try:
+                yield
+            except BaseException:
+                os.dup2(saved, 2)
+                aside.seek(0)
+                sys.stderr.write(aside.read().decode(errors="replace"))
+                raise
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+        for key in added:
+            os.environ.pop(key, None)
+
+
 class ServedSavedModel(PythonModel):
     """A SavedModel signature as a pyfunc: named inputs in, the task's served outputs (a dict of arrays) out."""
 
     def load_context(self, context):
-        import tensorflow as tf
+        with _quiet_tensorflow_start():
+            import tensorflow as tf
 
-        self._loaded = tf.saved_model.load(context.artifacts[ARTIFACT])
+            self._loaded = tf.saved_model.load(context.artifacts[ARTIFACT])
         name = (context.model_config or {}).get(SIGNATURE_KEY, "serving_default")
         self._function = self._loaded.signatures[name]
         self._specs = dict(self._function.structured_input_signature[1])

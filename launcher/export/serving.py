@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from launcher.config.exports import EXPORT_FORMATS, served_formats
+from launcher.console import quiet_stderr
 from launcher.files import written_aside
 from launcher.train.preprocessing import Preprocessing
 
@@ -189,16 +190,17 @@ def export_tflite(model, task, inputs: ServedInputs, path: Path, example: dict, 
     try:
         export_saved_model(float32_twin(model), task, inputs, staging)
         try:
-            content = tf.lite.TFLiteConverter.from_saved_model(str(staging), signature_keys=[SIGNATURE]).convert()
+            with quiet_stderr():  # the converter's C++ notes on fd 2 (replayed if it fails)
+                content = tf.lite.TFLiteConverter.from_saved_model(str(staging), signature_keys=[SIGNATURE]).convert()
         except Exception as err:  # the converter's own error types: name the ops it has no builtin for
             raise TfliteUnsupported(_unsupported(err)) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     path.write_bytes(content)
-    with warnings.catch_warnings():  # tf.lite.Interpreter's notice that LiteRT will replace it
+    with warnings.catch_warnings(), quiet_stderr():  # the notice that LiteRT will replace it; "XNNPACK delegate"
         warnings.simplefilter("ignore")
         runner = tf.lite.Interpreter(model_content=content).get_signature_runner(SIGNATURE)
-    got = runner(**example)
+        got = runner(**example)
     want = tf.saved_model.load(str(reference)).signatures[SIGNATURE](
         **{name: tf.constant(array) for name, array in example.items()}
     )

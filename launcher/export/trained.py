@@ -14,10 +14,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from launcher.config.errors import Violation, raise_if_any
+from launcher.config.errors import ConfigError, Violation, raise_if_any
 from launcher.config.exports import EXPORT_FORMATS, served_formats
 from launcher.contract import EXIT_FAILED, EXPORT_FAILURE, FAILED, Ending, StopContext
 from launcher.export.serving import SIGNATURE, ServingExports, export_saved_model, export_serving, served_inputs
+from launcher.export.yours import write_yours
 from launcher.files import written_aside
 from launcher.train.ema import ema_weights
 
@@ -88,13 +89,18 @@ def check_exports(config, plan, built, source) -> None:
     formats the person asked for (the MLflow model, made on every tracked run, is not tried twice). Every worker
     checks, so all refuse together (the chief alone exports)."""
     formats = served_formats(plan.export.formats)
-    if not (formats and config.checkpoint.export_model):
+    theirs = _yours(plan.export.formats)
+    if not ((formats or theirs) and config.checkpoint.export_model):
         return
     try:
         with tempfile.TemporaryDirectory(prefix="launcher-export-check-") as scratch:
             untrained = Path(scratch) / "model.keras"
             built.model.save(untrained)  # not compiled yet: no optimizer state to leave out
-            failed = export_serving(Reloaded(untrained).model, built.task, source, Path(scratch), formats).failed
+            model = Reloaded(untrained).model
+            failed = export_serving(model, built.task, source, Path(scratch), formats).failed if formats else {}
+            failed.update(write_yours(model, theirs, Path(scratch))[1])
+    except ConfigError:  # a writer of the person's own that cannot be made or names no file of its own
+        raise
     except Exception as err:  # saving or reloading model.keras itself (e.g. a custom layer not registered)
         failed = {"keras": f"{type(err).__name__}: {' '.join(str(err).splitlines()[:2])[:300]}"}
     if "saved_model" in failed and "tflite" in formats:  # TFLite is converted from the SavedModel
@@ -132,6 +138,7 @@ def export_trained(
         tracker.log_artifact(best_exported, "model")
     reloaded = Reloaded(run_dir / "model.keras")
     exported = _export_for_serving(reloaded, plan.export.formats, built.task, source, tracker, run_dir)
+    _export_yours(reloaded, plan.export.formats, tracker, run_dir, exported)
     if remote is not None:
         copy_beside_checkpoints(remote, {"keras": run_dir / "model.keras", **exported.written}, best_exported)
     failed = {f"export.formats {name}": why for name, why in exported.failed.items()}
@@ -142,10 +149,11 @@ def export_trained(
 
 
 def copy_beside_checkpoints(remote, written: dict[str, Path], best_exported=None) -> None:
-    """Each written format the export format table copies beside the remote checkpoints (`remote_copy`), best.keras
-    with model.keras: a file as it is, a folder (the SavedModel) file by file."""
+    """Each written format the export format table copies beside the remote checkpoints (`remote_copy`), and every
+    format of the person's own, best.keras with model.keras: a file as it is, a folder (the SavedModel) file by
+    file."""
     for name, path in written.items():
-        if not EXPORT_FORMATS[name].remote_copy:
+        if name in EXPORT_FORMATS and not EXPORT_FORMATS[name].remote_copy:  # yours are copied
             continue
         if path.is_dir():
             remote.push_folder(path)
@@ -170,6 +178,29 @@ def _export_for_serving(reloaded: Reloaded, formats, task, source, tracker, run_
         print(f"  export   {name:<12} {path}" + (f"  ({exported.notes[name]})" if name in exported.notes else ""))
     tracker.set_tags(tags)
     return exported
+
+
+def _yours(formats) -> list[str]:
+    return [name for name in formats if name not in EXPORT_FORMATS]
+
+
+def _export_yours(reloaded: Reloaded, formats, tracker, run_dir: Path, exported: ServingExports) -> None:
+    """export.formats of the person's own (`launcher.export.yours`), from model.keras; each logged and added to
+    `exported`, a failed one said there, not fatal until every export is tried."""
+    theirs = _yours(formats)
+    if not theirs:
+        return
+    written, failed = write_yours(reloaded.model, theirs, run_dir)
+    for name, path in written.items():
+        if path.is_dir():
+            tracker.log_artifacts(path, f"model/{path.name}")
+        else:
+            tracker.log_artifact(path, "model")
+        print(f"  export   {name:<12} {path}")
+    said = {**dict.fromkeys(written, "written"), **{name: f"failed: {why}" for name, why in failed.items()}}
+    tracker.set_tags({"export." + name.replace(":", "."): text for name, text in said.items()})  # no colon in a key
+    exported.written.update(written)
+    exported.failed.update(failed)
 
 
 def _log_mlflow_model(reloaded: Reloaded, tracking, task, source, tracker, run_dir: Path, exported) -> str | None:

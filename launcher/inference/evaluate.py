@@ -249,15 +249,18 @@ class Evaluation:
         """The training run's task for `model`: under task.heads a task per output (the model answers a dict keyed
         by head)."""
         from launcher.train.build import model_heads
+        from launcher.train.outputs import output_activations
         from launcher.train.tasks import make_task
 
-        widths = model_heads(model, self.source)
+        widths, activations = model_heads(model, self.source), output_activations(model)
         if not self.config.task.heads:
-            return make_task(self.config.task, self.source, {"": next(iter(widths.values()), 0)}, training=False)
+            one = {"": next(iter(widths.values()), 0)}, {"": next(iter(activations.values()), "")}
+            return make_task(self.config.task, self.source, one[0], training=False, activations=one[1])
         heads = set(self.config.task.heads)
         # A model.keras saved before heads were keyed by name holds a list named after its float32 layers.
         named = {n if n in heads else n.removesuffix("_float32"): width for n, width in widths.items()}
-        return make_task(self.config.task, self.source, named, training=False)
+        acts = {n if n in heads else n.removesuffix("_float32"): a for n, a in activations.items()}
+        return make_task(self.config.task, self.source, named, training=False, activations=acts)
 
     def _predict(self, split: str) -> tuple[dict[str, float], list[Path]]:
         if split == "input":  # eval.input: streamed through the run's SavedModel, chunk by chunk
@@ -351,7 +354,7 @@ def _head_columns(task, outputs, labels, prefix: str) -> dict[str, np.ndarray]:
     predictions = np.asarray(task.predictions(outputs))
     columns = {"outputs": outputs, "predictions": predictions, "labels": np.asarray(labels)}
     if task.name in ("classification", "sequence"):
-        columns["classes"] = predictions.argmax(axis=-1)
+        columns["classes"] = np.asarray(task.label_ids(predictions))  # a one-unit binary head: p > 0.5
     return {f"{prefix}{name}": values for name, values in columns.items()}
 
 

@@ -105,7 +105,7 @@ def preflight(config: Config, settings: dict, run_dir: Path, launch_dir: Path) -
     write_text_atomic(run_dir / CONFIG_FILE, OmegaConf.to_yaml(settings))
     if tune_record is not None:
         copy_table(config, env, run_dir / TUNING_FILE)
-    show_plan(prepared.plan, prepared.plan.render())
+    show_plan(prepared.plan, prepared.plan.render(whole=config.explain))  # explain: the Plan is what was asked
     if not prepared.plan.is_chief:
         print(f"Plan: the chief's (worker 0 prints it); this worker's is in {run_dir / PLAN_FILE}", flush=True)
     return prepared

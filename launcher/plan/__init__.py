@@ -9,9 +9,11 @@ Modules:
     decisions: the Plan: every decision, each with its reason, in typed frozen sections
     environment: what this machine offers, as plain data, probed without starting the TF runtime
     hardware: this machine's matmul rates per dtype and backend, measured once and cached
+    reasons: a decision's reason on one console line, cut at a word and marked (plan.yaml keeps it whole)
     resolve: resolve(config, environment) -> Plan: the launcher's knowledge of what works together
     resume: how a checkpoint's position maps onto this launch: the Plan's `resume` decision
     schedule: decisions that depend on the data's size: steps per epoch, validation steps, warmup
+    section: a section of the Plan: decided values with their plan.yaml keys and reasons, checked when made
     sharding: how a multi-worker job splits its training data, decided from the shards' sizes
     rules/: the resolver's rules, one module per concern, each returning its section of the Plan
 

@@ -9,99 +9,15 @@ owner adds with `Plan.with_record`, which returns a new Plan: nothing mutates a 
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import yaml
 
 from launcher.config.precisions import PRECISIONS
-
-S = TypeVar("S", bound="Section")
-
-
-class PlanError(Exception):
-    """A programming error: a section without a reason for a value, or a record read before it was decided."""
-
-
-class Reasons(Mapping[str, str]):
-    """A section's reasons by field name: read-only, and copyable and picklable like the rest of the Plan."""
-
-    def __init__(self, reasons: Mapping[str, str]):
-        self._items = tuple(dict(reasons).items())
-
-    def __getitem__(self, name: str) -> str:
-        for key, reason in self._items:
-            if key == name:
-                return reason
-        raise KeyError(name)
-
-    def __iter__(self) -> Iterator[str]:
-        return (key for key, _ in self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __reduce__(self):
-        return Reasons, (dict(self._items),)
-
-
-def decision(key: str, *, optional: bool = False) -> Any:
-    """A decided field: `key` is its name in plan.yaml; an optional one may stay undecided (None)."""
-    if optional:
-        return field(default=None, metadata={"key": key})
-    return field(metadata={"key": key})
-
-
-@dataclass(frozen=True, kw_only=True)
-class Section:
-    """A group of decisions. Make one with `of(field=(value, reason), ...)`: every value has its reason."""
-
-    why: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        decided = {f.name for f in self._decision_fields() if getattr(self, f.name) is not None}
-        missing = sorted(decided - set(self.why))
-        extra = sorted(set(self.why) - decided)
-        unset = sorted(
-            f.name
-            for f in self._decision_fields()
-            if getattr(self, f.name) is None and f.default is dataclasses.MISSING
-        )
-        if missing or extra or unset:
-            raise PlanError(
-                f"{type(self).__name__}: values without a reason {missing}, reasons without a value "
-                f"{extra}, required values left undecided {unset}"
-            )
-        object.__setattr__(self, "why", Reasons(self.why))
-
-    @classmethod
-    def of(cls: type[S], **decided: tuple[Any, str] | None) -> S:
-        """`of(policy=("mixed_float16", "why"), ...)`; None leaves an optional field undecided."""
-        pairs = {name: pair for name, pair in decided.items() if pair is not None}
-        return cls(
-            **{name: value for name, (value, _) in pairs.items()},
-            why={name: reason for name, (_, reason) in pairs.items()},
-        )
-
-    @classmethod
-    def _decision_fields(cls) -> list[dataclasses.Field]:
-        return [f for f in fields(cls) if "key" in f.metadata]
-
-    def reason(self, name: str) -> str:
-        """Why field `name` has its value (PlanError when it was not decided)."""
-        if name not in self.why:
-            raise PlanError(f"{type(self).__name__}.{name} was not decided")
-        return self.why[name]
-
-    def decisions(self) -> Iterator[tuple[str, Any, str]]:
-        """(plan.yaml key, value, reason) for every decided field, in declaration order."""
-        for f in self._decision_fields():
-            value = getattr(self, f.name)
-            if value is not None:
-                yield f.metadata["key"], value, self.why[f.name]
-
+from launcher.plan.reasons import CUT, one_line
+from launcher.plan.section import PlanError, Reasons, S, Section, decision  # noqa: F401  (imported from here too)
 
 # ----------------------------------------------------------------- sections decided by the resolver
 
@@ -220,6 +136,9 @@ class TaskPlan(Section):
     class_weight: str | dict | None = decision("task.class_weight", optional=True)
     # task.heads: output name -> {task, loss, loss_weight, metrics, class_weight}, in the config's order.
     heads: dict[str, dict] | None = decision("task.heads", optional=True)
+    # The keyword arguments from config of a one-head task's loss and metrics: {"loss": {...}, "metrics": {name:
+    # {...}}}; None when none has any (under task.heads each head's are its `arguments`).
+    arguments: dict | None = decision("task.arguments", optional=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -301,6 +220,9 @@ class OutputPlan(Section):
     # The class weights the loss uses, per head ("task" for a one-head task): balanced ones computed from the
     # training labels, mappings as a weight per class id. None when no head has class weights.
     class_weights: dict[str, list[float]] | None = decision("task.class_weights", optional=True)
+    # What the outputs are (task.outputs): "probabilities (its last layer is a softmax)", "logits (declared)"...,
+    # per head with several; None for logits outputs nobody declared (what the launcher always assumed).
+    given: str | dict[str, str] | None = decision("task.outputs", optional=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -469,11 +391,16 @@ class Plan:
         """One MLflow tag per decision (values only; reasons live in plan.yaml)."""
         return {f"plan.{key}": str(_plain(value)) for key, value in self.values().items()}
 
-    def render(self) -> str:
+    def render(self, whole: bool = False) -> str:
+        """The Plan on the console: one line per decision, its reason cut to fit (plan.yaml keeps it whole); `whole`
+        (explain) cuts nothing."""
         decided = self.decisions()
         width = max((len(k) for k in decided), default=0)
         lines = ["Plan:"]
-        lines += [f"  {key:<{width}}  {_plain(value)!s:<14}  {reason}" for key, (value, reason) in decided.items()]
+        for key, (value, why) in decided.items():
+            lines.append(one_line(f"  {key:<{width}}  ", _plain(value), why, 14, whole))
+        if any(line.endswith(CUT) for line in lines):
+            lines.append(f"  ({CUT} the whole reason is in the run dir's plan.yaml)")
         if self.warnings:
             lines.append("Warnings:")
             lines.extend(f"  ! {w}" for w in self.warnings)
@@ -485,7 +412,7 @@ def render_records(records: list[Section], decided_by: str) -> str:
     otherwise read as part of the Plan's `Warnings:`)."""
     lines = [f"Plan, decided by {decided_by}:"]
     for record in records:
-        lines += [f"  {key:<23} {_plain(value)}  {reason}" for key, value, reason in record.decisions()]
+        lines += [one_line(f"  {key:<23} ", _plain(value), reason) for key, value, reason in record.decisions()]
     return "\n".join(lines)
 
 

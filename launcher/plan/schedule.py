@@ -83,7 +83,7 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int, num_test: in
             epochs=(epochs, epochs_reason),
             warmup_steps=warmup,
             max_time_seconds=(
-                (budget, f"{show_duration(budget)} from the launch's start; then save, stop, exit 0")
+                (budget, f"{show_duration(budget)} of training, from its first step; then save, stop, exit 0")
                 if budget
                 else None
             ),

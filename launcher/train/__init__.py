@@ -23,10 +23,12 @@ Modules:
     fused_update: Keras optimizers whose update is one fused TensorFlow kernel per variable
     labels: the dataset's labels against the task, before anything is built, with the fix
     layer_swaps: the built model's stock layers swapped for fused kernels that compute the same, with why
+    losses: the task's loss from config: the task's own, the person's function or Loss class, with arguments
     loss_scale: loss-scale optimizers: Keras's own where it works, else a replica-safe one
     model_io: pieces every model builder shares: the input layer, the float32 output head
     numerics: what the compiled step counts about numerics, and when a run must stop
     optimizers: the configured optimizer and schedule as objects, their arguments checked
+    outputs: what a model's outputs are: logits, or probabilities (it ends in softmax or sigmoid)
     preprocessing: raw example -> model input, run by the data pipeline and exported inside every model
     registry: name -> builder module for models and datasets; errors list the choices
     runtime: process-wide TensorFlow setup, done once, before the TF runtime starts
@@ -34,6 +36,7 @@ Modules:
     schedules: learning-rate schedule: linear warmup, then the configured schedule
     step_stats: the stats vector every step returns, and `Totals`, which reads it by name
     steps: the step kind's replica steps and the in-graph loops that run a chunk of them
+    task_metrics: the task's metric objects from config, with arguments, named as configured (no `_1`)
     tasks: the task's loss and metrics as Keras objects, built inside the strategy scope
     user_data: `dataset=custom dataset.loader=pkg.mod:load` (or a plugin): the user's data
     user_model: `model=custom model.builder=pkg.mod:build` (or a plugin): the user's Keras model

@@ -20,6 +20,7 @@ from launcher.train.adapt import Adapted, adapt_once
 from launcher.train.callbacks import make_callbacks
 from launcher.train.layer_swaps import swap_layers
 from launcher.train.optimizers import make_optimizer
+from launcher.train.outputs import output_activations
 from launcher.train.registry import MODELS
 from launcher.train.schedules import learning_rate
 from launcher.train.user_model import output_names
@@ -243,23 +244,39 @@ def check_inputs(model_key: str, model_value, model, source) -> None:
         )
 
 
-def _class_weights_record(output: OutputPlan | None, task) -> OutputPlan | None:
-    """The class weights the loss uses, added to the output record (balanced ones are only known now)."""
+def _task_record(output: OutputPlan | None, task, task_cfg, activations: dict) -> OutputPlan | None:
+    """The class weights the loss uses (balanced ones are only known now) and which outputs are probabilities,
+    added to the output record; a run of logits outputs without class weights adds nothing."""
     heads = getattr(task, "heads", None) or {"task": task}
     weights = {
         h: [round(float(w), 6) for w in t.class_weights] for h, t in heads.items() if t.class_weights is not None
     }
-    if not weights:
+    given = _outputs_given(heads, task_cfg, activations)
+    if not weights and given is None:
         return output
     reason = "per class id, from task.class_weight / task.heads.<name>.class_weight (balanced: n / (classes * count))"
-    if output is None:
-        return OutputPlan.of(
-            dtype=("float32", "the model's outputs are float32 as built"), class_weights=(weights, reason)
-        )
+    as_built = ("float32", "the model's outputs are float32 as built")
     return OutputPlan.of(
-        dtype=(output.dtype, output.reason("dtype")),
-        heads=None if output.heads is None else (output.heads, output.reason("heads")),
-        class_weights=(weights, reason),
+        dtype=as_built if output is None else (output.dtype, output.reason("dtype")),
+        heads=None if output is None or output.heads is None else (output.heads, output.reason("heads")),
+        class_weights=(weights, reason) if weights else None,
+        given=given,
+    )
+
+
+def _outputs_given(heads: dict, task_cfg, activations: dict) -> tuple | None:
+    """(what each output is, why) when some output is probabilities or was declared; None otherwise."""
+    from launcher.train.outputs import described
+
+    configs = dict(task_cfg.heads) if task_cfg.heads else {"task": task_cfg}
+    declared = {h: getattr(getattr(c, "outputs", None), "value", "auto") for h, c in configs.items()}
+    if all(t.from_logits for t in heads.values()) and set(declared.values()) == {"auto"}:
+        return None
+    said = {h: described(declared[h], activations.get("" if h == "task" else h, "")) for h in heads}
+    value = said["task"] if list(said) == ["task"] else said
+    return value, (
+        "the loss and metrics get the outputs as plain Keras fit gives them; probabilities are served as they are, "
+        "logits after a softmax (sigmoid for one unit or per label)"
     )
 
 
@@ -271,8 +288,9 @@ def build(cfg, plan, source, strategy, adapted: Adapted | None = None) -> Built:
     adapted = adapted or adapt_once(cfg.model, source, strategy, None)
     given = {"adapted": adapted.layers} if adapted is not None else {}
     with strategy.scope():
-        made = MODELS.get(cfg.model.name).build(cfg.model, source, **given)
-        model, output = float32_output(made, plan.precision.mixed)
+        model = MODELS.get(cfg.model.name).build(cfg.model, source, **given)
+        activations = output_activations(model)  # read before a float32 layer is added after an output
+        model, output = float32_output(model, plan.precision.mixed)
         custom = not model_kind(cfg.model).builtin
         key, value = ("model.builder", cfg.model.builder) if custom else ("model", cfg.model.name)
         check_in_scope(model, strategy, key, value)
@@ -281,8 +299,10 @@ def build(cfg, plan, source, strategy, adapted: Adapted | None = None) -> Built:
         check_heads(key, value, cfg.task, heads, source)
         if isinstance(getattr(model, "input", None), dict) or len(getattr(model, "inputs", None) or []) > 1:
             check_inputs(key, value, model, source)
-        task = make_task(cfg.task, source, heads if cfg.task.heads else {"": next(iter(heads.values()), 0)})
-        output = _class_weights_record(output, task)
+        one = {"": next(iter(heads.values()), 0)}, {"": next(iter(activations.values()), "")}
+        widths, activations = (heads, activations) if cfg.task.heads else one
+        task = make_task(cfg.task, source, widths, activations=activations)
+        output = _task_record(output, task, cfg.task, activations)
         callbacks = make_callbacks(cfg.train)
         if plan.precision.float32_layers:
             keep_in_float32(model, list(cfg.precision.float32_layers))

@@ -6,6 +6,7 @@ import keras
 
 from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.imports import callback_problems, component_path, import_component
+from launcher.config.raised import told
 
 # The callbacks a validation inside an epoch (train.val_every_steps) drives, as an epoch end drives them.
 VALIDATION_CALLBACKS = (keras.callbacks.EarlyStopping, keras.callbacks.ReduceLROnPlateau)
@@ -64,8 +65,9 @@ def user_callback(name: str):
         raise ConfigError.single(
             "train.callbacks",
             path,
-            f"a callback made with no arguments ({type(err).__name__}: {err})",
+            "a callback made with no arguments (it raised the error below)",
             "give its arguments defaults",
+            detail=told(err, found),
         ) from None
     if not isinstance(callback, keras.callbacks.Callback):
         raise ConfigError.single(

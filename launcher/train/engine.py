@@ -158,6 +158,7 @@ class Engine:
             position.epoch = epoch
             if self.freezer is not None and self.freezer.set_for(epoch):
                 self._build_functions()  # another set of trainable variables: the step is traced again
+                self._stepped = False  # its first step compiles again: kept out of the epoch's throughput too
             self.callbacks.on_epoch_begin(epoch)
             logs = self._train_epoch(position, epochs, hooks)
             finished = position.step_in_epoch >= self.plan.schedule.steps_in_epoch(position)
@@ -208,6 +209,8 @@ class Engine:
             metric.reset_state()
         metric_logs: dict[str, float] = {}
         self._skipped_in_epoch = 0
+        compiling = Totals()  # the step that traced and compiled, kept out of the epoch's throughput
+        compile_sec = validating_sec = 0.0  # the validations inside the epoch are not training either
         start = time.perf_counter()
         while position.step_in_epoch < steps:
             done = position.step_in_epoch
@@ -217,11 +220,15 @@ class Engine:
                 n = min(n, until_boundary)
             if self.validate_every:  # a chunk ends at each validation
                 n = min(n, self.validate_every - position.global_step % self.validate_every)
-            if not self._stepped:
+            first = not self._stepped
+            if first:
                 n = 1  # the first call traces and compiles; one step makes time-to-first-step honest
                 self._stepped = True
             self.callbacks.on_train_batch_begin(done)
+            chunk_start = time.perf_counter()
             telemetry, chunk_totals, metric_logs = self._run_chunk(iterator, n, position.global_step + 1)
+            if first:
+                compiling, compile_sec = chunk_totals, time.perf_counter() - chunk_start
             totals = totals + chunk_totals
             position.step_in_epoch += telemetry.ran
             position.global_step += telemetry.ran
@@ -243,7 +250,9 @@ class Engine:
                 and position.global_step % self.validate_every == 0
                 and position.step_in_epoch < steps
             ):
+                validating = time.perf_counter()
                 self._validate_inside_epoch(position, hooks)  # the epoch's last step validates at the epoch end
+                validating_sec += time.perf_counter() - validating
             hooks.after_steps(position, logs)
             if self.model.stop_training:
                 break
@@ -256,7 +265,8 @@ class Engine:
         logs = {"loss": totals.loss, **metric_logs, "skipped_steps": float(self._skipped_in_epoch)}
         if totals.finite_norms:
             logs["grad_norm"] = totals.grad_norm
-        logs["examples_per_sec"] = totals.examples / elapsed if elapsed > 0 else 0.0
+        training_sec = elapsed - validating_sec
+        logs["examples_per_sec"] = steady_rate(totals.examples, training_sec, compiling.examples, compile_sec)
         logs["epoch_time_sec"] = elapsed
         return logs
 
@@ -383,3 +393,12 @@ def last_step_rate(optimizer) -> float:
 def _epoch_line(epoch: int, epochs: int, logs: dict[str, float], metrics) -> str:
     parts = [f"{k}={readable(logs[k])}" for k in headline(m.name for m in metrics) if k in logs]
     return f"  epoch {epoch + 1}/{epochs}: " + " ".join(parts)
+
+
+def steady_rate(examples: float, elapsed: float, compiled_examples: float, compile_sec: float) -> float:
+    """Examples per second of an epoch without the step that compiled (epoch 1's rate was mostly the compile),
+    unless that step was all the epoch ran."""
+    steady_examples, steady_sec = examples - compiled_examples, elapsed - compile_sec
+    if steady_examples > 0 and steady_sec > 0:
+        return steady_examples / steady_sec
+    return examples / elapsed if elapsed > 0 else 0.0

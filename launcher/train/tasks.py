@@ -13,7 +13,6 @@ needs.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 
 import keras
@@ -21,127 +20,12 @@ import numpy as np
 import tensorflow as tf
 
 from launcher.config.errors import ConfigError
-from launcher.config.imports import import_component, plugin_choices
-from launcher.config.tasks import TASKS, loss_name, metric_names, users_loss_path, users_metric_path
+from launcher.config.tasks import NO_METRICS, TASKS, component_name
+from launcher.train.losses import make_loss
+from launcher.train.outputs import takes_logits
+from launcher.train.task_metrics import ClassAccuracy, Perplexity, make_metric, scores_positive_class
 
-
-@keras.saving.register_keras_serializable(package="launcher")
-class Perplexity(keras.metrics.Metric):
-    """exp of the mean per-token negative log-likelihood (padding excluded through sample_weight)."""
-
-    def __init__(self, name="perplexity", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.nll = self.add_variable(shape=(), initializer="zeros", name="nll")
-        self.tokens = self.add_variable(shape=(), initializer="zeros", name="tokens")
-
-    def update_state(self, y_true, y_pred, sample_weight=None):
-        probs = tf.cast(y_pred, tf.float32)
-        picked = tf.gather(probs, tf.cast(y_true, tf.int32), batch_dims=len(y_true.shape))
-        nll = -tf.math.log(tf.maximum(picked, 1e-7))
-        weight = tf.ones_like(nll) if sample_weight is None else tf.cast(sample_weight, tf.float32)
-        self.nll.assign_add(tf.reduce_sum(nll * weight))
-        self.tokens.assign_add(tf.reduce_sum(weight))
-
-    def result(self):
-        return tf.exp(self.nll / tf.maximum(self.tokens, 1.0))
-
-
-@keras.saving.register_keras_serializable(package="launcher")
-class ClassAccuracy(keras.metrics.Metric):
-    """Share of (unmasked) positions whose largest output is the label: two sums, the fewest ops per step.
-
-    Takes logits or probabilities alike (argmax is the same), so the step need not compute a softmax for it.
-    Keras's SparseCategoricalAccuracy gives the same value with more ops per step (measured: the default MLP
-    step ran ~15% slower with it on the 2-core Xeon, benchmarks/metrics_cost.py)."""
-
-    takes_logits = True
-
-    def __init__(self, name="accuracy", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")
-        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
-
-    def update_state(self, y_true, y_pred, sample_weight=None):
-        labels = tf.cast(tf.reshape(y_true, tf.shape(y_pred)[:-1]), tf.int64)
-        hits = tf.cast(tf.equal(tf.argmax(y_pred, axis=-1), labels), tf.float32)
-        weight = tf.ones_like(hits) if sample_weight is None else tf.cast(sample_weight, tf.float32)
-        self.correct.assign_add(tf.reduce_sum(hits * weight))
-        self.count.assign_add(tf.reduce_sum(weight))
-
-    def result(self):
-        return self.correct / tf.maximum(self.count, 1.0)
-
-
-def _builtin_metric(task: str, name: str):
-    """A fresh metric object for a built-in name, or None when the name is not one of ours."""
-    m = keras.metrics
-    if name == "accuracy":
-        return m.BinaryAccuracy(name=name) if task == "multilabel" else ClassAccuracy(name=name)
-    factories = {
-        "top5_accuracy": lambda: m.SparseTopKCategoricalAccuracy(k=5, name=name),
-        "crossentropy": lambda: m.SparseCategoricalCrossentropy(name=name),
-        "auc": lambda: m.AUC(multi_label=True, name=name),
-        "precision": lambda: m.Precision(name=name),
-        "recall": lambda: m.Recall(name=name),
-        "binary_crossentropy": lambda: m.BinaryCrossentropy(name=name),
-        "mae": lambda: m.MeanAbsoluteError(name=name),
-        "mse": lambda: m.MeanSquaredError(name=name),
-        "rmse": lambda: m.RootMeanSquaredError(name=name),
-        "perplexity": lambda: Perplexity(name=name),
-    }
-    return factories[name]() if name in factories else None
-
-
-def make_metric(task: str, name: str):
-    """The metric called `name` for `task`: ours, one keras.metrics knows, or the user's class by import path or
-    installed plugin name (entry point group launcher.metrics)."""
-    path = users_metric_path(name)
-    if path is not None:
-        factory = import_component("task.metrics", path, "a keras.metrics.Metric class (or a function returning one)")
-        if isinstance(factory, keras.metrics.Metric):
-            raise ConfigError.single(
-                "task.metrics",
-                path,
-                "a Metric class or a function returning a new metric "
-                "(got an instance made at import time, outside the strategy scope)",
-                f"name the class itself, e.g. {path.split(':')[0]}:{type(factory).__name__}",
-            )
-        try:
-            metric = factory()
-        except Exception as err:
-            raise ConfigError.single(
-                "task.metrics",
-                path,
-                f"a metric that builds with no arguments ({type(err).__name__}: {err})",
-                "give the class defaults for its arguments",
-            ) from None
-        if not isinstance(metric, keras.metrics.Metric):
-            raise ConfigError.single(
-                "task.metrics",
-                path,
-                f"a keras.metrics.Metric (got {type(metric).__name__})",
-                "subclass keras.metrics.Metric (update_state, result, reset_state)",
-            )
-        return metric
-    metric = _builtin_metric(task, name)
-    if metric is not None:
-        return metric
-    try:
-        found = keras.metrics.get(name)
-    except (ValueError, TypeError):
-        found = None
-    if isinstance(found, keras.metrics.Metric):
-        return type(found).from_config(found.get_config())
-    if callable(found):
-        return keras.metrics.MeanMetricWrapper(found, name=name)
-    raise ConfigError.single(
-        "task.metrics",
-        name,
-        f"a metric Keras knows: one of {list(TASKS[task].metrics)} for "
-        f"task={task}, a keras.metrics name (e.g. mean_absolute_percentage_error), your own "
-        f"as module.path:Class, or {plugin_choices('metric')}",
-        f"task.metrics=[{TASKS[task].default_metrics[0]}]",
-    )
+__all__ = ["ClassAccuracy", "Heads", "Perplexity", "Task", "make_task"]  # the metric classes' old import path
 
 
 @dataclass
@@ -158,6 +42,13 @@ class Task:
     pad_id: int = 0
     class_weights: np.ndarray | None = None  # float32, one weight per class id (classification)
     class_names: tuple[str, ...] = ()  # by class id, when the data names its classes (served as the label)
+    from_logits: bool = True  # the model's outputs are logits; False: probabilities (it ends in softmax/sigmoid)
+    units: int = 0  # the output's width, when known: a classification head of 1 unit is binary (one sigmoid/logit)
+
+    @property
+    def one_unit(self) -> bool:
+        """A binary classification head of one unit: the positive class's logit or probability."""
+        return self.name == "classification" and self.units == 1
 
     def per_example_loss(self, y, outputs, sample_weight=None, training: bool = True):
         """float32 loss per example, times its class weight (training) and sample weight."""
@@ -167,7 +58,7 @@ class Task:
 
     def _per_example(self, y, outputs):
         outputs = tf.cast(outputs, tf.float32)
-        if self.name == "regression":
+        if self.name == "regression" or self.one_unit:
             y = tf.reshape(tf.cast(y, tf.float32), tf.shape(outputs))
         elif self.name == "multilabel":
             y = tf.cast(y, tf.float32)
@@ -196,30 +87,38 @@ class Task:
         return tf.cast(tf.not_equal(tf.cast(y, tf.int32), self.pad_id), tf.float32)
 
     def predictions(self, outputs):
+        """Probabilities (the model's own when it ends in softmax or sigmoid), or a regression's values."""
         outputs = tf.cast(outputs, tf.float32)
-        if self.name in ("classification", "sequence"):
-            return tf.nn.softmax(outputs)
-        if self.name == "multilabel":
+        if not self.from_logits or self.name == "regression":
+            return outputs
+        if self.name == "multilabel" or self.one_unit:
             return tf.sigmoid(outputs)
-        return outputs
+        return tf.nn.softmax(outputs)
+
+    def label_ids(self, predictions):
+        if self.one_unit:  # the positive class when its probability is over one half
+            return tf.cast(tf.reshape(predictions, [-1]) > 0.5, tf.int32)
+        return tf.argmax(predictions, axis=-1, output_type=tf.int32)
 
     def served(self, outputs) -> dict:
         """What a deployed model answers: the task's predictions, and the labels where the task has them (a
         classification's label is its class name when the data names classes, beside `label_id`)."""
         predictions = self.predictions(outputs)
         if self.name == "classification" and self.class_names:
-            ids = tf.argmax(predictions, axis=-1, output_type=tf.int32)
+            ids = self.label_ids(predictions)
             names = tf.gather(tf.constant(list(self.class_names)), ids)
             return {"probabilities": predictions, "label": names, "label_id": ids}
         if self.name in ("classification", "sequence"):
-            return {"probabilities": predictions, "label": tf.argmax(predictions, axis=-1, output_type=tf.int32)}
+            return {"probabilities": predictions, "label": self.label_ids(predictions)}
         if self.name == "multilabel":
             return {"probabilities": predictions, "labels": tf.cast(predictions > 0.5, tf.int32)}
         return {"values": predictions}
 
     def update(self, metrics, y, outputs, sample_weight=None, training: bool = True) -> None:
-        """Update `metrics` with one replica's batch (in replica context); the predictions (a softmax) are
-        computed only when a metric needs them. Weighted as the loss is (`example_weights`)."""
+        """Update `metrics` with one replica's batch (in replica context); the predictions (a softmax of logits)
+        are computed only when a metric needs them. Weighted as the loss is (`example_weights`). On a two-class
+        head the metrics that score one positive class (precision, recall, AUC, the confusion counts) get class
+        1's probability and 0/1 labels."""
         if not metrics:
             return
         needs_predictions = not all(getattr(m, "takes_logits", False) for m in metrics)
@@ -228,12 +127,16 @@ class Task:
         if self.name == "sequence":
             mask = self.mask(y)
             weight = mask if weight is None else mask * weight[:, None]
-        elif self.name == "regression":
+        elif self.name == "regression" or self.one_unit:
             y = tf.reshape(tf.cast(y, tf.float32), tf.shape(predictions))
         elif self.name == "multilabel":
             y = tf.cast(y, tf.float32)
         for metric in metrics:
-            metric.update_state(y, predictions, sample_weight=weight)
+            if self.name == "classification" and self.units == 2 and scores_positive_class(metric):
+                positive = predictions[:, 1:]
+                metric.update_state(tf.reshape(tf.cast(y, tf.float32), tf.shape(positive)), positive, weight)
+            else:
+                metric.update_state(y, predictions, sample_weight=weight)
 
 
 @keras.saving.register_keras_serializable(package="launcher")
@@ -311,88 +214,44 @@ class Heads:
         return [(h, (task, outputs[h])) for h, task in self.heads.items()]
 
 
-def _loss(task: str, requested: str):
-    name = loss_name(task, requested)
-    path = users_loss_path(name)
-    if path is not None:
-        return _user_loss(path)
-    losses = keras.losses
-    if name == "crossentropy":
-        return losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
-    if name == "binary_crossentropy":
-        return lambda y, logits: tf.reduce_mean(
-            tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logits), axis=-1
-        )
-    return {"mse": losses.MeanSquaredError, "mae": losses.MeanAbsoluteError, "huber": losses.Huber}[name](
-        reduction=None
-    )
-
-
-def _user_loss(path: str):
-    """A keras Loss class (instantiated unreduced), or a function (y_true, y_pred) -> per-example values."""
-    found = import_component(
-        "task.loss", path, "a function (y_true, y_pred) -> loss per example, or a keras Loss class"
-    )
-    if isinstance(found, type) and issubclass(found, keras.losses.Loss):
-        try:
-            return found(reduction=None)
-        except TypeError as err:
-            raise ConfigError.single(
-                "task.loss",
-                path,
-                f"a Loss class that accepts reduction=None ({err})",
-                "pass **kwargs through to keras.losses.Loss.__init__",
-            ) from None
-    if isinstance(found, keras.losses.Loss):
-        found.reduction = None
-        return found
-    if not callable(found):
-        raise ConfigError.single(
-            "task.loss",
-            path,
-            f"a callable loss (got {type(found).__name__})",
-            "point task.loss at a function def my_loss(y_true, y_pred)",
-        )
-
-    try:
-        inspect.signature(found).bind(None, None)
-    except (TypeError, ValueError) as err:
-        raise ConfigError.single(
-            "task.loss",
-            path,
-            f"a function taking (y_true, y_pred) ({err})",
-            "def my_loss(y_true, y_pred): return per-example values",
-        ) from None
-    return found
-
-
-def make_task(cfg, source=None, widths: dict[str, int] | None = None, training: bool = True) -> Task | Heads:
+def make_task(
+    cfg, source=None, widths: dict[str, int] | None = None, training: bool = True, activations: dict | None = None
+) -> Task | Heads:
     """The task's loss and its metrics (a set for training and one for validation), one Task per head under
     task.heads. Inside the strategy scope. `source` (the data) gives balanced class weights their training
     labels; `widths` (output name -> units, "" for one output) the class weights' length. Class weights weigh
-    training only: for evaluation (`training=False`) they are not computed (balanced ones read every label)."""
-    widths = widths or {}
+    training only: for evaluation (`training=False`) they are not computed (balanced ones read every label).
+    `activations` (output name -> its last activation, `launcher.train.outputs`; "" for one output) says which
+    outputs are probabilities."""
+    widths, activations = widths or {}, activations or {}
 
-    def weights_of(class_weight, key: str, head: str | None):
+    def weights_of(class_weight, key: str, head: str | None, task: str):
         if not training:
             return None
-        return class_weight_vector(class_weight, key, source, head, widths.get(head or "", 0))
+        return class_weight_vector(class_weight, key, source, head, _classes(task, widths.get(head or "", 0)))
 
     if not getattr(cfg, "heads", None):
         task = _name(cfg.name)
-        weights = weights_of(cfg.class_weight, "task.class_weight", None)
-        names = class_names_of(source, None, widths.get("", 0))
-        return _task(task, cfg.loss, cfg.metrics, "task", "", cfg.pad_id, weights, names)
+        weights = weights_of(cfg.class_weight, "task.class_weight", None, task)
+        names = class_names_of(source, None, _classes(task, widths.get("", 0)))
+        shape = (widths.get("", 0), activations.get("", ""))
+        return _task(cfg, "task", "", weights, names, shape)
     heads, loss_weights, trackers = {}, {}, {}
     for head, hc in cfg.heads.items():
         key = f"task.heads.{head}"
-        weights = weights_of(hc.class_weight, f"{key}.class_weight", head)
-        names = class_names_of(source, head, widths.get(head, 0))
-        heads[head] = _task(_name(hc.name), hc.loss, hc.metrics, key, head, cfg.pad_id, weights, names)
+        weights = weights_of(hc.class_weight, f"{key}.class_weight", head, _name(hc.name))
+        names = class_names_of(source, head, _classes(_name(hc.name), widths.get(head, 0)))
+        shape = (widths.get(head, 0), activations.get(head, ""))
+        heads[head] = _task(hc, key, head, weights, names, shape, cfg.pad_id)
         loss_weights[head] = float(hc.loss_weight)
         trackers[head] = (HeadLoss(name=f"{head}_loss"), HeadLoss(name=f"{head}_loss"))
     order = [h for h in widths if h in heads] if set(heads) <= set(widths) else list(heads)
     return Heads(heads, loss_weights, order, trackers)
+
+
+def _classes(task: str, width: int) -> int:
+    """The classes an output of `width` units tells apart: a one-unit classification head is binary."""
+    return 2 if task == "classification" and width == 1 else width
 
 
 def _name(name) -> str:
@@ -418,20 +277,54 @@ def class_names_of(source, head: str | None, width: int = 0) -> tuple[str, ...]:
     return names
 
 
-def _task(task: str, loss: str, requested, key: str, head: str, pad_id: int, weights, classes=()) -> Task:
-    names = metric_names(task, requested)
-    train = [_named(make_metric(task, n), head) for n in names]
-    val = [_named(make_metric(task, n), head) for n in names]
+def _task(tc, key: str, head: str, weights, classes, shape: tuple[int, str], pad_id: int | None = None) -> Task:
+    """One head's Task from its config `tc` (the task, or one of task.heads); `shape`: (the output's units, its
+    last activation)."""
+    task = _name(tc.name)
+    units, activation = shape
+    from_logits = takes_logits(_name(getattr(tc, "outputs", "auto")), activation)
+    binary = task == "classification" and units == 1
+    entries = [e for e in tc.metrics or () if component_name(e) != NO_METRICS] or (
+        [] if tc.metrics else list(TASKS[task].default_metrics)
+    )
+    train = [_named(make_metric(task, e, f"{key}.metrics", binary), head) for e in entries]
+    val = [_named(make_metric(task, e, f"{key}.metrics", binary), head) for e in entries]
+    _check_positive_class(train, task, units, f"{key}.metrics")
     logged = [m.name for m in train]
     clash = sorted({n for n in logged if logged.count(n) > 1 or n == "loss" or n == f"{head}_loss"})
     if clash:
         raise ConfigError.single(
             f"{key}.metrics",
-            list(requested),
+            list(tc.metrics),
             f"metrics with distinct names other than loss ({clash} appear twice or shadow the loss)",
             "give each metric its own name",
         )
-    return Task(task, _loss(task, loss), train, val, pad_id, weights, classes if task == "classification" else ())
+    loss = make_loss(task, tc.loss, f"{key}.loss", from_logits, binary)
+    return Task(
+        task,
+        loss,
+        train,
+        val,
+        tc.pad_id if pad_id is None else pad_id,
+        weights,
+        classes if task == "classification" else (),
+        from_logits,
+        units,
+    )
+
+
+def _check_positive_class(metrics: list, task: str, units: int, key: str) -> None:
+    """Precision, recall, AUC and the confusion counts score one positive class: a classification head must be
+    binary (one unit, or two classes) for them."""
+    scoring = [m.name for m in metrics if scores_positive_class(m)]
+    if task == "classification" and units > 2 and scoring:
+        raise ConfigError.single(
+            key,
+            scoring,
+            f"metrics of a binary head (one sigmoid or logit unit, or two classes): {scoring} score one positive "
+            f"class, and this head has {units} classes",
+            f"{key}=[accuracy], or a binary head",
+        )
 
 
 def _named(metric, head: str):

@@ -22,6 +22,7 @@ import numpy as np
 
 from launcher.config.errors import ConfigError, Violation, raise_if_any
 from launcher.config.imports import check_call, configured_path, import_component
+from launcher.config.raised import told
 from launcher.train.data import DataSource, first_array, map_arrays, num_examples, split_arrays, take
 from launcher.train.data_checks import (
     contract_problems,
@@ -53,8 +54,9 @@ def load(cfg) -> DataSource:
         raise ConfigError.single(
             key,
             path,
-            f"a loader that runs ({type(err).__name__}: {str(err)[:300]})",
-            "fix the loader (call it in Python to see the traceback)",
+            "a loader that runs (it raised the error below)",
+            "fix the loader where it raised (call it in Python with the same params for the whole traceback)",
+            detail=told(err, function),
         ) from None
     if _is_dataset(data):
         data = _in_memory(data, key, path)
@@ -162,8 +164,9 @@ def _add_served(source: DataSource, data: dict, key: str, path: str) -> None:
             raise ConfigError.single(
                 key,
                 path,
-                f'a "preprocess" that takes the raw features ({type(err).__name__}: {str(err)[:300]})',
+                'a "preprocess" that takes the raw features (it raised the error below)',
                 "call it on your loader's x in Python to see the traceback; it gets a batch (an array or the dict)",
+                detail=told(err, given),
             ) from None
         if not isinstance(prepared, dict | tuple):
             source.input_shape = tuple(np.asarray(prepared).shape[1:])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from launcher.config.errors import ConfigError
 from launcher.config.imports import check_call, configured_path, import_component
+from launcher.config.raised import told
 from launcher.train.model_io import ModelSpec
 
 SHOWN_SIGNATURE = "build(spec, **params) -> keras.Model (spec: input_shape, outputs, task, kind, vocab_size)"
@@ -52,8 +53,9 @@ def build(cfg, source, adapted: dict | None = None):
         raise ConfigError.single(
             key,
             path,
-            f"a builder that runs ({type(err).__name__}: {str(err)[:300]})",
-            "fix the builder (python -c 'from <module> import <builder>' and call it to see the traceback)",
+            "a builder that runs (it raised the error below)",
+            "fix the builder where it raised (call it in Python on the same spec for the whole traceback)",
+            detail=told(err, function),
         ) from None
     if not isinstance(model, keras.Model):
         raise ConfigError.single(
@@ -70,8 +72,9 @@ def build(cfg, source, adapted: dict | None = None):
             raise ConfigError.single(
                 key,
                 path,
-                f"a model that accepts inputs of shape {spec.input_shape} ({type(err).__name__}: {str(err)[:200]})",
+                f"a model that accepts inputs of shape {spec.input_shape} (calling it raised the error below)",
                 "build the model with keras.Input(shape=spec.input_shape)",
+                detail=told(err, function),
             ) from None
     if len(_names(model, called)) == 1:  # several: each head's task is checked against it at build
         _check_output(model, spec, key, path)
@@ -104,12 +107,14 @@ def _check_output(model, spec: ModelSpec, key: str, path: str) -> None:
     if shape is None:
         return  # a subclassed model without symbolic outputs: the first step checks it
     wanted = (None, *spec.input_shape[:1], spec.outputs) if spec.task == "sequence" else (None, spec.outputs)
-    if len(shape) != len(wanted) or shape[-1] != spec.outputs:
+    binary = spec.task == "classification" and spec.outputs == 2 and shape[-1] == 1  # one sigmoid or logit unit
+    if len(shape) != len(wanted) or (shape[-1] != spec.outputs and not binary):
         per = "per token " if spec.task == "sequence" else ""
         raise ConfigError.single(
             key,
             path,
             f"a model whose output is {per}{spec.outputs} value(s) for "
             f"task={spec.task} (spec.outputs), shape {wanted}; yours is {shape}",
-            "end the model with keras.layers.Dense(spec.outputs) (logits, no activation)",
+            "end the model with keras.layers.Dense(spec.outputs) (logits, or activation='softmax'; a binary "
+            "classification may end in Dense(1), a logit or activation='sigmoid')",
         )

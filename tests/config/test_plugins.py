@@ -39,6 +39,7 @@ def test_every_kind_a_person_provides_has_its_entry_point_group():
         "loss": "launcher.losses",
         "metric": "launcher.metrics",
         "callback": "launcher.callbacks",
+        "export": "launcher.exports",
     }
 
 

@@ -177,8 +177,9 @@ def test_the_api_page_shows_every_piece_and_its_python_runs(api_plugin):
     for piece in ("acme_plugin/data.py", "acme_plugin/models.py", "acme_plugin/losses.py", "acme_plugin/metrics.py"):
         assert piece in page_files(api_plugin)
     assert "acme_plugin/callbacks.py" in page_files(api_plugin) and "pyproject.toml" in page_files(api_plugin)
+    assert "acme_plugin/exports.py" in page_files(api_plugin)
     blocks = marked_blocks(api_plugin, RUN_PYTHON)
-    assert len(blocks) >= 3
+    assert len(blocks) >= 4
     for block in blocks:
         exec(compile(block, str(API), "exec"), {})  # an assertion in the page that fails fails here
 
@@ -204,6 +205,7 @@ def test_the_api_pages_plugin_is_chosen_by_short_names_and_every_piece_builds(ap
     plan = resolve(chosen, CPU_PLAIN)
     assert plan.task.loss == "focal" and "acme_plugin.losses:focal" in plan.task.reason("loss")
     assert list(plan.task.metrics) == ["accuracy", "confidence"]
+    assert plan.export.formats == ["keras", "weights_npz"]
     assert (chosen.model.builder, chosen.model.params) == ("acme_plugin.models:build", {"units": 32})  # its YAML
     assert chosen.dataset.loader == "acme_plugin.data:load"
     source = fit_to_task(DATASETS.get(chosen.dataset.name).load(chosen.dataset), plan.task.name)

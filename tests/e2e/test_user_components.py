@@ -20,6 +20,7 @@ import pytest
 import warm
 import yaml
 from support.config import ROOT
+from support.tracking import runs_in
 
 from launcher.config.errors import ConfigError
 from launcher.config.imports import check_call, import_component
@@ -259,6 +260,9 @@ acme_confidence = acme_plugin.parts:Confidence
 [launcher.callbacks]
 acme_printer = acme_plugin.parts:Printer
 
+[launcher.exports]
+acme_npz = acme_plugin.parts:WeightsNpz
+
 [launcher.configs]
 acme = acme_plugin.conf
 """
@@ -306,6 +310,15 @@ class Confidence(keras.metrics.Metric):
 class Printer(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         print(f"acme printer: epoch {epoch} val_confidence {logs['val_confidence']:.3f}", flush=True)
+
+
+class WeightsNpz:
+    written = "weights.npz"
+
+    def write(self, model, path):
+        import numpy as np
+
+        np.savez(path, **{w.path.replace("/", "."): np.asarray(w) for w in model.weights})
 """
 PLUGIN_MODEL_YAML = """defaults:
   - /schema/model/custom@_here_
@@ -344,6 +357,7 @@ def test_an_installed_plugin_adds_model_and_dataset_choices_with_its_yaml_defaul
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert "acme_net" in listed.stdout and "acme_data" in listed.stdout
     assert "task.loss (installed plugins): acme_xent" in listed.stdout
+    assert "export.formats (installed plugins): acme_npz" in listed.stdout
     done = run_cli(
         [
             "model=acme_net",
@@ -351,6 +365,7 @@ def test_an_installed_plugin_adds_model_and_dataset_choices_with_its_yaml_defaul
             "task.loss=acme_xent",
             "task.metrics=[accuracy,acme_confidence]",
             "train.callbacks=[acme_printer]",
+            "export.formats=[keras,acme_npz]",
             "train.epochs=1",
             "tracking.enabled=false",
             "checkpoint.enabled=false",
@@ -368,3 +383,53 @@ def test_an_installed_plugin_adds_model_and_dataset_choices_with_its_yaml_defaul
     decided = yaml.safe_load((tmp_path / "outputs" / "runs" / "plugin" / "plan.yaml").read_text())["decisions"]
     assert decided["task.loss"]["value"] == "acme_xent"
     assert "installed plugin's (acme_plugin.parts:CrossEntropy)" in decided["task.loss"]["reason"]
+    # the plugin export format, written from the trained model beside model.keras
+    assert "acme_npz: your export writer (acme_plugin.parts:WeightsNpz)" in decided["export.formats"]["reason"]
+    weights = np.load(tmp_path / "outputs" / "runs" / "plugin" / "weights.npz")
+    assert any(name.endswith("hidden8.kernel") and weights[name].shape == (6, 8) for name in weights.files)
+    assert "export   acme_npz" in done.stdout
+
+
+# ------------------------------------------------------------- a loss and metrics with arguments (CLI)
+
+
+@pytest.mark.slow
+def test_a_focal_loss_class_and_pr_auc_take_their_arguments_from_the_command_line(cli, tmp_path):
+    """keras.io's imbalanced classification as its author writes it (a sigmoid output, a Loss class without
+    `reduction`, class weights, PR-AUC and false negatives), its arguments given and swept on the command line: the
+    run logs them as params, the metrics under their own names, and serves the model's own probabilities."""
+    import tensorflow as tf
+
+    shutil.copy(ROOT / "tests" / "binary_parts.py", tmp_path / "imbalanced.py")
+    done = cli(
+        "model=custom",
+        "model.builder=imbalanced:build_sigmoid",
+        "dataset=custom",
+        "dataset.loader=imbalanced:load",
+        "task.loss={name:'imbalanced:FocalLoss',gamma:2.0}",
+        "task.loss.gamma=3",
+        "task.metrics=[{name:auc,curve:PR},{name:false_negatives,thresholds:0.3},recall]",
+        "task.class_weight={0: 1, 1: 4}",
+        "export.formats=[keras,saved_model]",
+        "precision=fp32",
+        "train.epochs=2",
+        "tracking.system_metrics=false",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run,) = runs_in(tmp_path / "mlflow.db")
+    params, metrics = run.data.params, run.data.metrics
+    assert (params["task.loss.name"], params["task.loss.gamma"]) == ("imbalanced:FocalLoss", "3")
+    assert run.data.tags["plan.task.loss"] == "imbalanced:FocalLoss(gamma=3)"
+    assert {"val_auc", "val_false_negatives", "val_recall"} <= set(metrics), sorted(metrics)
+    assert not [name for name in metrics if name.endswith("_1")], sorted(metrics)
+
+    import binary_parts
+    import keras
+
+    x = binary_parts.load()["val"][0]
+    model = keras.saving.load_model(tmp_path / "run" / "model.keras", compile=False)
+    served = tf.saved_model.load(str(tmp_path / "run" / "saved_model")).signatures["serving_default"]
+    answer = served(inputs=tf.constant(x))
+    np.testing.assert_allclose(answer["probabilities"].numpy(), model.predict(x, verbose=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(answer["label"].numpy(), (model.predict(x, verbose=0)[:, 0] > 0.5).astype("int32"))

@@ -62,13 +62,14 @@ def shipped(tmp_path_factory):
     assert done.returncode == 0, done.stderr[-3000:]
     x = load_digits().images[-16:].astype("float32")[..., None]  # raw intensities 0..16, as a client has them
     np.save(folder / "run" / "inputs.npy", x)
-    return folder, done.stdout
+    return folder, done.stdout + done.stderr
 
 
 @pytest.mark.xdist_group("shipped")  # one worker makes the module's run once
 def test_savedmodel_and_tflite_answer_like_the_keras_model_without_the_launcher(shipped):
     folder, stdout = shipped
     assert "export   saved_model" in stdout and "export   tflite" in stdout
+    assert "XNNPACK" not in stdout and "tflite_converter" not in stdout  # TFLite's C++ notes, set aside
     answer = subprocess.run(
         [sys.executable, "-c", CONSUMER, str(folder / "run")], capture_output=True, text=True, timeout=300
     )
@@ -154,7 +155,10 @@ def test_four_artifacts_give_one_answer_on_the_same_raw_inputs_and_a_bad_request
     assert "(16, 4, 8, 1) does not match expected shape (-1, 8, 8, 1)" in said["shape"]
     assert "expects a single n-dimensional array" in said["names"]
     assert "could not convert string to float: 'a'" in said["dtype"]
-    assert "━━" not in (tmp_path / "serve.log").read_text()  # no Keras progress bar per request
+    served_log = (tmp_path / "serve.log").read_text()
+    assert "━━" not in served_log  # no Keras progress bar per request
+    for noise in ("cuInit", "cuda drivers", "cpu_feature_guard", "oneDNN custom operations"):  # TF's start-up lines
+        assert noise not in served_log, served_log[-3000:]
 
 
 def test_export_formats_are_checked_and_keras_is_always_among_them():

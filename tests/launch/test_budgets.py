@@ -32,7 +32,7 @@ def test_durations_parse_as_people_write_them():
         3605,
     ]
     assert [parse_duration(t) for t in ("", "soon", "2x", "0", "-5m", "1h1h", "m", "inf")] == [None] * 8
-    assert [show_duration(s) for s in (9000, 90, 0.4)] == ["2h30m", "1m30s", "0s"]
+    assert [show_duration(s) for s in (9000, 90, 0.4, 0)] == ["2h30m", "1m30s", "0.4s", "0s"]  # < 1 s as written
 
 
 def test_max_steps_shortens_the_last_epoch_and_the_schedule_says_so():
@@ -96,11 +96,11 @@ def test_max_steps_trains_exactly_that_many_steps_with_a_partial_last_epoch(cli_
 
 
 def test_max_time_saves_stops_finished_exit_0_and_the_same_command_continues(cli_here, tmp_path):
-    """A 1 s budget is spent before the first step ends (the launch's start counts): the run stops at global step
-    1, the first boundary, saved; without a budget the same run dir continues from there."""
-    stopped = cli_here(*SMALL, "train.epochs=2", "train.max_time=1s")
+    """A 10 ms budget of training time is spent by the first step (it compiles): the run stops at global step 1,
+    the first boundary, saved; without a budget the same run dir continues from there."""
+    stopped = cli_here(*SMALL, "train.epochs=2", "train.max_time=0.01s")
     assert stopped.returncode == 0, stopped.stderr[-2000:]
-    assert "train.max_time=1s reached at epoch 1, step 1 (global step 1)" in stopped.stdout
+    assert "train.max_time=0.01s reached at epoch 1, step 1 (global step 1)" in stopped.stdout
     run, epochs = _history(tmp_path, "val_loss")
     assert run.info.status == "FINISHED" and run.data.tags["stop_reason"] == "max_time" and epochs == []
     assert (tmp_path / "run" / "checkpoints" / "ckpt-1.json").exists()
@@ -111,6 +111,20 @@ def test_max_time_saves_stops_finished_exit_0_and_the_same_command_continues(cli
     continued, epochs = _history(tmp_path, "val_loss")
     assert continued.info.run_id == run.info.run_id and epochs == [0, 1]
     assert continued.data.tags["stop_reason"] == "epochs"
+
+
+def test_max_time_counts_training_from_its_first_step_not_the_start_up():
+    from launcher.launch.hooks.budget import TimeBudgetHook
+
+    asked = []
+    guard = type("Guard", (), {"request": lambda self, reason: asked.append(reason)})()
+    now = iter([100.0, 100.5, 101.2])  # the process is already 100 s old when training begins
+    hook = TimeBudgetHook(1.0, guard, clock=lambda: next(now))
+    hook.on_train_begin(Position(), None)
+    hook.after_steps(Position(global_step=1), {})
+    assert asked == []  # 0.5 s of training
+    hook.after_steps(Position(global_step=2), {})
+    assert len(asked) == 1  # 1.2 s
 
 
 VALIDATED = [

@@ -145,7 +145,7 @@ def test_a_monitor_no_head_logs_is_refused_naming_the_head_metrics():
 
 
 def test_explain_shows_the_heads_losses_weights_and_class_weights():
-    rendered = plan_for(CPU_PLAIN, TWO_HEADS).render()
+    rendered = plan_for(CPU_PLAIN, TWO_HEADS).render(whole=True)  # as explain shows it; a launch cuts the line
     line = next(line for line in rendered.splitlines() if line.strip().startswith("task.heads"))
     for shown in ("kind", "size", "crossentropy", "mse", "0.5", "balanced", "mae"):
         assert shown in line

@@ -10,11 +10,12 @@ from fakes import CPU_PLAIN
 from support.config import config
 
 from launcher.config.errors import Violation
-from launcher.plan.decisions import BatchPlan, PlanError, ResumePlan, SchedulePlan, StepPlan
+from launcher.plan.decisions import BatchPlan, ResumePlan, SchedulePlan, StepPlan
 from launcher.plan.resolve import resolve
 from launcher.plan.rules.batch import decide_batch, decide_learning_rate
 from launcher.plan.rules.findings import Findings
 from launcher.plan.schedule import schedule
+from launcher.plan.section import PlanError
 
 
 def test_reading_a_field_that_does_not_exist_fails_loudly():
@@ -225,3 +226,27 @@ def test_a_sweep_over_strategies_under_the_per_replica_rule_is_warned_that_its_b
         ["strategy=mirrored", "scaling=global", "sweep.varies=[strategy]"],
     ):
         assert not any(said in w for w in resolve(config(*quiet), CPU_PLAIN).warnings), quiet
+
+
+def test_every_plan_line_fits_one_console_line_and_plan_yaml_keeps_the_whole_reason():
+    from launcher.plan.reasons import CUT, LINE_WIDTH, brief
+
+    long = "first clause that matters; " + "a detail that runs on " * 12
+    assert len(brief(long, 60)) <= 60 and brief(long, 60).startswith("first clause that matters; a detail")
+    short = brief(long, 60)
+    assert short.endswith(f" {CUT}") and long.startswith(short[: -len(CUT) - 1] + " ")  # cut between words, marked
+    assert brief("short enough", 60) == "short enough"
+    assert brief("a; b", 3) == "a; b"  # no room to cut anything off: nothing is marked as cut
+    formats = "export.formats=[keras,saved_model,tflite,my_company.ml.exports.onnx:OnnxWriter,other.pkg:CoreMLWriter]"
+    shown = resolve(config(formats), CPU_PLAIN).render().split("Warnings:")[0].splitlines()
+    assert any("export.formats" in line for line in shown) and all(len(line) <= LINE_WIDTH for line in shown)
+    plan = resolve(config("precision=mixed"), CPU_PLAIN)
+    shown = plan.render().splitlines()
+    decisions = shown[1 : shown.index("Warnings:")]
+    assert all(len(line) <= LINE_WIDTH for line in decisions)
+    assert decisions[-1] == f"  ({CUT} the whole reason is in the run dir's plan.yaml)"
+    cut = {line.split()[0]: line for line in decisions if line.endswith(CUT)}
+    assert "numerics.on_nonfinite" in cut  # its reason runs to 178 characters on the line
+    whole = plan.to_dict()["decisions"]["numerics.on_nonfinite"]["reason"]
+    assert whole.startswith(cut["numerics.on_nonfinite"].split("  stop  ")[1].strip(f" {CUT}").strip())
+    assert len(whole) > len(cut["numerics.on_nonfinite"].split("stop", 1)[1])

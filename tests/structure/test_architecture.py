@@ -19,7 +19,7 @@ ALLOWED = {
     "plan": {"config", "contract", "console"},
     "train": {"config", "plan", "contract", "console", "background"},
     "tracking": {"config", "files"},
-    "export": {"config", "train", "contract", "files"},
+    "export": {"config", "train", "contract", "files", "console"},
     "supervise": {"config", "forkserver", "outcome", "background"},
     "launch": {
         *("config", "plan", "train", "tracking", "contract", "files", "console", "outcome", "forkserver", "background"),

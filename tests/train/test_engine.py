@@ -311,3 +311,12 @@ def test_the_chunk_loops_converted_ahead_are_the_ones_a_run_traces(tmp_path, mon
     run(tmp_path, "train.epochs=1", "train.steps_per_execution=4")
     assert converted, "the run converted nothing at all: the recording does not see conversions"
     assert not loops & set(converted), converted
+
+
+def test_an_epochs_throughput_leaves_out_the_step_that_compiled():
+    from launcher.train.engine import steady_rate
+
+    # 10 steps of 32 examples in 12 s, the first (the compile) took 10.2 s: 288 examples in 1.8 s.
+    assert steady_rate(320, 12.0, 32, 10.2) == pytest.approx(160.0)
+    assert steady_rate(320, 12.0, 0, 0.0) == pytest.approx(320 / 12.0)  # a later epoch: nothing compiled
+    assert steady_rate(32, 10.2, 32, 10.2) == pytest.approx(32 / 10.2)  # the compile was the whole epoch

@@ -6,7 +6,7 @@ ordered list from the config and the Plan (adding a hook: a module here and a li
 Modules:
     assembly: the hook list of one fit, in the order their work must happen at an epoch end
     best_model: tracks the best epoch by a monitored metric: a `best/` checkpoint and `best.keras`
-    budget: `train.max_time`: a launch's wall-clock budget
+    budget: `train.max_time`: a launch's training-time budget
     callback_state: EarlyStopping's and ReduceLROnPlateau's state carried across a resume
     checkpoint: saves a checkpoint when the save rule says so, or when a stop was requested
     history: keeps every epoch's logs, so metrics lost to a kill can be re-logged

@@ -77,7 +77,7 @@ def hooks_for(context: LaunchContext, guard) -> FitHooks:
     budget = schedule.max_time_seconds
     pruning = PruningHook(trial, schedule.val_every_steps is not None) if trial is not None and plan.is_chief else None
     hooks = [
-        TimeBudgetHook(budget, guard, process_age_seconds) if budget else None,
+        TimeBudgetHook(budget, guard) if budget else None,
         stop_agreement,
         FaultHook() if plan.has(FaultPlan) else None,
         _utilization_hook(config, plan, built.model, tracker, context.prepared.env),

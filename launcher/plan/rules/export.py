@@ -6,7 +6,8 @@ The same concept one level down: `launcher.export.trained` writes the formats th
 
 from __future__ import annotations
 
-from launcher.config.exports import EXPORT_FORMATS
+from launcher.config.exports import EXPORT_FORMATS, yours
+from launcher.config.imports import plugin_choices
 from launcher.config.schema import Config
 from launcher.plan.decisions import ExportPlan
 from launcher.plan.rules.findings import Findings
@@ -14,14 +15,16 @@ from launcher.plan.rules.findings import Findings
 
 def decide_export(cfg: Config, found: Findings) -> ExportPlan:
     asked = [str(f).strip() for f in cfg.export.formats]
-    unknown = [f for f in asked if f not in EXPORT_FORMATS]
+    theirs = {f: path for f in asked if (path := yours(f))}
+    unknown = [f for f in asked if f not in EXPORT_FORMATS and f not in theirs]
     always = [f for f in EXPORT_FORMATS.values() if f.always]
     if unknown:
         found.refuse(
             "export.formats",
             list(cfg.export.formats),
-            f"a list of {list(EXPORT_FORMATS)} (unknown: {unknown})",
-            f"export.formats=[{','.join(f for f in asked if f in EXPORT_FORMATS) or always[0].name}]",
+            f"a list of {list(EXPORT_FORMATS)}, your export writer as module.path:Name or "
+            f"{plugin_choices('export')} (unknown: {unknown})",
+            f"export.formats=[{','.join(f for f in asked if f not in unknown) or always[0].name}]",
         )
     if not cfg.checkpoint.export_model:
         if [f for f in asked if f not in {a.name for a in always}]:
@@ -33,4 +36,9 @@ def decide_export(cfg: Config, found: Findings) -> ExportPlan:
     chosen = [f.name for f in always] + [f for f in EXPORT_FORMATS if f in asked and not EXPORT_FORMATS[f].always]
     implied = "".join(f"; {f.name} added ({f.always})" for f in always if f.name not in asked)
     described = "; ".join(f"{f}: {EXPORT_FORMATS[f].description}" for f in chosen)
+    described += "".join(
+        f"; {f}: your export writer ({path})" if f != path else f"; {f}: your export writer"
+        for f, path in theirs.items()
+    )
+    chosen += list(theirs)
     return ExportPlan.of(formats=(chosen, described + implied))

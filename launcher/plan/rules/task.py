@@ -14,7 +14,11 @@ from launcher.config.schema import Config
 from launcher.config.tasks import (
     ALL_METRICS,
     KERAS_METRICS,
+    NO_METRICS,
     TASKS,
+    component_args,
+    component_name,
+    component_problem,
     head_metric_names,
     is_import_path,
     is_metric_name,
@@ -23,6 +27,7 @@ from launcher.config.tasks import (
     metric_names,
     monitor_problems,
     objective,
+    shown,
     users_loss_path,
 )
 from launcher.plan.decisions import PrecisionPlan, TaskPlan
@@ -40,11 +45,13 @@ def decide_task(cfg: Config, found: Findings, precision: PrecisionPlan) -> TaskP
     loss = _loss(cfg.task, found, task, precision.mixed, "task")
     metrics = _metrics(cfg.task.metrics, found, task, "task")
     _per_token(cfg, found, task, kind, "task")
+    _outputs(cfg.task, found, task, "task")
     class_weight = _class_weight(cfg.task.class_weight, found, task, "task.class_weight")
     target = objective(cfg)
     known = known_epoch_metrics(task, metrics)
     if known is not None:  # else a user metric: its name is known once it is built (the launch checks then)
         found.violations.extend(monitor_problems(cfg, task, known))
+    arguments = _arguments(cfg.task)
     return TaskPlan.of(
         name=(task, f"task={task}: labels are {spec.labels}"),
         head=(
@@ -68,7 +75,19 @@ def decide_task(cfg: Config, found: Findings, precision: PrecisionPlan) -> TaskP
             else f"objective=auto: the {task} task's headline validation metric (what a sweep job reports)",
         ),
         class_weight=None if class_weight is None else (class_weight, _class_weight_reason(class_weight)),
+        arguments=None if not arguments else (arguments, ARGUMENTS_REASON),
     )
+
+
+ARGUMENTS_REASON = "as configured: each passed to its loss or metric by keyword when it is built"
+
+
+def _arguments(tc) -> dict:
+    """The keyword arguments the loss and metrics are built with, by what they are for: {"loss": {...},
+    "metrics": {name: {...}}}; {} when none has any."""
+    loss = component_args(tc.loss)
+    metrics = {component_name(m): component_args(m) for m in tc.metrics or () if component_args(m)}
+    return {k: v for k, v in (("loss", loss), ("metrics", metrics)) if v}
 
 
 def _decide_heads(cfg: Config, found: Findings, precision: PrecisionPlan) -> TaskPlan:
@@ -82,6 +101,7 @@ def _decide_heads(cfg: Config, found: Findings, precision: PrecisionPlan) -> Tas
         loss, loss_reason = _loss(hc, found, task, precision.mixed, key)
         metrics = _metrics(hc.metrics, found, task, key)
         _per_token(cfg, found, task, kind, f"{key}.name")
+        _outputs(hc, found, task, key)
         weight = _loss_weight(hc.loss_weight, found, key)
         class_weight = _class_weight(hc.class_weight, found, task, f"{key}.class_weight")
         heads[head] = {
@@ -91,6 +111,8 @@ def _decide_heads(cfg: Config, found: Findings, precision: PrecisionPlan) -> Tas
             "metrics": metrics,
             "class_weight": "none" if class_weight is None else class_weight,
         }
+        if _arguments(hc):
+            heads[head]["arguments"] = _arguments(hc)
         reasons.append(
             f"{head}: {task}, {loss_reason}"
             + ("" if class_weight is None else f"; {_class_weight_reason(class_weight)}")
@@ -129,7 +151,7 @@ def _unused_with_heads(cfg: Config, found: Findings) -> None:
     """The one-head keys mean nothing once every head has its own: one set anyway is refused, not ignored."""
     first = next(iter(cfg.task.heads))
     unused = [
-        ("task.loss", cfg.task.loss, cfg.task.loss not in ("", "auto"), "loss"),
+        ("task.loss", cfg.task.loss, component_name(cfg.task.loss) not in ("", "auto"), "loss"),
         ("task.metrics", list(cfg.task.metrics), bool(cfg.task.metrics), "metrics"),
         ("task.class_weight", cfg.task.class_weight, cfg.task.class_weight is not None, "class_weight"),
     ]
@@ -158,20 +180,37 @@ def _per_token(cfg: Config, found: Findings, task: str, kind, key: str) -> None:
         )
 
 
+def _outputs(tc, found: Findings, task: str, prefix: str) -> None:
+    """Logits or probabilities mean something only for the tasks whose outputs are scores of classes or tokens."""
+    declared = tc.outputs.value
+    if task == "regression" and declared != "auto":
+        found.refuse(
+            f"{prefix}.outputs",
+            declared,
+            "auto for a regression output (its values are the predictions: neither logits nor probabilities)",
+            f"{prefix}.outputs=auto",
+        )
+
+
 def _loss(tc, found: Findings, task: str, mixed: bool, prefix: str) -> tuple[str, str]:
     """The loss of a task (`tc`: task or one of task.heads) and why; one the task cannot use is refused."""
     spec = TASKS[task]
-    loss = loss_name(task, tc.loss)
-    path = users_loss_path(loss)
+    form = component_problem(f"{prefix}.loss", tc.loss, spec.losses[0])
+    if form is not None:
+        found.violations.append(form)
+        return str(tc.loss), "refused"
+    name = loss_name(task, tc.loss)
+    loss = shown({"name": name, **component_args(tc.loss)})  # the Plan's form: huber, my.mod:Focal(gamma=2.0)
+    path = users_loss_path(name)
     if path is not None:
         return loss, (
-            ("yours" if path == loss else f"the installed plugin's ({path})")
+            ("yours" if path == name else f"the installed plugin's ({path})")
             + " (imported when the model is built); its inputs are cast to float32"
             + (" so it never computes in float16" if mixed else "")
         )
-    if loss in spec.losses:
+    if name in spec.losses:
         return loss, (
-            ("requested" if tc.loss not in ("", "auto") else f"the {task} task's loss")
+            ("requested" if component_name(tc.loss) not in ("", "auto") else f"the {task} task's loss")
             + (", padding tokens masked" if task == "sequence" else "")
             + ("; computed in float32 on the float32 outputs" if mixed else "")
         )
@@ -189,6 +228,19 @@ def _metrics(requested, found: Findings, task: str, prefix: str) -> list[str]:
     """The metrics the run logs; each refused name is left out of them, so nothing suggested from them (a monitor,
     an objective) is itself refused."""
     spec = TASKS[task]
+    key = f"{prefix}.metrics"
+    example = "[{name:auc,curve:PR}]" if "auc" in spec.metrics else f"[{spec.metrics[0]}]"
+    forms = [(entry, component_problem(key, entry, example)) for entry in requested]
+    found.violations.extend(problem for _, problem in forms if problem is not None)
+    requested = [entry for entry, problem in forms if problem is None]
+    names = [component_name(entry) for entry in requested]
+    if NO_METRICS in names and len(names) > 1:
+        found.refuse(
+            key,
+            names,
+            f"[{NO_METRICS}] alone (no metric beside the loss), or metrics without {NO_METRICS}",
+            f"{key}=[{NO_METRICS}]",
+        )
     metrics = metric_names(task, requested)
     wrong = [m for m in metrics if not is_import_path(m) and m in ALL_METRICS and m not in spec.metrics]
     unknown = [m for m in metrics if m != "loss" and not is_metric_name(m)]
