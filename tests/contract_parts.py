@@ -228,3 +228,33 @@ def repeated_tf():
     return {name: tf.data.Dataset.from_tensor_slices(parts) for name, parts in per_split().items()} | {
         "train": tf.data.Dataset.from_tensor_slices(per_split()["train"]).repeat()
     }
+
+
+def strings(form: str):
+    """String categories or text (keras.io's form) in every loader form (`form`): one array of text split by the
+    launcher, per split, a dict with a pandas-style object column, a pandas DataFrame, tf.data whole and per split;
+    the class is whether the color is red. `missing`: a None among the strings (a DataFrame's empty cell)."""
+    import pandas as pd
+    import tensorflow as tf
+
+    color = np.array(["red", "green", "blue", "blue"] * (N // 4), dtype=object)
+    size = np.arange(N, dtype="float32")
+    label = (color == "red").astype("int64")
+    text = np.array([f"a {c} thing" for c in color])  # str, one string per example
+    by_split = {"train": (text[:30], label[:30]), "val": (text[30:], label[30:])}
+    return {
+        "plain": lambda: (text, label),
+        "plain_per_split": lambda: by_split,
+        "named": lambda: ({"color": color, "size": size}, label),
+        "frame": lambda: (pd.DataFrame({"color": color, "size": size}), label),
+        "tf_whole": lambda: tf.data.Dataset.from_tensor_slices((text, label)),
+        "tf_named_per_split": lambda: {
+            "train": tf.data.Dataset.from_tensor_slices(
+                ({"color": color[:30].astype(str), "size": size[:30]}, label[:30])
+            ),
+            "val": tf.data.Dataset.from_tensor_slices(
+                ({"color": color[30:].astype(str), "size": size[30:]}, label[30:])
+            ),
+        },
+        "missing": lambda: ({"color": np.where(np.arange(N) == 5, None, color), "size": size}, label),
+    }[form]()

@@ -106,7 +106,7 @@ def shifted(n: int = 192):
 def adapt_normalizer(spec, train):
     """keras.io's form: a Normalization adapted on the training features."""
     ADAPTED_ON.append(np.concatenate([x.numpy() for x, *_ in train]))
-    normalizer = keras.layers.Normalization()
+    normalizer = keras.layers.Normalization(name="normalizer")
     normalizer.adapt(train.map(lambda x, *_: x))
     return {"x": normalizer}
 
@@ -194,3 +194,62 @@ class IdleWriter:
 
     def write(self, model, path):
         pass
+
+
+COLORS = ("red", "green", "blue")
+
+
+def string_categories(n: int = 120):
+    """A pandas DataFrame of a string category and a number (keras.io's structured data form), split by the launcher:
+    the class is whether the color is red or the size large."""
+    import pandas as pd
+
+    rng = np.random.default_rng(3)
+    color = rng.choice(COLORS, size=n)
+    size = rng.normal(size=n).astype("float32")
+    label = ((color == "red") | (size > 1.0)).astype("int64")
+    return pd.DataFrame({"color": color, "size": size}), label
+
+
+def string_lookup_model(spec):
+    """A StringLookup inside the model reads the raw color; the size goes in as it is."""
+    color = keras.Input((1,), dtype="string", name="color")
+    size = keras.Input((1,), name="size")
+    one_hot = keras.layers.StringLookup(vocabulary=list(COLORS), output_mode="one_hot")(color)
+    hidden = keras.layers.Dense(8, activation="relu")(keras.layers.Concatenate()([one_hot, size]))
+    return keras.Model({"color": color, "size": size}, keras.layers.Dense(spec.outputs)(hidden))
+
+
+def feature_space(n: int = 96):
+    """keras.io's structured-data form: named raw features (a string category, a number) and an adapted Keras
+    FeatureSpace as the "preprocess", joining them into one tensor (it was refused: a dict in must give a dict out;
+    and under mixed_bfloat16 its adapt failed: cannot compute AddV2 ... bfloat16)."""
+    import tensorflow as tf
+
+    x, label = string_categories(n)
+    features = {"color": x["color"].to_numpy(), "size": x["size"].to_numpy()}
+    space = keras.utils.FeatureSpace(
+        features={
+            "color": keras.utils.FeatureSpace.string_categorical(num_oov_indices=1),
+            "size": keras.utils.FeatureSpace.float_normalized(),
+        },
+        output_mode="concat",
+    )
+    cut = n * 3 // 4
+    space.adapt(tf.data.Dataset.from_tensor_slices({k: v[:cut] for k, v in features.items()}).batch(32))
+    return {
+        "train": ({k: v[:cut] for k, v in features.items()}, label[:cut]),
+        "val": ({k: v[cut:] for k, v in features.items()}, label[cut:]),
+        "preprocess": space,
+    }
+
+
+def adapts_in_the_builder(spec):
+    """keras.io's habit: a Normalization adapted on a tf.data in the builder (plain Keras fails so under
+    mixed_bfloat16: cannot compute AddV2 ... bfloat16)."""
+    import tensorflow as tf
+
+    normalize = keras.layers.Normalization()
+    normalize.adapt(tf.data.Dataset.from_tensor_slices(np.ones((8, *spec.input_shape), "float32")).batch(4))
+    inputs = keras.Input(spec.input_shape)
+    return keras.Model(inputs, keras.layers.Dense(spec.outputs)(normalize(inputs)))

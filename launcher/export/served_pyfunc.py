@@ -107,10 +107,9 @@ class ServedSavedModel(PythonModel):
         """`value` as the input's dtype and shape, or a 400 naming the input, what came and what it takes."""
         spec = self._specs[name]
         wanted = spec.dtype.as_numpy_dtype
-        if spec.dtype.name == "string":
-            return np.asarray([v if isinstance(v, bytes) else str(v).encode() for v in value], dtype=object)
-        array = np.asarray(value)
-        if array.dtype.kind not in "biuf":
+        text = spec.dtype.name == "string"  # raw text, categories, image bytes: any string, its shape checked below
+        array = _encoded(value) if text else np.asarray(value)
+        if not text and array.dtype.kind not in "biuf":
             raise _bad_request(f"input {name!r} holds {array.dtype} values; the model takes {spec.dtype.name} numbers")
         if np.dtype(wanted).kind in "iu":
             if array.dtype.kind == "f" and not np.all(np.mod(array, 1) == 0):
@@ -126,6 +125,14 @@ class ServedSavedModel(PythonModel):
             takes = ["n" if d is None else d for d in shape]
             raise _bad_request(f"input {name!r} has shape {list(array.shape)}; the model takes {takes} (n examples)")
         return array.astype(wanted)
+
+
+def _encoded(value) -> np.ndarray:
+    """Strings as the bytes TensorFlow takes, in their shape (one per example, or rows of them)."""
+    array = np.asarray(value, dtype=object)
+    if not array.size:
+        return array
+    return np.vectorize(lambda v: v if isinstance(v, bytes) else str(v).encode(), otypes=[object])(array)
 
 
 def plain(value: np.ndarray) -> np.ndarray:

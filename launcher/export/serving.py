@@ -113,6 +113,8 @@ def served_inputs(source, model) -> ServedInputs:
         if preprocessing is not None:  # the raw features' shape and dtype, which a loader's preprocessing may change
             dtype = tf.as_dtype(raw[INPUT_NAME]) if INPUT_NAME in raw else _raw_dtype(first, spec.dtype)
             spec = tf.TensorSpec([None, *np.asarray(first).shape[1:]], dtype, name=INPUT_NAME)
+        elif _raw_dtype(first, spec.dtype) == tf.string:  # raw text or string categories: served as strings
+            spec = tf.TensorSpec(spec.shape, tf.string, name=INPUT_NAME)
         return ServedInputs({INPUT_NAME: spec}, "one", preprocessing)
     names = list(first) if isinstance(first, dict) else _input_names(model, len(first))
     arrays = first if isinstance(first, dict) else dict(zip(names, first, strict=True))

@@ -28,6 +28,7 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path, checkpoin
     adapted = adapt_once(config.model, prepared.source, prepared.strategy, checkpoint_dir if resumes else None)
     built = build(config, plan, prepared.source, prepared.strategy, adapted)
     inputs = _inputs_record(adapted, pixel_scaling(built.model, prepared.source))
+    check_compilable(config, plan, built.model)
     records, freezer = [], None
     shown = [r for r in (inputs, built.output, built.swaps) if r is not None]
     for record in shown:  # what only the built model shows (its output dtype, its swapped layers): printed and saved
@@ -60,6 +61,25 @@ def _inputs_record(adapted, pixels: tuple[str, str] | None) -> InputsPlan | None
     if adapted is None and pixels is None:
         return None
     return InputsPlan.of(adapted=(adapted.described, adapted.reason) if adapted else None, pixels=pixels)
+
+
+def check_compilable(config, plan: Plan, model) -> None:
+    """A step XLA compiles cannot hold layers Keras marks `supports_jit=False` (lookup tables on ids: IntegerLookup,
+    Hashing): refused now, with the fix, rather than failing at the first step. String inputs never get here with
+    XLA on: the resolver keeps it off for them (`launcher.plan.rules.step`)."""
+    if not plan.step.xla:
+        return
+    layers = [layer.name for layer in model._flatten_layers(include_self=False) if not layer.supports_jit]
+    if layers:
+        chose = "xla=auto chose XLA" if plan.step.reason("xla").startswith("xla=auto") else "xla=true"
+        raise ConfigError.single(
+            "xla",
+            str(config.xla).lower(),
+            f"a model XLA can compile ({chose}; the model has layers Keras marks supports_jit=False, "
+            f"{', '.join(repr(name) for name in layers[:5])}: lookup tables and string ops do not compile)",
+            'xla=false (the graph step runs them), or move these layers into the loader\'s "preprocess" (it runs in '
+            "the data pipeline, outside the compiled step)",
+        )
 
 
 def _init_model(built, source):

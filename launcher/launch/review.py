@@ -16,11 +16,13 @@ from typing import Any
 from launcher.config.errors import ConfigError, Violation
 from launcher.config.schema import Config
 from launcher.launch.init_source import InitSource, locate_init_source
+from launcher.plan.data_facts import NO_FACTS, DataFacts
 from launcher.plan.decisions import Plan
 from launcher.plan.resolve import resolve_all
 from launcher.plan.schedule import schedule
 from launcher.plan.sharding import decide_sharding
 from launcher.train.labels import fit_to_task
+from launcher.train.runtime import float32_policy, use_policy
 
 
 @dataclass
@@ -42,6 +44,8 @@ def review(config: Config, env, start_runtime: Callable[[Plan], Any] | None = No
     strategy = start_runtime(plan) if not problems and start_runtime is not None else None
     broken = {p.key.split(".")[0] for p in problems}  # a group with a refused value is not used further
     source = None if "dataset" in broken else collecting(problems, load_data, config)
+    if source is not None:
+        plan = _with_data_facts(config, env, plan, problems, collecting(problems, data_facts, source))
     if source is not None and "model" not in broken:
         collecting(problems, check_model, config, source)
     if source is not None:
@@ -55,6 +59,28 @@ def review(config: Config, env, start_runtime: Callable[[Plan], Any] | None = No
         uri = str(config.tracking.uri)
         init_source = collecting(problems, locate_init_source, config.model.init_from, Path.cwd(), uri)
     return Review(plan, source, problems, strategy, init_source)
+
+
+def data_facts(source) -> DataFacts:
+    """What the loaded data shows the resolver: the model's inputs that are strings (after the preprocess)."""
+    try:
+        strings = source.string_inputs()
+    except Exception:  # a preprocess that fails on the first examples is refused by the loader's own check
+        strings = ()
+    return DataFacts(string_inputs=strings)
+
+
+def _with_data_facts(config, env, plan: Plan, problems: list, facts: DataFacts | None) -> Plan:
+    """The Plan decided again with what the data shows, where it shows something: `auto` keeps off what the model
+    cannot run. The new decisions' refusals join `problems` (those of the first resolve are there already); a
+    changed precision's dtype policy is set before the model is built."""
+    if facts is None or facts == NO_FACTS:
+        return plan
+    decided, violations = resolve_all(config, env, facts)
+    problems.extend(v for v in violations if v not in problems)
+    if decided.precision.policy != plan.precision.policy:
+        use_policy(decided.precision.policy)
+    return decided
 
 
 def collecting(problems: list, check, *args):
@@ -72,7 +98,9 @@ def load_data(config):
 
     task = config.task.name.value
     load = DATASETS.get(config.dataset.name).load
-    source = load(config.dataset, task=task) if "task" in inspect.signature(load).parameters else load(config.dataset)
+    with float32_policy():  # a loader's preprocessing layers run in the data pipeline, in float32 (see runtime)
+        with_task = "task" in inspect.signature(load).parameters
+        source = load(config.dataset, task=task) if with_task else load(config.dataset)
     num_classes = int(getattr(config.dataset, "num_classes", 0) or 0)
     heads = {name: head.name.value for name, head in config.task.heads.items()}  # output name -> task name
     return fit_to_task(source, task, num_classes, config.task.pad_id, heads=heads or None)

@@ -6,6 +6,7 @@ rules into the Plan; the records that need the data's size, the shards or a chec
 Modules:
     cluster: which cluster a multi-worker process belongs to, and whether it can work
     continuation: a run continued by a later launch keeps what it started with; what may change
+    data_facts: what the loaded data tells the resolver (string inputs), as plain data
     decisions: the Plan: every decision, each with its reason, in typed frozen sections
     environment: what this machine offers, as plain data, probed without starting the TF runtime
     hardware: this machine's matmul rates per dtype and backend, measured once and cached

@@ -13,6 +13,7 @@ from launcher.config.errors import Violation, raise_if_any
 from launcher.config.imports import callback_problems
 from launcher.config.schema import Config, PrecisionName
 from launcher.config.strategies import strategy_of
+from launcher.plan.data_facts import NO_FACTS, DataFacts
 from launcher.plan.decisions import Plan
 from launcher.plan.environment import Environment
 from launcher.plan.rules.batch import decide_batch, decide_learning_rate
@@ -30,23 +31,23 @@ from launcher.plan.rules.strategy import decide_strategy
 from launcher.plan.rules.task import decide_task
 
 
-def resolve(cfg: Config, env: Environment) -> Plan:
+def resolve(cfg: Config, env: Environment, facts: DataFacts = NO_FACTS) -> Plan:
     """Check the combination and decide everything; raise ConfigError listing every problem."""
-    plan, violations = resolve_all(cfg, env)
+    plan, violations = resolve_all(cfg, env, facts)
     raise_if_any(violations)
     return plan
 
 
-def resolve_all(cfg: Config, env: Environment) -> tuple[Plan, list[Violation]]:
-    """Every rule: the Plan and every violation found.
+def resolve_all(cfg: Config, env: Environment, facts: DataFacts = NO_FACTS) -> tuple[Plan, list[Violation]]:
+    """Every rule: the Plan and every violation found; `facts`: what the loaded data shows (none before it loads).
 
     The Plan is complete even when something is refused (a refused value is decided as asked, its reason
     says so), so the launch still checks the data against it and one message lists every problem.
     """
     found = Findings()
-    precision = decide_precision(cfg, env, found)
+    precision = decide_precision(cfg, env, found, facts)
     strategy, cluster = decide_strategy(cfg, env, found)
-    step = decide_step(cfg, env, found, precision, strategy)
+    step = decide_step(cfg, env, found, precision, strategy, facts)
     optimizer = decide_optimizer(cfg, found)
     loss_scale = decide_loss_scale(cfg, found, precision, strategy, step)
     batch = decide_batch(cfg, found, strategy, step)

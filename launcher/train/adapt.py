@@ -2,7 +2,8 @@
 model is built.
 
 keras.io adapts its `Normalization`, `StringLookup`, `TextVectorization` layers on the training data before it
-builds the model. `adapt(spec, train)` is that place: called inside the strategy scope with the training split
+builds the model. `adapt(spec, train)` is that place: called inside the strategy scope (under the float32 policy,
+as Keras adapts: the layers it makes compute in float32 inside a mixed model) with the training split
 alone (a batched, unshuffled tf.data of `(x, y)` or `(x, y, sample_weight)`, the loader's preprocess applied; never
 val or test), it returns the adapted layers by name, and the builder takes them as `adapted=`. They are saved
 beside the checkpoints (`adapted.keras`, Keras's own format: variables and vocabularies), so a resumed run reads
@@ -21,6 +22,7 @@ from launcher.config.errors import ConfigError
 from launcher.config.imports import check_call, import_component
 from launcher.config.models import model_kind
 from launcher.train.model_io import ModelSpec
+from launcher.train.runtime import float32_policy
 
 ADAPTED_FILE = "adapted.keras"  # in the checkpoint directory
 BATCH = 256  # examples per batch of the training split handed to adapt
@@ -67,7 +69,7 @@ def adapt_once(model_cfg, source, strategy, checkpoints: Path | None) -> Adapted
     function = import_component("model.adapt", path, "an adapt function")
     check_call("model.adapt", path, function, (ModelSpec.of(source), None), {}, SHOWN_SIGNATURE)
     saved = checkpoints / ADAPTED_FILE if checkpoints is not None else None
-    with strategy.scope():
+    with strategy.scope(), float32_policy():  # Keras adapts in float32 (Normalization.adapt fails under bf16)
         if saved is not None and saved.is_file():
             layers = keras.saving.load_model(saved, compile=False).adapted
             reason = f"read back from {saved}: the run resumes with the state it adapted, nothing is adapted again"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from launcher.config.errors import raise_if_any
-from launcher.train.data_checks import named_arrays, split_problems
+from launcher.train.data_checks import is_text, named_arrays, split_problems
 
 if TYPE_CHECKING:
     from launcher.train.preprocessing import Preprocessing
@@ -99,6 +99,12 @@ class DataSource:
         if self.preprocessing is None or not self.preprocessing.changes_features:
             return raw
         return map_arrays(lambda t: np.asarray(t), self.prepared(raw))
+
+    def string_inputs(self) -> tuple[str, ...]:
+        """The model's inputs that are strings (raw text, string categories) once the preprocessing ran, by
+        feature name (`inputs` for one array): what a lookup layer inside the model reads, and XLA cannot."""
+        first = self.first_inputs(1, "train")
+        return tuple(name for name, array in named_arrays(first, "inputs") if is_text(np.asarray(array)))
 
     def first_raw(self, count: int = 2, split: str = "val"):
         """The first `count` features of a split as the data holds them, before preprocessing."""

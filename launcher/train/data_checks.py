@@ -237,15 +237,37 @@ def weight_problems(weights: np.ndarray, count: int, where: str, key: str, value
     return found
 
 
+def is_text(x: np.ndarray) -> bool:
+    """Strings (raw text, string categories): a str or bytes array, or an object array holding only str or bytes
+    (a pandas column of text)."""
+    if x.dtype.kind in "US":
+        return True
+    return x.dtype.kind == "O" and x.size > 0 and all(isinstance(v, str | bytes) for v in x.flat)
+
+
 def feature_problems(name: str, x: np.ndarray, where: str, key: str, value: str) -> list[Violation]:
-    """A named feature: numeric, an array of examples, finite (NaN trains to NaN, silently)."""
-    if x.dtype.kind not in "fiub":
+    """A named feature: numbers or strings, an array of examples, finite (NaN trains to NaN, silently), every
+    example's string present (a missing one is a None or NaN a lookup layer cannot read)."""
+    if x.dtype.kind == "O" and x.ndim and not is_text(x):
+        bad = _not_strings(x.reshape(len(x), -1))
         return [
             Violation(
                 key,
                 value,
-                f"{where}: numeric feature {name!r} (got dtype {x.dtype})",
-                f"encode {name!r} as numbers: floats, or integer ids for a categorical feature",
+                f"{where}: feature {name!r} of numbers or of strings (got dtype object holding "
+                + ", ".join(f"{v!r} at index {i}" for i, v in bad)
+                + ")",
+                f"fill or drop the missing values of {name!r} in the loader (e.g. df[{name!r}].fillna('')), or give "
+                "it as numbers",
+            )
+        ]
+    if x.dtype.kind not in "fiub" and not is_text(x):
+        return [
+            Violation(
+                key,
+                value,
+                f"{where}: numeric or string feature {name!r} (got dtype {x.dtype})",
+                f"encode {name!r} as numbers (floats, or integer ids for a categorical feature) or as strings",
             )
         ]
     if x.ndim < 1:
@@ -262,6 +284,18 @@ def feature_problems(name: str, x: np.ndarray, where: str, key: str, value: str)
         if len(rows):
             return [nonfinite_feature(name, rows, where, key, value)]
     return []
+
+
+def _not_strings(rows: np.ndarray) -> list[tuple[int, object]]:
+    """(index, value) of the first examples holding a value that is not a string (None, NaN, a number)."""
+    found = []
+    for index, row in enumerate(rows):
+        other = next((v for v in row if not isinstance(v, str | bytes)), None)
+        if other is not None or any(v is None for v in row):
+            found.append((index, other))
+        if len(found) == SHOWN:
+            break
+    return found
 
 
 def nonfinite_feature(name: str, rows, where: str, key: str, value: str) -> Violation:

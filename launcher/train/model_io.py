@@ -13,14 +13,15 @@ class ModelSpec:
     width.
 
     Args:
-        input_shape: one example's input shape; `input_dtype`: int32 for token ids, else float32.
+        input_shape: one example's input shape; `input_dtype`: string for raw text or string categories (one
+            array of strings), int32 for token ids, else float32.
         outputs: the last layer's units: classes, labels, targets or the vocabulary, decided by the task.
         task: classification, multilabel, regression or sequence; `kind`: image, tabular or tokens.
         vocab_size: token inputs' ids are in [0, vocab_size); 0 otherwise.
     """
 
     input_shape: tuple[int, ...]
-    input_dtype: str  # int32 for token ids, else float32
+    input_dtype: str  # string for one array of strings, int32 for token ids, else float32
     outputs: int  # units of the last layer: classes, labels, targets or the vocabulary
     task: str  # classification, multilabel, regression or sequence
     kind: str  # image, tabular or tokens
@@ -30,7 +31,7 @@ class ModelSpec:
     def of(cls, source) -> ModelSpec:
         return cls(
             tuple(source.input_shape),
-            "int32" if source.kind == "tokens" else "float32",
+            "string" if source.string_inputs() == ("inputs",) else "int32" if source.kind == "tokens" else "float32",
             source.outputs,
             source.task,
             source.kind,

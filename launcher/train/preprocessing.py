@@ -9,7 +9,7 @@ and scale; TFRecord shards parse); a user's loader may hand over a Keras layer o
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,8 +42,9 @@ class Preprocessing:
     tracked: tuple = ()  # objects holding TensorFlow state `apply` uses (a layer's lookup table): exported with it
     scales_pixels: bool = False  # `apply` scales 0-255 pixels to [0, 1] (an image folder's); see `pixel_scaling`
 
-    def prepare(self, raw: dict) -> dict:
-        """The features the model takes, from a batch of raw inputs by name."""
+    def prepare(self, raw: dict):
+        """The features the model takes, from a batch of raw inputs by name: by the same names, or one tensor where
+        the preprocessing joins them (a Keras FeatureSpace's `concat`: named features in, one model input out)."""
         return raw if self.apply is None else self.apply(raw)
 
     @property
@@ -144,12 +145,14 @@ def image_files(root, classes: list[str]) -> list:
 
 def users(given) -> Preprocessing:
     """A loader's own preprocessing (a Keras layer, a `tf.function` or any callable of TensorFlow ops): called on
-    the raw features (an array, or the dict of named ones) and returning the model's input in the same form."""
+    the raw features (an array, or the dict of named ones) and returning the model's input in the same form, or,
+    from named features, one tensor (a Keras FeatureSpace with output_mode="concat")."""
 
-    def apply(raw: dict) -> dict:
+    def apply(raw: dict):
         if list(raw) == ["inputs"]:
             return {"inputs": given(raw["inputs"])}
-        return dict(given(raw))
+        prepared = given(raw)
+        return dict(prepared) if isinstance(prepared, Mapping) else prepared
 
     tf = sys.modules.get("tensorflow")  # a callable of TensorFlow ops: TensorFlow is loaded already
     stateful = tf is not None and isinstance(given, tf.__internal__.tracking.Trackable)  # a layer, a tf.Module

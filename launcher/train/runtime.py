@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 
 import numpy as np
@@ -30,6 +31,29 @@ def configure(plan, seed: int, deterministic: bool):
         tf.config.experimental.enable_op_determinism()
     keras.mixed_precision.set_global_policy(plan.precision.policy)
     return strategy
+
+
+def use_policy(policy: str) -> None:
+    """The Keras dtype policy every layer built from now on takes (the Plan's, decided again once the data showed
+    string inputs)."""
+    import keras
+
+    keras.mixed_precision.set_global_policy(policy)
+
+
+@contextlib.contextmanager
+def float32_policy():
+    """The float32 policy while a loader runs: the preprocessing layers it builds and adapts (Normalization,
+    StringLookup, FeatureSpace) run in the data pipeline, not in the model, and Keras adapts them in float32
+    (under mixed_bfloat16, FeatureSpace.adapt and Normalization.adapt on a tf.data fail: cannot compute AddV2)."""
+    import keras
+
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("float32")
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
 
 
 def _check_float16_kernels() -> None:

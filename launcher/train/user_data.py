@@ -27,6 +27,7 @@ from launcher.train.data import DataSource, first_array, map_arrays, num_example
 from launcher.train.data_checks import (
     contract_problems,
     feature_problems,
+    is_text,
     named_arrays,
     nonfinite_feature,
     streamed_test_split,
@@ -99,8 +100,7 @@ def _from_splits(train, val, cfg, key: str, path: str) -> DataSource:
     if cfg.limit:
         x_train, y_train = x_train[: cfg.limit], y_train[: cfg.limit]
     kind = _kind(cfg, x_train.dtype, x_train.shape[1:])
-    if kind != "tokens":
-        x_train, x_val = x_train.astype("float32"), x_val.astype("float32")
+    x_train, x_val = _as_model_input(x_train, kind), _as_model_input(x_val, kind)
     classes = cfg.num_classes or _classes(y_train, y_val)
     return DataSource(
         train=(x_train, y_train),
@@ -138,7 +138,7 @@ def _add_test(source: DataSource, test, key: str, path: str) -> None:
         return
     x, y = parts
     raise_if_any(_pair_problems(x, y, key, path, "its test split"))
-    source.test = (x.astype("float32") if source.kind != "tokens" else x, y)
+    source.test = (_as_model_input(x, source.kind), y)
     source.num_test = len(x)
 
 
@@ -340,9 +340,25 @@ def _spec_problems(specs: dict, key: str, path: str) -> list:
 
 
 def _parts(split) -> tuple:
-    """(x, y) or (x, y, sample_weight) as arrays, the features' and heads' structure kept."""
-    parts = (map_arrays(np.asarray, split[0]), map_arrays(np.asarray, split[1]))
+    """(x, y) or (x, y, sample_weight) as arrays, the features' and heads' structure kept; a pandas DataFrame of
+    features is a dict of its columns (each column a named feature)."""
+    parts = (map_arrays(np.asarray, _columns(split[0])), map_arrays(np.asarray, split[1]))
     return parts + ((np.asarray(split[2]),) if len(split) == 3 else ())
+
+
+def _columns(x):
+    """A pandas DataFrame as its columns by name (keras.io's `dict(dataframe)`); anything else as it is."""
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(x, pandas.DataFrame):
+        return {str(name): x[name].to_numpy() for name in x.columns}
+    return x
+
+
+def _as_model_input(x: np.ndarray, kind: str) -> np.ndarray:
+    """One feature array as the model takes it: strings as str, token ids as they are, the rest float32."""
+    if is_text(x):
+        return x.astype(str)
+    return x if kind == "tokens" else x.astype("float32")
 
 
 def _plain(parts) -> bool:
@@ -355,9 +371,16 @@ def _cast_parts(parts: tuple) -> tuple:
     float32. One feature array stays as an (x, y) loader's does: weights change nothing else."""
     x = parts[0]
     if isinstance(x, dict | tuple):
-        x = map_arrays(lambda a: a.astype("int32") if a.dtype.kind in "iu" else a.astype("float32"), x)
+        x = map_arrays(_as_feature, x)
     weights = (parts[2].astype("float32").reshape(-1),) if len(parts) == 3 else ()
     return (x, parts[1], *weights)
+
+
+def _as_feature(a: np.ndarray) -> np.ndarray:
+    """A named feature as the model takes it: strings as str, integer ids int32, real values float32."""
+    if is_text(a):
+        return a.astype(str)
+    return a.astype("int32") if a.dtype.kind in "iu" else a.astype("float32")
 
 
 def _structured_kind(cfg, x) -> str:
@@ -389,23 +412,15 @@ def _in_memory(ds, key: str, path: str) -> tuple:
 
 
 def _pair_problems(x, y, key: str, path: str, what: str) -> list[Violation]:
-    """One feature array and its targets: the shape, numeric and finite (the checks named features get)."""
-    if x.ndim < 2 or len(x) != len(y) or len(x) < 2:
+    """One feature array and its targets: the shape (one string per example may be a vector of them), numbers or
+    strings, finite (the checks named features get)."""
+    if x.ndim < (1 if is_text(x) else 2) or len(x) != len(y) or len(x) < 2:
         return [
             Violation(
                 key,
                 path,
                 f"{what}: x of shape (examples, ...) and y with one entry per example (got x {x.shape}, y {y.shape})",
                 "return x with one row per example and y beside it",
-            )
-        ]
-    if x.dtype.kind not in "fiub":
-        return [
-            Violation(
-                key,
-                path,
-                f"{what}: numeric inputs (got x of dtype {x.dtype})",
-                "convert the inputs to float32 features or integer token ids",
             )
         ]
     return feature_problems("x", x, what, key, path)

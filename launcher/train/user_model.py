@@ -54,7 +54,8 @@ def build(cfg, source, adapted: dict | None = None):
             key,
             path,
             "a builder that runs (it raised the error below)",
-            "fix the builder where it raised (call it in Python on the same spec for the whole traceback)",
+            _policy_fix(function, spec, cfg)
+            or "fix the builder where it raised (call it in Python on the same spec for the whole traceback)",
             detail=told(err, function),
         ) from None
     if not isinstance(model, keras.Model):
@@ -79,6 +80,27 @@ def build(cfg, source, adapted: dict | None = None):
     if len(_names(model, called)) == 1:  # several: each head's task is checked against it at build
         _check_output(model, spec, key, path)
     return model
+
+
+def _policy_fix(function, spec: ModelSpec, cfg) -> str:
+    """The fix for a builder that fails under a mixed policy and runs under float32 (what it adapts, a
+    Normalization or FeatureSpace on a tf.data, cannot under mixed_bfloat16): "" when the policy is not the cause."""
+    import keras
+
+    policy = keras.mixed_precision.global_policy().name
+    if not policy.startswith("mixed"):
+        return ""
+    keras.mixed_precision.set_global_policy("float32")
+    try:
+        function(spec, **dict(cfg.params))
+    except Exception:
+        return ""
+    finally:
+        keras.mixed_precision.set_global_policy(policy)
+    return (
+        f"precision=fp32: the builder runs under float32 and fails under {policy}; or keep the precision and "
+        "give the layers it adapts dtype='float32' (keras.layers.Normalization(dtype='float32'))"
+    )
 
 
 def output_names(model) -> list[str]:

@@ -75,3 +75,26 @@ def test_an_export_that_fails_at_the_end_fails_the_launch_and_the_rerun_only_exp
     assert "epoch 1/1" not in again.stdout  # nothing trained again: it only exports
     (run,) = runs_in(tmp_path / "mlflow.db")
     assert run.info.status == "FINISHED" and (tmp_path / "run" / "mlflow_model" / "MLmodel").is_file()
+
+
+def test_a_feature_space_preprocess_adapts_under_bf16_trains_and_serves_raw_named_features(cli_here, tmp_path):
+    """Issue 63, items 2 and 10: Keras's FeatureSpace as the loader's preprocess (named features in, one tensor out)
+    was refused, and adapting it under precision=bf16's policy failed; the loader now runs under float32, the model
+    under bf16, and the SavedModel takes the raw named features, its lookup table included."""
+    import tensorflow as tf
+
+    done = cli_here(
+        "dataset=custom",
+        "dataset.loader=user_parts:feature_space",
+        "model.hidden_units=[8]",
+        "train.epochs=1",
+        "scaling.batch_size=16",
+        "precision=bf16",
+        "export.formats=[keras,saved_model]",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "precision                bf16" in done.stdout
+    served = tf.saved_model.load(str(tmp_path / "run" / "saved_model")).signatures["serving_default"]
+    answer = served(color=tf.constant(["red", "blue", "purple"]), size=tf.constant([0.1, 2.0, -1.0]))
+    assert answer["probabilities"].shape == (3, 2)
+    assert (tmp_path / "run" / "mlflow_model" / "MLmodel").is_file()

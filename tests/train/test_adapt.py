@@ -77,7 +77,7 @@ def test_adapted_on_the_training_split_once_and_a_resumed_run_reads_it_back(tmp_
     (seen,) = user_parts.ADAPTED_ON
     train_x = user_parts.shifted()["train"][0]
     assert len(seen) == len(train_x) and sorted(seen[:, 0]) == pytest.approx(sorted(train_x[:, 0]))
-    mean = first.model.get_layer("normalization").mean
+    mean = first.model.get_layer("normalizer").mean
     np.testing.assert_allclose(np.ravel(mean), train_x.mean(axis=0), rtol=1e-4)  # train's, not val's or test's
     plan = first.plan.values()
     assert plan["model.adapted"]["x"] == "Normalization (variables (3,), (3,), ())"
@@ -87,7 +87,19 @@ def test_adapted_on_the_training_split_once_and_a_resumed_run_reads_it_back(tmp_
     assert resumed.error is None and len(resumed.history) == 2
     assert len(user_parts.ADAPTED_ON) == 1  # not adapted again
     assert "read back from" in resumed.plan.record(InputsPlan).reason("adapted")
-    np.testing.assert_allclose(np.ravel(resumed.model.get_layer("normalization").mean), np.ravel(mean))
+    np.testing.assert_allclose(np.ravel(resumed.model.get_layer("normalizer").mean), np.ravel(mean))
+
+
+def test_adapt_runs_under_the_float32_policy_whatever_the_plans():
+    """Normalization.adapt on a tf.data fails under mixed_bfloat16 (cannot compute AddV2): adapt runs as Keras does."""
+    import keras
+
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        adapted = _adapted("model.adapt=user_parts:adapt_normalizer")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert adapted.layers["x"].dtype_policy.name == "float32"
 
 
 def test_a_builder_called_without_adapted_layers_gets_them_adapted_on_the_training_split():
@@ -101,4 +113,4 @@ def test_a_builder_called_without_adapted_layers_gets_them_adapted_on_the_traini
     cfg = config(*CUSTOM, "model.adapt=user_parts:adapt_normalizer")
     model = build(cfg.model, fit_to_task(DATASETS.get("custom").load(cfg.dataset), "classification"))
     (seen,) = user_parts.ADAPTED_ON
-    np.testing.assert_allclose(np.ravel(model.get_layer("normalization").mean), seen.mean(axis=0), rtol=1e-4)
+    np.testing.assert_allclose(np.ravel(model.get_layer("normalizer").mean), seen.mean(axis=0), rtol=1e-4)

@@ -356,3 +356,42 @@ def test_weights_beside_one_feature_array_change_nothing_else():
     assert weighted.weighted and not plain.weighted
     assert (weighted.kind, weighted.vocab_size) == (plain.kind, plain.vocab_size) == ("tokens", 50)
     assert weighted.train[0].dtype == plain.train[0].dtype
+
+
+@pytest.mark.parametrize(
+    ("form", "strings"),
+    [
+        ("plain", ("inputs",)),
+        ("plain_per_split", ("inputs",)),
+        ("named", ("color",)),
+        ("frame", ("color",)),
+        ("tf_whole", ("inputs",)),
+        ("tf_named_per_split", ("color",)),
+    ],
+)
+def test_strings_are_features_in_every_loader_form(form, strings):
+    """Issue 63, item 1: a loader's NumPy array of strings was refused (`numeric inputs (got x of dtype object)`).
+    Strings stay strings through the split and the pipeline; the resolver is told which inputs they are, and a
+    builder of one string array is told `spec.input_dtype == "string"`."""
+    from launcher.train.model_io import ModelSpec
+
+    source = fit_to_task(_load("strings", f"+dataset.params.form={form}"), "classification")
+    assert source.string_inputs() == strings and source.num_train + source.num_val == 40
+    x, y = _batches(source, "train", seed=None)[0]
+    text = x["color"] if isinstance(x, dict) else x
+    assert text.dtype == object and all(isinstance(v, bytes) for v in text.reshape(-1))
+    if isinstance(x, dict):
+        np.testing.assert_array_equal(x["size"] % 4 == 0, text == b"red")  # each example's features stay together
+        assert x["size"].dtype == np.float32
+    else:
+        np.testing.assert_array_equal([b"red" in v for v in text], y == 1)
+    spec = ModelSpec.of(source)
+    assert spec.input_dtype == ("string" if strings == ("inputs",) else "float32")
+
+
+def test_a_missing_string_is_refused_naming_the_feature_and_example():
+    with pytest.raises(ConfigError) as err:
+        _load("strings", "+dataset.params.form=missing")
+    (violation,) = err.value.violations
+    assert "feature 'color' of numbers or of strings (got dtype object holding None at index 5)" in violation.expected
+    assert "df['color'].fillna('')" in violation.fix

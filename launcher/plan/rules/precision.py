@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from launcher.config.precisions import PRECISIONS, auto_choice, overflow_safe
 from launcher.config.schema import Config, PrecisionName
+from launcher.plan.data_facts import NO_FACTS, DataFacts
 from launcher.plan.decisions import PrecisionPlan
 from launcher.plan.environment import FAST_BF16_RATIO, Environment
 from launcher.plan.rules.findings import Findings
@@ -23,9 +24,24 @@ def auto_precision(env: Environment) -> tuple[str, str]:
     return choice.name, choice.auto_reason(env)
 
 
-def decide_precision(cfg: Config, env: Environment, found: Findings) -> PrecisionPlan:
+def strings_keep_float32(facts: DataFacts) -> tuple[str, str] | None:
+    """precision=auto for a model of string inputs: float32, and why (None: the inputs are numbers)."""
+    if not facts.string_inputs:
+        return None
+    float32 = next(p for p in PRECISIONS.values() if not p.mixed)
+    return float32.name, (
+        f"precision=auto: the model takes string inputs ({facts.strings}): the lookup layers that read them, and "
+        "what a builder adapts beside them, are Keras's float32 preprocessing (under mixed_bfloat16 FeatureSpace "
+        "and Normalization.adapt on a tf.data fail: cannot compute AddV2 ... bfloat16), so auto keeps float32; "
+        "ask for another precision by name"
+    )
+
+
+def decide_precision(cfg: Config, env: Environment, found: Findings, facts: DataFacts = NO_FACTS) -> PrecisionPlan:
     requested = cfg.precision.name
-    if requested == PrecisionName.auto and env.tuned is not None:
+    if requested == PrecisionName.auto and (kept := strings_keep_float32(facts)):
+        name, reason = kept
+    elif requested == PrecisionName.auto and env.tuned is not None:
         name, reason = env.tuned.precision, f"precision=auto, tune: the fastest step timed here ({env.tuned.table})"
     elif requested == PrecisionName.auto:
         name, reason = auto_precision(env)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from launcher.config.models import ModelKind, model_kind
 from launcher.config.optimizers import OPTIMIZERS, xla_breaks
 from launcher.config.schema import Config, OptimizerUpdate
+from launcher.plan.data_facts import NO_FACTS, DataFacts
 from launcher.plan.decisions import PrecisionPlan, StepPlan, StrategyPlan
 from launcher.plan.environment import Environment
 from launcher.plan.rules.findings import Findings
@@ -24,9 +25,14 @@ FUSED_KERNELS = {name: kind.fused_kernel for name, kind in OPTIMIZERS.items() if
 
 
 def decide_step(
-    cfg: Config, env: Environment, found: Findings, precision: PrecisionPlan, strategy: StrategyPlan
+    cfg: Config,
+    env: Environment,
+    found: Findings,
+    precision: PrecisionPlan,
+    strategy: StrategyPlan,
+    facts: DataFacts = NO_FACTS,
 ) -> StepPlan:
-    xla = _decide_xla(cfg, env, found, precision)
+    xla = _decide_xla(cfg, env, found, precision, facts)
     update = _decide_update(cfg, env, found, whole_step_compiled=xla[0] and strategy.replicas == 1)
     return StepPlan.of(
         xla=xla,
@@ -45,7 +51,19 @@ def _steps_per_call(cfg: Config, env: Environment) -> tuple[int, str]:
     return cfg.train.steps_per_execution, "steps run per tf.function call (in-graph loop)"
 
 
-def _decide_xla(cfg: Config, env: Environment, found: Findings, precision: PrecisionPlan) -> tuple[bool, str]:
+def strings_without_xla(facts: DataFacts) -> str:
+    """Why XLA cannot compile this model's step ("" when it can): its inputs are strings."""
+    if not facts.string_inputs:
+        return ""
+    return (
+        f"the model takes string inputs ({facts.strings}): XLA compiles no string tensors, nor the lookup tables "
+        "of the layers that read them (StringLookup, TextVectorization, Hashing: Keras marks them supports_jit=False)"
+    )
+
+
+def _decide_xla(
+    cfg: Config, env: Environment, found: Findings, precision: PrecisionPlan, facts: DataFacts
+) -> tuple[bool, str]:
     if str(cfg.tune) not in TUNE_CHOICES:
         found.refuse("tune", cfg.tune, f"one of {list(TUNE_CHOICES)}", "tune=auto")
     raw = str(cfg.xla).strip().lower()
@@ -55,8 +73,19 @@ def _decide_xla(cfg: Config, env: Environment, found: Findings, precision: Preci
     breaks = xla_breaks(cfg.optimizer.name)
     if raw == "true" and breaks:
         found.warn(f"xla=true with optimizer.name={cfg.optimizer.name}: {breaks}. Use xla=false (or xla=auto).")
+    strings = strings_without_xla(facts)
+    if raw == "true" and strings:
+        found.refuse(
+            "xla",
+            raw,
+            f"xla=false or auto for this model: {strings}",
+            'xla=auto (the graph step), or turn the strings into numbers in the loader\'s "preprocess" (it runs '
+            "in the data pipeline, outside the compiled step) and keep xla=true",
+        )
     if raw != "auto":
         return raw == "true", "requested"
+    if strings:
+        return False, f"xla=auto: {strings}"
     if breaks:
         return False, f"xla=auto: optimizer.name={cfg.optimizer.name}: {breaks}"
     if env.tuned is not None:

@@ -1,0 +1,60 @@
+"""The build step's own refusal (`launcher.launch.building`): a step XLA would compile cannot hold the lookup layers
+Keras marks supports_jit=False (issue 63, item 10: xla=auto chose replica_xla for such a model and the run ended
+FAILED at its first step); refused after the build, before anything runs, with the fix."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+from fakes import ONE_A100
+from support.config import config
+
+from launcher.config.errors import ConfigError
+from launcher.launch.building import check_compilable
+from launcher.plan.resolve import resolve
+
+
+def _ids_model():
+    ids = keras.Input((1,), dtype="int32", name="ids")
+    one_hot = keras.layers.IntegerLookup(vocabulary=[10, 11, 12], output_mode="one_hot", name="ids_lookup")(ids)
+    return keras.Model(ids, keras.layers.Dense(2)(one_hot))
+
+
+def test_a_lookup_layer_under_xla_is_refused_after_the_build_and_the_fix_builds():
+    model = _ids_model()
+    auto = config("precision=fp32", "xla=auto")
+    plan = resolve(auto, ONE_A100)
+    assert plan.step.xla  # numbers in, a GPU: auto picks XLA before the model is built
+    with pytest.raises(ConfigError) as err:
+        check_compilable(auto, plan, model)
+    (violation,) = err.value.violations
+    assert (violation.key, violation.value) == ("xla", "auto")
+    assert "xla=auto chose XLA; the model has layers Keras marks supports_jit=False, 'ids_lookup'" in (
+        violation.expected
+    )
+    assert violation.fix.startswith("xla=false")
+    fixed = config("precision=fp32", "xla=false")
+    check_compilable(fixed, resolve(fixed, ONE_A100), model)  # the fix: nothing refused
+
+
+def test_a_builder_that_fails_under_a_mixed_policy_is_refused_with_precision_fp32_as_the_fix():
+    """Issue 63, item 10: the builder failed under bf16 (`cannot compute AddV2 ... bfloat16`) and said only 'fix the
+    builder'; it is refused before training with the fix that works, found by building it under float32."""
+    import keras
+
+    from launcher.train.data import split_arrays
+    from launcher.train.registry import MODELS
+
+    rng = np.random.default_rng(0)
+    source = split_arrays(rng.normal(size=(40, 3)).astype("float32"), rng.integers(0, 2, 40), 0.25, 0, kind="tabular")
+    cfg = config("model=custom", "model.builder=user_parts:adapts_in_the_builder").model
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    with pytest.raises(ConfigError) as err:
+        MODELS.get("custom").build(cfg, source)
+    (violation,) = err.value.violations
+    assert "a builder that runs (InvalidArgumentError: cannot compute AddV2" in violation.expected
+    assert violation.fix.startswith("precision=fp32: the builder runs under float32 and fails under mixed_bfloat16")
+    assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"  # the Plan's policy, kept
+    keras.mixed_precision.set_global_policy("float32")
+    assert MODELS.get("custom").build(cfg, source).outputs  # the fix builds
