@@ -80,9 +80,15 @@ def heads_differ():
     return splits
 
 
-def unweighted_val():
+def unweighted_val(form: str = "arrays"):
+    """Sample weights in the training split alone (`form`: arrays or tf.data), as Keras's `fit(x, y,
+    sample_weight=w, validation_data=(x_val, y_val))` takes them."""
     splits = per_split()
     splits["val"] = splits["val"][:2]
+    if form == "tf":
+        import tensorflow as tf
+
+        return {name: tf.data.Dataset.from_tensor_slices(tuple(parts)) for name, parts in splits.items()}
     return splits
 
 
@@ -138,6 +144,31 @@ def ragged_feature_tf():
         "train": ds.map(lambda x, y: ({"age": x["age"], "dose": tf.zeros([tf.cast(x["age"][0], "int32")])}, y)),
         "val": ds,
     }
+
+
+def windows(n: int = 120, length: int = 8, form: str = "fixed"):
+    """Forecasting windows as keras.io makes them: timeseries_dataset_from_array(..., batch_size=None) yields
+    (length, 2) windows of static shape (None, 2) and the next step's first value as target. `form`: "fixed"
+    (as made), "batched" (.batch(16): a smaller last batch), "even" (.batch(10), every batch full) or "ragged"
+    (every window cut to a length of its own)."""
+
+    series = np.stack([np.sin(np.arange(n) / 5.0), np.cos(np.arange(n) / 7.0)], axis=1).astype("float32")
+    made = keras.utils.timeseries_dataset_from_array(series[:-length], series[length:, 0], length, batch_size=None)
+    cut = int(made.cardinality()) * 3 // 4
+    splits = {"train": made.take(cut), "val": made.skip(cut)}
+    if form == "batched":
+        splits["train"] = splits["train"].batch(16)
+    if form == "even":
+        splits = {name: ds.batch(10, drop_remainder=True) for name, ds in splits.items()}
+    if form == "ragged":
+        splits["train"] = splits["train"].enumerate().map(lambda i, e: (e[0][: 4 + i % 3], e[1]))
+    return splits
+
+
+def window_model(spec, units: int = 8):
+    """Reads spec.input_shape, as a builder does: the windows' length and features, known only from the data."""
+    inputs = keras.Input(spec.input_shape)
+    return keras.Model(inputs, keras.layers.Dense(spec.outputs)(keras.layers.LSTM(units)(inputs)))
 
 
 def two_inputs_two_heads(spec=None, units: int = 8):

@@ -8,16 +8,19 @@ import numpy as np
 SEEN: list[dict] = []  # what RecordingCallback saw, one entry per epoch
 
 
-def tf_data(n: int = 256, features: int = 6):
-    """{"train": ds, "val": ds} of unbatched tf.data (x, y); targets a linear function of x."""
+def tf_data(n: int = 256, features: int = 6, train_weights: bool = False):
+    """{"train": ds, "val": ds} of unbatched tf.data (x, y); targets a linear function of x. `train_weights`: the
+    training split is (x, y, sample_weight) (0.5 or 1.5 each), validation stays (x, y)."""
     import tensorflow as tf
 
     rng = np.random.default_rng(1)
     x = rng.normal(size=(n, features)).astype("float32")
     y = (x @ rng.normal(size=(features,))).astype("float32")
     cut = n * 3 // 4
+    weights = (np.arange(cut) % 2 + 0.5).astype("float32")
+    train = (x[:cut], y[:cut], weights) if train_weights else (x[:cut], y[:cut])
     return {
-        "train": tf.data.Dataset.from_tensor_slices((x[:cut], y[:cut])),
+        "train": tf.data.Dataset.from_tensor_slices(train),
         "val": tf.data.Dataset.from_tensor_slices((x[cut:], y[cut:])),
     }
 
@@ -83,6 +86,69 @@ def words_with_a_lookup_table(n: int = 96):
         "val": tf.data.Dataset.from_tensor_slices((words[split:], labels[split:])),
         "preprocess": vectorize,
     }
+
+
+ADAPTED_ON: list[np.ndarray] = []  # what adapt_normalizer was handed, one entry per call
+
+
+def shifted(n: int = 192):
+    """Splits far apart: train x ~ N(5, 2), val ~ N(-5, 1), test ~ N(50, 1); a normalizer adapted on anything but
+    train is far off."""
+    rng = np.random.default_rng(3)
+
+    def split(count, mean, scale):
+        x = rng.normal(mean, scale, size=(count, 3)).astype("float32")
+        return x, (x[:, 0] > mean).astype("int64")
+
+    return {"train": split(n, 5.0, 2.0), "val": split(64, -5.0, 1.0), "test": split(32, 50.0, 1.0)}
+
+
+def adapt_normalizer(spec, train):
+    """keras.io's form: a Normalization adapted on the training features."""
+    ADAPTED_ON.append(np.concatenate([x.numpy() for x, *_ in train]))
+    normalizer = keras.layers.Normalization(name="normalizer")
+    normalizer.adapt(train.map(lambda x, *_: x))
+    return {"x": normalizer}
+
+
+def adapt_words(spec, train):
+    """A StringLookup and a TextVectorization adapted on words (the state a checkpoint does not hold)."""
+    words = np.array(["red", "green", "blue", "red", "sky"])
+    lookup, vectorize = keras.layers.StringLookup(), keras.layers.TextVectorization(output_mode="multi_hot")
+    lookup.adapt(words)
+    vectorize.adapt(words)
+    return {"lookup": lookup, "vectorize": vectorize}
+
+
+def normalized(spec, adapted, units: int = 8):
+    """The adapted normalizer inside the model, as keras.io builds it."""
+    inputs = keras.Input(spec.input_shape)
+    hidden = keras.layers.Dense(units, activation="relu")(adapted["x"](inputs))
+    return keras.Model(inputs, keras.layers.Dense(spec.outputs)(hidden))
+
+
+def adapt_nothing(spec, train):
+    """Adapts nothing and returns None: refused, naming what adapt must return."""
+
+
+def rescaled(spec, units: int = 8):
+    """keras.io's image classifier from scratch begins with its own Rescaling(1/255): it takes 0-255 pixels."""
+    inputs = keras.Input(spec.input_shape)
+    x = keras.layers.Flatten()(keras.layers.Rescaling(1.0 / 255, name="rescale")(inputs))
+    return keras.Model(inputs, keras.layers.Dense(spec.outputs)(keras.layers.Dense(units, activation="relu")(x)))
+
+
+def pixels(n: int = 48):
+    """A person's own image loader: 8x8 RGB images as 0-255 pixels, declared `"raw_images": True`."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 256, size=(n, 8, 8, 3)).astype("uint8")
+    y = (x[..., 0].mean(axis=(1, 2)) > x[..., 1].mean(axis=(1, 2))).astype("int64")
+    return {"train": (x[:36], y[:36]), "val": (x[36:], y[36:]), "raw_images": True}
+
+
+def shifted_raw():
+    """Tabular features declared as raw images: refused."""
+    return {**shifted(), "raw_images": True}
 
 
 class WeightsNpz:

@@ -109,6 +109,10 @@ class CustomModelConfig(ModelBase):
     Plan's dtype policy; returns an unbuilt-or-built keras.Model whose output is logits. "" = the plugin `name`."""
     params: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the builder, e.g. model.params='{units: 64}'."""
+    adapt: str = ""
+    """Your adapt function as module.path:function, called once as adapt(spec, train) inside the strategy scope with
+    the training split alone (batched tf.data); the layers it adapts and returns by name go to the builder as
+    builder(spec, adapted=..., **params) and are saved beside the checkpoints for a resumed run. "" = none."""
     convolutional: bool = False
     """Your model is mostly convolutions (xla=auto then keeps XLA off on CPU, as for the built-in convnets)."""
     per_token: bool = True

@@ -380,6 +380,10 @@ class TrainConfig:
     optimizer keeps its state (its slots exist for every layer from the start), a resume lands in the right phase."""
     unfreeze_learning_rate: float = limited(0.0, ">= 0")
     """The learning rate from train.unfreeze_at_epoch on (the schedule scaled to it), >= 0 (0 = unchanged)."""
+    unfreeze_batch_norm: bool = True
+    """At train.unfreeze_at_epoch, BatchNormalization in the unfrozen layers trains too (true), or stays frozen in
+    inference mode, its statistics kept, while the rest trains (false: keras.io's fine-tuning advice, which Keras 3's
+    fit no longer follows for base(x, training=False), keras#20285)."""
     test_at_end: bool = False
     """After training, evaluate the best model (checkpoint.monitor's, else the final one) once on the test split
     and log test_* metrics; needs a test split (dataset.test_split, or the dataset's own test data)."""

@@ -33,6 +33,7 @@ from launcher.tracking.client import with_retry
 from launcher.tracking.tracker import open_run
 from launcher.tracking.uri import HIDDEN
 from launcher.train import runtime
+from launcher.train.preprocessing import pixel_scaling
 
 # What decides which examples are held out: changed at evaluation, the test split is not the one never trained on.
 SPLIT_KEYS = ("validation_split", "test_split", "shuffle_seed", "seed", "num_examples")
@@ -209,8 +210,13 @@ class Evaluation:
         ]
 
     def _load(self, in_scope: bool):
-        """The model: a .keras export, or the training config's model with a checkpoint's weights."""
+        """The model: a .keras export, or the training config's model with a checkpoint's weights; the data's
+        pixels scaled on the side training scaled them (`pixel_scaling`)."""
+        model = self._loaded(in_scope)
+        pixel_scaling(model, self.source)
+        return model
 
+    def _loaded(self, in_scope: bool):
         import keras
 
         scope = self.strategy.scope() if in_scope else contextlib.nullcontext()

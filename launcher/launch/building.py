@@ -1,5 +1,5 @@
-"""The build step: model, optimizer and metrics inside the strategy scope, then what only the built model
-shows (its output dtype), model.init_from's weights and model.freeze's layers, each a Plan record.
+"""The build step: model.adapt's layers, then model, optimizer and metrics inside the strategy scope, then what only
+the built model shows (its output dtype), model.init_from's weights and model.freeze's layers, each a Plan record.
 
 A source that does not fit, a freeze that matches nothing, or a monitored metric the built task does not log is
 refused here, before anything runs.
@@ -13,20 +13,26 @@ from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.tasks import epoch_metrics, known_epoch_metrics, monitor_problems
 from launcher.export.trained import check_exports
 from launcher.launch.preflight import Prepared, save_plan, show_plan
-from launcher.plan.decisions import Plan, render_records
+from launcher.plan.decisions import InputsPlan, Plan, render_records
 from launcher.plan.rules.batch_norm import moving_average_warning
 from launcher.train.batch_norm import batch_norm_momenta
 from launcher.train.fine_tune import Freezer, freeze_record, frozen_layers, load_matching
+from launcher.train.preprocessing import pixel_scaling
 
 
-def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path) -> tuple:
-    """(the Built model, the Plan with its records, model.freeze's Freezer or None)."""
+def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path, checkpoint_dir: Path) -> tuple:
+    """(the Built model, the Plan with its records, model.freeze's Freezer or None). model.adapt's layers are
+    adapted first, on the training split, or read back from `checkpoint_dir` when the run resumes."""
+    from launcher.train.adapt import adapt_once
     from launcher.train.build import build
 
-    built = build(config, plan, prepared.source, prepared.strategy)
+    resumes = config.checkpoint.enabled and str(config.checkpoint.resume) != "never"
+    adapted = adapt_once(config.model, prepared.source, prepared.strategy, checkpoint_dir if resumes else None)
+    built = build(config, plan, prepared.source, prepared.strategy, adapted)
+    inputs = _inputs_record(adapted, pixel_scaling(built.model, prepared.source))
     check_compilable(config, plan, built.model)
     records, freezer = [], None
-    shown = [r for r in (built.output, built.swaps) if r is not None]
+    shown = [r for r in (inputs, built.output, built.swaps) if r is not None]
     for record in shown:  # what only the built model shows (its output dtype, its swapped layers): printed and saved
         plan = plan.with_record(record)
     if shown:
@@ -40,8 +46,8 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path) -> tuple:
             )
     if patterns := list(config.model.freeze or []):
         layers = frozen_layers(built.model, patterns)
-        records.append(freeze_record(built.model, layers))
-        freezer = Freezer(layers, config.train.unfreeze_at_epoch)
+        records.append(freeze_record(built.model, layers, config.train.unfreeze_batch_norm))
+        freezer = Freezer(layers, config.train.unfreeze_at_epoch, config.train.unfreeze_batch_norm)
     for record in records:
         plan = plan.with_record(record)
     if records:
@@ -51,6 +57,13 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path) -> tuple:
     _check_monitor(config, plan, built)
     check_exports(config, plan, built, prepared.source)  # the formats asked for, tried before the first step
     return built, plan, freezer
+
+
+def _inputs_record(adapted, pixels: tuple[str, str] | None) -> InputsPlan | None:
+    """What prepares the model's inputs: model.adapt's layers, and which side scales an image folder's pixels."""
+    if adapted is None and pixels is None:
+        return None
+    return InputsPlan.of(adapted=(adapted.described, adapted.reason) if adapted else None, pixels=pixels)
 
 
 def check_compilable(config, plan: Plan, model) -> None:

@@ -29,6 +29,10 @@ def restore(context: LaunchContext) -> Restored:
         print(f"  remote   downloaded ckpt-{pulled[-1]} (and {len(pulled) - 1} older) from {redact(remote.url)}")
     if plan.is_chief and str(checkpoint.resume) != "never" and (taken := owner_problem(directory, run_dir)):
         raise taken
+    if plan.is_chief:
+        from launcher.train.adapt import save_adapted
+
+        save_adapted(built.adapted, directory)  # model.adapt's layers, for a resumed run to read back
     checkpointer = Checkpointer(
         checkpoint, directory, built, architecture(context.settings["model"]), plan.worker_index, remote
     )

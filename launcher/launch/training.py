@@ -78,7 +78,7 @@ class TrainingLaunch:
         """Model, optimizer (+ loss-scale optimizer) and metrics inside the strategy scope; init_from, freeze; the
         exports asked for, tried on the untrained model (one that cannot be written is refused before training)."""
         c = self.context
-        built, plan, freezer = build_model(c.config, c.plan, c.prepared, c.run_dir)
+        built, plan, freezer = build_model(c.config, c.plan, c.prepared, c.run_dir, c.checkpoint_dir)
         self._found(built=built, plan=plan, freezer=freezer)
 
     def restore(self) -> None:

@@ -256,6 +256,14 @@ class FreezePlan(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class InputsPlan(Section):
+    """What prepares the model's inputs (the build): model.adapt's layers by name, what side scales image pixels."""
+
+    adapted: dict[str, str] | None = decision("model.adapted", optional=True)
+    pixels: str | None = decision("data.pixels", optional=True)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ResumePlan(Section):
     """Where a resumed run continues (added when a checkpoint is restored)."""
 
@@ -376,12 +384,8 @@ class Plan:
         return {key: value for key, (value, _) in self.decisions().items()}
 
     def to_dict(self) -> dict:
-        return {
-            "decisions": {
-                key: {"value": _plain(value), "reason": reason} for key, (value, reason) in self.decisions().items()
-            },
-            "warnings": list(self.warnings),
-        }
+        decided = {key: {"value": _plain(value), "reason": reason} for key, (value, reason) in self.decisions().items()}
+        return {"decisions": decided, "warnings": list(self.warnings)}
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False, width=100)

@@ -6,6 +6,7 @@ the other modules are the pieces they are built from, and the plugin API (`regis
 `data`) a user's model or dataset is written against.
 
 Modules:
+    adapt: `model.adapt`: the user's preprocessing layers adapted once on the training split, read back on resume
     agreement: workers of one multi-worker job agreeing, over TensorFlow's own collectives
     batch_norm: the built model's BatchNormalization layers and their momentum, for the moving-average warning
     build: build everything that creates variables, in one place, inside strategy.scope()
@@ -16,6 +17,7 @@ Modules:
     data_checks: a user's data checked before training: every problem of a file in one ConfigError
     ema: the weights' exponential moving average (`optimizer.use_ema`) for evaluation and export
     engine: one training loop for every strategy, precision and XLA mode
+    example_shapes: tf.data examples of one shape tf.data does not know: read, checked, given (windows)
     fine_tune: fine-tuning on the built model: weights from a source, layers frozen, then unfrozen
     fused_activation: keras.layers.Dense whose bias add and GELU/SiLU are one compiled float32 cluster
     fused_batch_norm: keras.layers.BatchNormalization computed by one fused kernel (FusedBatchNormV3)

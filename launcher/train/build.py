@@ -16,6 +16,7 @@ from launcher.config.errors import ConfigError
 from launcher.config.models import model_kind
 from launcher.plan.decisions import OutputPlan, SwappedLayersPlan
 from launcher.train import loss_scale
+from launcher.train.adapt import Adapted, adapt_once
 from launcher.train.callbacks import make_callbacks
 from launcher.train.layer_swaps import swap_layers
 from launcher.train.optimizers import make_optimizer
@@ -40,6 +41,7 @@ class Built:
     task: Task | None = None  # the loss and the metric objects
     callbacks: list = field(default_factory=list)  # Keras callbacks: the standard ones configured, then the user's
     output: OutputPlan | None = None  # what the build did to the model's output (a Plan record), if anything
+    adapted: Adapted | None = None  # model.adapt's layers, adapted once on the training split (a Plan record)
     swaps: SwappedLayersPlan | None = None  # the layers swapped for fused kernels (a Plan record), if any
 
 
@@ -278,11 +280,15 @@ def _outputs_given(heads: dict, task_cfg, activations: dict) -> tuple | None:
     )
 
 
-def build(cfg, plan, source, strategy) -> Built:
+def build(cfg, plan, source, strategy, adapted: Adapted | None = None) -> Built:
+    """Everything with variables, in the scope; `adapted`: model.adapt's layers, adapted once before (a twin made
+    by `rebuild` shares them); adapted here on the training split when not given (tune, the doctor's trials)."""
     from launcher.train.tasks import make_task
 
+    adapted = adapted or adapt_once(cfg.model, source, strategy, None)
+    given = {"adapted": adapted.layers} if adapted is not None else {}
     with strategy.scope():
-        model = MODELS.get(cfg.model.name).build(cfg.model, source)
+        model = MODELS.get(cfg.model.name).build(cfg.model, source, **given)
         activations = output_activations(model)  # read before a float32 layer is added after an output
         model, output = float32_output(model, plan.precision.mixed)
         custom = not model_kind(cfg.model).builtin
@@ -308,9 +314,10 @@ def build(cfg, plan, source, strategy) -> Built:
         strategy=strategy,
         model=model,
         optimizer=optimizer,
-        rebuild=lambda: build(cfg, plan, source, strategy),
+        rebuild=lambda: build(cfg, plan, source, strategy, adapted),
         task=task,
         callbacks=callbacks,
         output=output,
         swaps=swaps,
+        adapted=adapted,
     )

@@ -185,8 +185,9 @@ def contract_problems(splits: dict, key: str, value: str) -> list[Violation]:
 
 
 def structure_problems(split: str, parts, train, key: str, value: str) -> list[Violation]:
-    """A split's features, heads and weights against train's (arrays or tf.data element specs): a model built for
-    train's inputs cannot take another split's."""
+    """A split's features and heads against train's (arrays or tf.data element specs): a model built for train's
+    inputs cannot take another split's. Sample weights are each split's own, as in Keras's `fit(x, y,
+    sample_weight=w, validation_data=(x_val, y_val))`: a split without them is unweighted."""
     found = []
     for part, what, single in ((0, "features", "x"), (1, "heads (y's keys)", "y")):
         want, got = _names(train[part], single), _names(parts[part], single)
@@ -202,17 +203,6 @@ def structure_problems(split: str, parts, train, key: str, value: str) -> list[V
                     f"return the same {what} in every split, named alike",
                 )
             )
-    if (len(train) == 3) != (len(parts) == 3):
-        has = {True: "has them", False: "has none"}
-        found.append(
-            Violation(
-                key,
-                value,
-                f"sample weights in every split or in none (train {has[len(train) == 3]}, {split} "
-                f"{has[len(parts) == 3]})",
-                "return (x, y, sample_weight) for every split, or (x, y) for every split",
-            )
-        )
     return found
 
 

@@ -369,12 +369,25 @@ def _drop_aside(holder: list) -> None:
 
 
 def optimizer_logs(optimizer) -> dict[str, float]:
-    """The learning rate and, under loss scaling, the loss scale now (one read of each from the device)."""
-    logs = {"learning_rate": float(keras.ops.convert_to_numpy(optimizer.learning_rate))}
+    """The learning rate the last step took and, under loss scaling, the loss scale now (one read of each)."""
+    logs = {"learning_rate": last_step_rate(optimizer)}
     scale = current_scale(optimizer)
     if scale is not None:
         logs["loss_scale"] = scale
     return logs
+
+
+def last_step_rate(optimizer) -> float:
+    """The learning rate the last step took. A schedule read at `iterations` gives the next step's: at an epoch's
+    end, the next epoch's (after train.unfreeze_at_epoch, the unfrozen phase's rate for an epoch that trained at
+    the frozen phase's); so a schedule is read at the step before. A rate that is a variable is as it is."""
+    inner = optimizer
+    while hasattr(inner, "inner_optimizer"):  # a loss-scale optimizer: the rate is its inner optimizer's
+        inner = inner.inner_optimizer
+    schedule = getattr(inner, "_learning_rate", None)  # Keras keeps the schedule itself there
+    if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+        return float(keras.ops.convert_to_numpy(schedule(keras.ops.maximum(inner.iterations - 1, 0))))
+    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
 
 def _epoch_line(epoch: int, epochs: int, logs: dict[str, float], metrics) -> str:

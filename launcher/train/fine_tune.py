@@ -103,13 +103,18 @@ def frozen_layers(model, patterns: list[str]) -> list:
     return list(chosen.values())
 
 
-def freeze_record(model, layers: list) -> FreezePlan:
-    """What freezing `layers` leaves trainable, counted before anything is frozen."""
+def freeze_record(model, layers: list, batch_norm: bool = True) -> FreezePlan:
+    """What freezing `layers` leaves trainable, counted before anything is frozen; `batch_norm=False`: their
+    BatchNormalization stays frozen after the unfreeze (train.unfreeze_batch_norm)."""
     frozen = {id(w): int(np.prod(w.shape)) for layer in layers for w in layer.trainable_weights}
     total = {id(w): int(np.prod(w.shape)) for w in model.trainable_weights}
     names = sorted(layer.name for layer in layers)
     return FreezePlan.of(
-        frozen=(names, "model.freeze; BatchNormalization in them runs in inference mode"),
+        frozen=(
+            names,
+            "model.freeze; BatchNormalization in them runs in inference mode"
+            + ("" if batch_norm else ", after train.unfreeze_at_epoch too (train.unfreeze_batch_norm=false)"),
+        ),
         trainable_parameters=(sum(total.values()) - sum(frozen.values()), "what the optimizer updates while frozen"),
         frozen_parameters=(sum(frozen.values()), "not updated until train.unfreeze_at_epoch (if set)"),
     )
@@ -117,11 +122,13 @@ def freeze_record(model, layers: list) -> FreezePlan:
 
 class Freezer:
     """model.freeze's layers: frozen until `unfreeze_at` epochs are done (0: for the whole run). The phase follows
-    the epoch, so a resumed run lands in the phase an uninterrupted one is in."""
+    the epoch, so a resumed run lands in the phase an uninterrupted one is in. `batch_norm=False` keeps every
+    BatchNormalization in them frozen after the unfreeze: a frozen one runs in inference mode, its statistics kept."""
 
-    def __init__(self, layers: list, unfreeze_at: int = 0):
+    def __init__(self, layers: list, unfreeze_at: int = 0, batch_norm: bool = True):
         self.layers = layers
         self.unfreeze_at = unfreeze_at
+        self.batch_norm = batch_norm
         self.frozen: bool | None = None
 
     def set_for(self, epoch: int) -> bool:
@@ -131,5 +138,20 @@ class Freezer:
             return False
         for layer in self.layers:
             layer.trainable = not frozen
+        if not frozen and not self.batch_norm:
+            for norm in batch_norms(self.layers):
+                norm.trainable = False
         self.frozen = frozen
         return True
+
+
+def batch_norms(layers: list) -> list:
+    """Every BatchNormalization among `layers` and inside them (a nested model's, a block's)."""
+    import keras
+
+    found = {}
+    for layer in layers:
+        for inner in [layer, *layer._flatten_layers(include_self=False)]:
+            if isinstance(inner, keras.layers.BatchNormalization):
+                found[id(inner)] = inner
+    return list(found.values())

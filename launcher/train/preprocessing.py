@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,7 @@ class Preprocessing:
     served: str = "serving_default"
     raw_examples: Callable[[int], dict[str, np.ndarray]] | None = None  # n examples in the raw form, by name
     tracked: tuple = ()  # objects holding TensorFlow state `apply` uses (a layer's lookup table): exported with it
+    scales_pixels: bool = False  # `apply` scales 0-255 pixels to [0, 1] (an image folder's); see `pixel_scaling`
 
     def prepare(self, raw: dict):
         """The features the model takes, from a batch of raw inputs by name: by the same names, or one tensor where
@@ -54,11 +55,39 @@ class Preprocessing:
     def encoded_by_signature(self, signature: str) -> Encoded | None:
         return next((e for e in self.encoded if e.signature == signature), None)
 
+    def unscaled(self) -> Preprocessing:
+        """The same ways in with the pixels left 0-255 (as float32): for a model that scales them itself."""
 
-def image_preprocessing(height: int, width: int, channels: int, files: Callable[[], list]) -> Preprocessing:
+        def apply(raw: dict) -> dict:
+            import tensorflow as tf
+
+            return {name: tf.cast(value, tf.float32) for name, value in raw.items()}
+
+        return replace(self, apply=apply, scales_pixels=False)
+
+
+def pixel_scaling(model, source) -> tuple[str, str] | None:
+    """Which side scales an image folder's 0-255 pixels, as (side, reason) for the Plan's `data.pixels`: the model
+    when it has a Rescaling layer of its own (keras.io's models begin with `Rescaling(1.0 / 255)`; the data then
+    hands it the pixels as they are, in training and in every export, so nothing is scaled twice), else the data.
+    None when the data's preprocessing scales no pixels."""
+    import keras
+
+    if source.preprocessing is None or not source.preprocessing.scales_pixels:
+        return None
+    own = [layer.name for layer in model._flatten_layers() if isinstance(layer, keras.layers.Rescaling)]
+    if own:
+        source.preprocessing = source.preprocessing.unscaled()
+        return "model", f"the model's own Rescaling ({own[0]}) scales: the data hands it 0-255 pixels, never /255 first"
+    return "data", "the data scales 0-255 pixels to [0, 1] (/255): the model has no Rescaling layer of its own"
+
+
+def image_preprocessing(
+    height: int, width: int, channels: int, files: Callable[[], list], examples: Callable[[int], list] | None = None
+) -> Preprocessing:
     """An image folder's: pixels (uint8 or float, 0-255) scaled to [0, 1]; encoded images of any size decoded and
     resized first, as `image_dataset_from_directory` did for training (bilinear). `files`: the image files, for
-    raw examples."""
+    raw examples; or `examples(n)`: n encoded images (a loader's pixels, PNG-encoded)."""
 
     def apply(raw: dict) -> dict:
         import tensorflow as tf
@@ -77,7 +106,7 @@ def image_preprocessing(height: int, width: int, channels: int, files: Callable[
         return {"inputs": tf.map_fn(one, images, fn_output_signature=shape)}
 
     def encoded_examples(count: int) -> list[bytes]:
-        return [path.read_bytes() for path in files()[:count]]
+        return examples(count) if examples is not None else [path.read_bytes() for path in files()[:count]]
 
     def raw_examples(count: int) -> dict[str, np.ndarray]:
         import tensorflow as tf
@@ -86,7 +115,22 @@ def image_preprocessing(height: int, width: int, channels: int, files: Callable[
         return {"inputs": tf.cast(tf.clip_by_value(tf.round(pixels), 0, 255), tf.uint8).numpy()}
 
     images = Encoded("serving_images", "images", decode, encoded_examples)
-    return Preprocessing(apply, {"inputs": "uint8"}, (images,), "serving_images", raw_examples)
+    return Preprocessing(apply, {"inputs": "uint8"}, (images,), "serving_images", raw_examples, scales_pixels=True)
+
+
+def loader_images(source) -> Preprocessing:
+    """A loader's `"raw_images": True`: its one feature array is images as 0-255 pixels (H, W, C), so it gets an
+    image folder's preprocessing: scaled to [0, 1] (or by the model's own Rescaling) and the `serving_images`
+    signature of encoded bytes; the first training images, PNG-encoded, are its examples."""
+
+    def examples(count: int) -> list[bytes]:
+        import tensorflow as tf
+
+        pixels = tf.cast(tf.clip_by_value(tf.round(source.first_raw(count, "train")), 0, 255), tf.uint8)
+        return [tf.io.encode_png(image).numpy() for image in pixels]
+
+    height, width, channels = source.input_shape
+    return image_preprocessing(height, width, channels, list, examples)
 
 
 def image_files(root, classes: list[str]) -> list:

@@ -8,8 +8,9 @@ The loader is called as `loader(**dataset.params)` and returns one of
 where every (x, y) may be (x, y, sample_weight): x is an array, a tuple of arrays (one per model input) or a dict
 name -> array (the model's input names); y an array or a dict output name -> array (one per head); sample_weight
 one float >= 0 per example. The dict forms may add "preprocess" (a Keras layer or tf.function from the raw
-features to the model's input, run on every batch and exported inside the model) and "class_names" (by class id,
-or a dict of them per head; served as the label). Its labels are checked against the task afterwards
+features to the model's input, run on every batch and exported inside the model), "class_names" (by class id,
+or a dict of them per head; served as the label) and "raw_images": True (x is images as 0-255 pixels: scaled and
+served as an image folder's, image bytes included). Its labels are checked against the task afterwards
 (`launcher.train.labels`), like every dataset's.
 """
 
@@ -32,7 +33,8 @@ from launcher.train.data_checks import (
     streamed_test_split,
     structure_problems,
 )
-from launcher.train.preprocessing import users
+from launcher.train.example_shapes import with_fixed_shapes
+from launcher.train.preprocessing import loader_images, users
 
 RETURNS = (
     '(x, y) arrays, {"train": (x, y), "val": (x, y)} or {"train": ds, "val": ds} of tf.data (x, y); '
@@ -119,8 +121,10 @@ def _add_test(source: DataSource, test, key: str, path: str) -> None:
             raise ConfigError.single(
                 key, path, f'a "test" entry like "train": a tf.data dataset (got {type(test).__name__})', "return ds"
             )
+        num_test = _count(test)
+        test = with_fixed_shapes({"test": test}, key, path)["test"]
         raise_if_any(_spec_problems({"train": source.train.element_spec, "test": test.element_spec}, key, path))
-        source.test, source.num_test = test, _count(test)
+        source.test, source.num_test = test, num_test
         raise_if_any(_stream_problems({"test": test}, key, path))
         return
     if not (isinstance(test, tuple | list) and len(test) in (2, 3)):
@@ -142,6 +146,9 @@ def _add_served(source: DataSource, data: dict, key: str, path: str) -> None:
     """The loader's "preprocess" (raw features -> the model's input: run on every batch and exported inside the
     model) and "class_names" (by class id; a dict of them per head), checked by a call on the first examples."""
     given, names = data.get("preprocess"), data.get("class_names")
+    if data.get("raw_images"):
+        _check_raw_images(source, given, key, path)
+        source.preprocessing = loader_images(source)
     if given is not None:
         if not callable(given):
             raise ConfigError.single(
@@ -165,6 +172,22 @@ def _add_served(source: DataSource, data: dict, key: str, path: str) -> None:
             source.input_shape = tuple(np.asarray(prepared).shape[1:])
     if names is not None:
         source.class_names = _class_names(names, key, path)
+
+
+def _check_raw_images(source: DataSource, given, key: str, path: str) -> None:
+    """`"raw_images": True` declares one feature array of images, 0-255 pixels (H, W, C), with no other preprocess."""
+    shape = tuple(source.input_shape)
+    if given is not None or source.feature_names or len(shape) != 3 or shape[-1] not in (1, 3, 4):
+        raise ConfigError.single(
+            key,
+            path,
+            '"raw_images": True beside one feature array of images, 0-255 pixels of shape (height, width, 1, 3 or '
+            f'4 channels), and no "preprocess" (x is {shape}'
+            + (", named features" if source.feature_names else "")
+            + (', with a "preprocess"' if given is not None else "")
+            + ")",
+            'return {"train": (pixels, y), "val": (pixels, y), "raw_images": True} with pixels (n, h, w, 3) 0-255',
+        )
 
 
 def _class_names(names, key: str, path: str):
@@ -234,8 +257,8 @@ def _structured_splits(splits: dict, cfg, key: str, path: str) -> DataSource:
 
 
 def _from_datasets(train, val, cfg, key: str, path: str) -> DataSource:
-    """Unbatched tf.data splits: their element structure checked (fixed shapes per feature, train's features,
-    heads and weights in val), then counted."""
+    """Unbatched tf.data splits: counted, shapes tf.data leaves unknown read from the examples
+    (`launcher.train.example_shapes`), their element structure checked (train's features and heads in val)."""
     specs = {"train": train.element_spec, "val": val.element_spec}
     spec = specs["train"]
     if not (isinstance(spec, tuple) and len(spec) in (2, 3)):
@@ -245,20 +268,15 @@ def _from_datasets(train, val, cfg, key: str, path: str) -> DataSource:
             f"datasets of (x, y) or (x, y, sample_weight) examples, unbatched (train's elements are {spec})",
             "ds = tf.data.Dataset.from_tensor_slices((x, y)), no .batch()",
         )
-    x_spec = spec[0]
-    if not isinstance(x_spec, dict | tuple) and not isinstance(spec[1], dict) and len(spec) == 2:
-        shape = tuple(x_spec.shape)
-        if None in shape:
-            raise ConfigError.single(
-                key,
-                path,
-                f"unbatched examples of a fixed shape (train's x is {x_spec.shape}: batched, or ragged?)",
-                "drop .batch() from the loader; pad to a fixed length",
-            )
+    num_train, num_val = _count(train), _count(val)  # an infinite dataset is refused here, before it is read
+    fixed = with_fixed_shapes({"train": train, "val": val}, key, path)  # shapes tf.data leaves unknown, read
+    train, val = fixed["train"], fixed["val"]
+    specs = {"train": train.element_spec, "val": val.element_spec}
     raise_if_any(_spec_problems(specs, key, path))
+    spec = specs["train"]
+    x_spec = spec[0]
     first = first_array(x_spec)
     shape = tuple(first.shape)
-    num_train, num_val = _count(train), _count(val)  # an infinite dataset is refused here, before it is read
     raise_if_any(_stream_problems({"train": train, "val": val}, key, path))
     if cfg.limit:
         train, num_train = train.take(cfg.limit), min(num_train, cfg.limit)
@@ -303,7 +321,8 @@ def _spec_problems(specs: dict, key: str, path: str) -> list:
                         path,
                         f"unbatched examples of a fixed shape ({split}'s feature {name!r} is {feature.shape}: "
                         "batched, or ragged?)",
-                        f"drop .batch() from the loader; pad {name!r} to a fixed length",
+                        f"ds.unbatch() if batched; else give {name!r} a known rank and shape in a ds.map "
+                        "(tf.ensure_shape)",
                     )
                 )
         if len(spec) == 3 and tuple(spec[2].shape) not in ((), (1,)):
@@ -385,8 +404,9 @@ def _is_dataset(data) -> bool:
 
 def _in_memory(ds, key: str, path: str) -> tuple:
     """One unbatched tf.data dataset for the launcher to split: read whole into arrays (divided in memory)."""
-    raise_if_any(_spec_problems({"the dataset": ds.element_spec}, key, path))
     count = _count(ds)
+    ds = with_fixed_shapes({"the dataset": ds}, key, path)["the dataset"]
+    raise_if_any(_spec_problems({"the dataset": ds.element_spec}, key, path))
     whole = next(iter(ds.batch(count)))
     return tuple(map_arrays(lambda t: t.numpy(), part) for part in whole)
 

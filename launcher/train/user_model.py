@@ -16,24 +16,37 @@ from launcher.train.model_io import ModelSpec
 SHOWN_SIGNATURE = "build(spec, **params) -> keras.Model (spec: input_shape, outputs, task, kind, vocab_size)"
 
 
-def _builder(cfg, source):
+ADAPTED_SIGNATURE = "build(spec, adapted, **params) -> keras.Model (adapted: what model.adapt returned, by name)"
+
+
+def _builder(cfg, source, adapted: dict | None = None):
+    """The builder, its signature checked against what it will be given: `adapted=` too when model.adapt is set."""
     key, path = configured_path("model", "builder", cfg)
     function = import_component(key, path, "a model builder function")
-    check_call(key, path, function, (ModelSpec.of(source),), dict(cfg.params), SHOWN_SIGNATURE)
-    return key, path, function
+    given = dict(cfg.params) | ({"adapted": adapted or {}} if str(cfg.adapt).strip() else {})
+    shown = ADAPTED_SIGNATURE if "adapted" in given else SHOWN_SIGNATURE
+    check_call(key, path, function, (ModelSpec.of(source),), given, shown)
+    return key, path, function, given
 
 
 def check(cfg, source) -> None:
     _builder(cfg, source)
 
 
-def build(cfg, source):
+def build(cfg, source, adapted: dict | None = None):
+    """The user's model, built by their builder; `adapted`: model.adapt's layers by name (launcher.train.adapt)."""
     import keras
 
-    key, path, function = _builder(cfg, source)
+    if adapted is None and str(cfg.adapt).strip():  # a caller that did not adapt first (the doctor): adapt here
+        import tensorflow as tf
+
+        from launcher.train.adapt import adapt_once
+
+        adapted = adapt_once(cfg, source, tf.distribute.get_strategy(), None).layers
+    key, path, function, given = _builder(cfg, source, adapted)
     spec = ModelSpec.of(source)
     try:
-        model = function(spec, **dict(cfg.params))
+        model = function(spec, **given)
     except ConfigError:
         raise
     except Exception as err:

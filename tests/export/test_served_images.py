@@ -169,3 +169,87 @@ def test_mlflow_models_serve_and_predict_take_jpeg_bytes_alike_and_a_file_that_i
     assert table.column("label").to_pylist() == predictions["label"]
     four = serving_images(images=tf.constant(encoded[:4]))
     np.testing.assert_allclose(four["probabilities"].numpy(), by_predict[:4], rtol=0, atol=1e-6)
+
+
+def test_a_model_with_its_own_rescaling_gets_the_pixels_unscaled_and_the_plan_says_which_side_scales():
+    """Issue 63, item 6: dataset=image_folder divided by 255 before a keras.io model's own Rescaling(1/255)."""
+    from types import SimpleNamespace
+
+    import keras
+    import user_parts
+
+    from launcher.train.model_io import ModelSpec
+    from launcher.train.preprocessing import image_preprocessing, pixel_scaling
+
+    spec = ModelSpec((4, 4, 3), "float32", 2, "classification", "image")
+    pixels = {"inputs": np.full((1, 4, 4, 3), 200, "uint8")}
+    own = SimpleNamespace(preprocessing=image_preprocessing(4, 4, 3, list))
+    side, reason = pixel_scaling(user_parts.rescaled(spec), own)
+    assert side == "model" and "Rescaling (rescale)" in reason
+    np.testing.assert_allclose(own.preprocessing.prepare(pixels)["inputs"], 200.0)  # as they are: the model scales
+    assert own.preprocessing.encoded and own.preprocessing.raw == {"inputs": "uint8"}  # the same ways in
+    plain = SimpleNamespace(preprocessing=image_preprocessing(4, 4, 3, list))
+    inputs = keras.Input((4, 4, 3))
+    assert pixel_scaling(keras.Model(inputs, keras.layers.Dense(2)(inputs)), plain)[0] == "data"
+    np.testing.assert_allclose(plain.preprocessing.prepare(pixels)["inputs"], 200.0 / 255, rtol=1e-6)
+    assert pixel_scaling(user_parts.rescaled(spec), SimpleNamespace(preprocessing=None)) is None  # not images
+
+
+@pytest.mark.slow  # a short training and its exports in this process
+def test_a_model_that_rescales_itself_trains_and_serves_on_raw_pixels(tmp_path):
+    import tensorflow as tf
+
+    from launcher.plan.decisions import InputsPlan
+
+    given = [
+        "dataset=image_folder",
+        f"dataset.path={image_folder(tmp_path / 'images')}",
+        "dataset.image_size=[8,8]",
+        "dataset.validation_split=0.25",
+        "model=custom",
+        "model.builder=user_parts:rescaled",
+        "train.epochs=1",
+        "scaling.batch_size=8",
+        "precision=fp32",
+        "export.formats=[keras,saved_model]",
+    ]
+    outcome, _ = shipped_in_process(tmp_path, *given)
+    assert outcome.plan.values()["data.pixels"] == "model"
+    assert "never /255 first" in outcome.plan.record(InputsPlan).reason("pixels")
+    files = sorted((tmp_path / "images" / "owls").iterdir())[:3]
+    loaded = tf.saved_model.load(str(tmp_path / "run" / "saved_model"))
+    served = loaded.signatures["serving_images"](images=tf.constant([p.read_bytes() for p in files]))
+    pixels = tf.stack([tf.image.resize(tf.io.decode_image(p.read_bytes(), channels=3), (8, 8)) for p in files])
+    want = tf.nn.softmax(outcome.model(pixels, training=False)).numpy()  # 0-255 pixels into the model, as trained
+    np.testing.assert_allclose(served["probabilities"].numpy(), want, atol=1e-6)
+
+
+@pytest.mark.slow  # a short training and its exports in this process
+def test_a_loaders_raw_images_get_the_image_bytes_signature_as_an_image_folder_does(tmp_path):
+    """Issue 63, item 6: a person's image loader got no image-bytes serving signature."""
+    import tensorflow as tf
+    import user_parts
+
+    given = ["dataset=custom", "dataset.loader=user_parts:pixels", "model=mlp", "model.hidden_units=[8]"]
+    outcome, _ = shipped_in_process(
+        tmp_path,
+        *given,
+        "train.epochs=1",
+        "scaling.batch_size=12",
+        "precision=fp32",
+        "export.formats=[keras,saved_model]",
+    )
+    assert outcome.plan.values()["data.pixels"] == "data"
+    images = user_parts.pixels()["val"][0][:3]
+    loaded = tf.saved_model.load(str(tmp_path / "run" / "saved_model"))
+    served = loaded.signatures["serving_images"](images=tf.constant([tf.io.encode_png(i).numpy() for i in images]))
+    want = tf.nn.softmax(outcome.model(images.astype("float32") / 255.0, training=False)).numpy()
+    np.testing.assert_allclose(served["probabilities"].numpy(), want, atol=1e-6)
+    from support.config import config
+
+    from launcher.config.errors import ConfigError
+    from launcher.train.registry import DATASETS
+
+    cfg = config("dataset=custom", "dataset.loader=user_parts:shifted_raw").dataset
+    with pytest.raises(ConfigError, match=r'"raw_images": True beside one feature array of images.*x is \(3,\)'):
+        DATASETS.get("custom").load(cfg)

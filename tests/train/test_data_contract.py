@@ -1,6 +1,7 @@
 """The data contract: (x, y) or (x, y, sample_weight), x an array, a tuple or a dict of named features, y an array
 or a dict by head. Every array of an example travels together through splitting, shuffling, limit, test_split,
-the pipeline and sharding; every refusal names the feature, head or weight, before anything is written."""
+the pipeline and sharding; every refusal names the feature, head or weight, before anything is written. Shapes
+tf.data leaves unknown are read from the examples: `launcher.train.example_shapes`."""
 
 from __future__ import annotations
 
@@ -105,6 +106,55 @@ def test_heads_without_task_heads_take_the_one_task_and_task_heads_names_each():
     assert fit_to_task(_load("whole"), "regression", heads=heads).head_tasks == HEADS
 
 
+@pytest.mark.parametrize("form", ["arrays", "tf"])
+def test_sample_weights_in_the_training_split_alone_are_taken_and_validation_is_unweighted(form):
+    """Issue 63, item 11: refused as "sample weights in every split or in none" where Keras's fit(x, y,
+    sample_weight=w, validation_data=(x_val, y_val)) takes them."""
+    source = fit_to_task(_load("unweighted_val", f"+dataset.params.form={form}"), "classification", heads=HEADS)
+    assert source.weighted and (source.num_train, source.num_val) == (30, 10)
+    train, val = _batches(source, "train")[0], _batches(source, "val")[0]
+    assert len(train) == 3 and len(val) == 2  # the eval step gets no weights: every example counts alike
+    np.testing.assert_array_equal(train[2], 1 + train[0]["age"].reshape(-1))
+
+
+def test_windows_of_a_fixed_shape_tf_data_does_not_know_are_read_checked_and_given_it():
+    """Issue 63, item 8: keras.utils.timeseries_dataset_from_array(..., batch_size=None) yields windows of static
+    shape (None, 2); they were refused as "batched, or ragged?" with a fix (drop .batch(), pad) that did not apply."""
+    source = _load("windows")
+    assert source.input_shape == (8, 2) and source.kind == "tabular"
+    assert source.train.element_spec[0].shape == (8, 2) and source.val.element_spec[0].shape == (8, 2)
+    x, y = next(iter(source.pipeline("train", 4, False, None)))
+    assert x.shape == (4, 8, 2) and y.shape == (4,)
+
+
+@pytest.mark.parametrize(
+    ("form", "match", "fix"),
+    [
+        (
+            "batched",
+            r"train's feature 'x' is \(None, None, 2\): \(16, 8, 2\) in element 0, \(14, 8, 2\) in element "
+            r"4, the last: batched\?",
+            "ds.unbatch()",
+        ),
+        (
+            "even",
+            r"unbatched examples \(train's feature 'x' \(10, None, 2\), target 'y' \(10,\): every element holds "
+            r"10 of each, a batch\?\)",
+            "tf.ensure_shape(x, (10, 8, 2))",
+        ),
+        (
+            "ragged",
+            r"train's feature 'x' is \(None, 2\): \(4, 2\) in example 0, \(5, 2\) in example 1: ragged\?",
+            "x = x[:n, :]; x = tf.pad(x, [[0, n - tf.shape(x)[0]], [0, 0]])",
+        ),
+    ],
+)
+def test_examples_of_different_shapes_are_refused_with_the_fix_for_what_they_are(form, match, fix):
+    with pytest.raises(ConfigError, match=match) as err:
+        _load("windows", f"+dataset.params.form={form}")
+    assert fix in err.value.violations[0].fix
+
+
 # ------------------------------------------------------------------------------------------------ refusals
 
 
@@ -114,7 +164,6 @@ def test_heads_without_task_heads_take_the_one_task_and_task_heads_names_each():
         ("missing_in_val", r"the features of train in val too .*val lacks 'dose'"),
         ("missing_in_val_tf", r"the features of train in val too .*val lacks 'dose'"),
         ("heads_differ", r"heads \(y's keys\) of train in val too .*lacks 'size', has 'weight' besides"),
-        ("unweighted_val", r"sample weights in every split or in none \(train has them, val has none\)"),
         ("nan_feature", r"finite values in feature 'dose' \(found NaN or inf in 2 example\(s\), e.g. index 3, 7\)"),
         ("short_feature", r"every feature and head \(lengths: age 40, dose 39, kind 40, size 40\)"),
         ("short_head", r"every feature and head \(lengths: age 40, dose 40, kind 40, size 38\)"),
@@ -264,6 +313,42 @@ def test_a_one_head_model_of_named_inputs_trains_on_weighted_examples(tmp_path):
     assert outcome.error is None
     logs = outcome.result.epochs[-1].logs
     assert all(math.isfinite(logs[name]) for name in ("loss", "val_loss", "accuracy", "val_accuracy")), logs
+
+
+@pytest.mark.slow  # a short training and a SavedModel export in this process
+def test_forecasting_windows_train_and_serve_under_mirrored(tmp_path):
+    """Issue 63, item 8: timeseries_dataset_from_array's windows, as keras.io makes them, through a user's LSTM under
+    mirrored: the builder reads the windows' shape from spec.input_shape, the SavedModel takes windows."""
+    import tensorflow as tf
+
+    from launcher.launch.training import execute
+
+    cfg = compose(
+        "model=custom",
+        "model.builder=contract_parts:window_model",
+        "dataset=custom",
+        "dataset.loader=contract_parts:windows",
+        "task=regression",
+        "train.epochs=1",
+        "scaling.batch_size=16",
+        "strategy=mirrored",
+        "precision=fp32",
+        "export.formats=[keras,saved_model]",
+        "tracking.enabled=false",
+        "checkpoint.enabled=false",
+    )
+    outcome = execute(cfg, tmp_path / "run", tmp_path)
+    assert outcome.error is None and outcome.result.epochs
+    served = tf.saved_model.load(str(tmp_path / "run" / "saved_model")).signatures["serving_default"]
+    (spec,) = served.structured_input_signature[1].values()
+    assert tuple(spec.shape) == (None, 8, 2)
+    window = next(iter(_load("windows").val.batch(3)))[0]
+    np.testing.assert_allclose(
+        served(**{spec.name: window})["values"].numpy().reshape(-1),
+        outcome.model.predict(window, verbose=0).reshape(-1),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_weights_beside_one_feature_array_change_nothing_else():

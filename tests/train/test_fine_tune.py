@@ -45,11 +45,39 @@ def weights_of(path, layer: str):
 # ------------------------------------------------------------------------------------------------- the rules
 
 
+def test_unfreeze_batch_norm_false_keeps_batch_normalization_frozen_in_inference_mode_while_the_rest_trains():
+    """Issue 63, item 7: keras.io's base(x, training=False) no longer keeps BatchNormalization in inference mode under
+    Keras 3's fit (keras#20285); train.unfreeze_batch_norm=false does, in a nested base model too."""
+    import keras
+
+    from launcher.train.fine_tune import Freezer
+
+    inputs = keras.Input((4,))
+    base = keras.Model(inputs, keras.layers.BatchNormalization(name="bn")(keras.layers.Dense(4, name="conv")(inputs)))
+    base.name = "base"
+    model = keras.Sequential([base, keras.layers.Dense(2, name="head")])
+    model.build((None, 4))
+    kept, trained = Freezer([base], unfreeze_at=1, batch_norm=False), Freezer([base], unfreeze_at=1)
+    assert kept.set_for(0) and not base.trainable
+    assert kept.set_for(1)
+    norm = base.get_layer("bn")
+    assert base.get_layer("conv").trainable and not norm.trainable and len(model.trainable_weights) == 4
+    x = np.random.default_rng(0).normal(3.0, 2.0, size=(16, 4)).astype("float32")
+    before = np.asarray(norm.moving_mean)
+    np.testing.assert_allclose(model(x, training=True), model(x, training=False), rtol=1e-6)  # inference mode
+    np.testing.assert_array_equal(np.asarray(norm.moving_mean), before)  # its statistics kept
+    trained.set_for(0)
+    trained.set_for(1)
+    assert norm.trainable  # the default: BatchNormalization trains with the rest, as before
+
+
 def test_unfreezing_needs_something_frozen_and_its_rate_needs_an_unfreeze():
     _, found = resolve_all(config("train.unfreeze_at_epoch=2", "train.unfreeze_learning_rate=0.1"), CPU_PLAIN)
     assert [v.key for v in found] == ["train.unfreeze_at_epoch"]
     _, found = resolve_all(config("train.unfreeze_learning_rate=0.1"), CPU_PLAIN)
     assert [v.key for v in found] == ["train.unfreeze_learning_rate"]
+    _, found = resolve_all(config("train.unfreeze_batch_norm=false"), CPU_PLAIN)
+    assert [v.key for v in found] == ["train.unfreeze_batch_norm"]
     plan = resolve(config("model.freeze=[dense_0]", "train.unfreeze_at_epoch=9", "train.epochs=3"), CPU_PLAIN)
     assert any("stay frozen for the whole run" in w for w in plan.warnings)
     _, found = resolve_all(
@@ -177,7 +205,8 @@ def test_frozen_weights_move_only_after_the_unfreeze_and_a_kill_after_it_resumes
     np.testing.assert_array_equal(checkpoint_values(tmp_path / "whole", 45)[kernel], first)  # frozen in epoch 1
     assert not np.array_equal(checkpoint_values(tmp_path / "whole", 50)[kernel], first)  # trained from step 46
     rates = [epoch.logs["learning_rate"] for epoch in whole.result.epochs]
-    assert rates == pytest.approx([0.0005, 0.0005, 0.0005])  # read after each epoch: from step 45 on, halved
+    # The rate each epoch trained at (issue 63, item 7: epoch 1, at 0.001, logged the unfrozen phase's 0.0005).
+    assert rates == pytest.approx([0.001, 0.0005, 0.0005])
 
     # SIGKILL at global step 70 (in epoch 2, unfrozen; before that step's save), in a process of its own.
     killed = warm.run(

@@ -211,7 +211,8 @@ def test_metrics_over_two_replicas_equal_one_device_on_every_example(tmp_path):
 
 def test_user_tf_data_loss_class_and_callback_in_one_run(tmp_path):
     """A loader returning tf.data, a Loss class (2 x MSE), a callback: the loss the engine reports is the user's
-    (twice the mse metric on the same examples), and the callback sees every epoch's logs."""
+    (twice the mse metric on the same examples), and the callback sees every epoch's logs. The training split
+    carries sample weights and validation none (issue 63, item 11: refused before): validation is unweighted."""
     import user_parts
     from support.config import compose
 
@@ -224,6 +225,7 @@ def test_user_tf_data_loss_class_and_callback_in_one_run(tmp_path):
             "model.builder=user_parts:linear",
             "dataset=custom",
             "dataset.loader=user_parts:tf_data",
+            "+dataset.params.train_weights=true",
             "task=regression",
             "task.loss=user_parts:DoubledSquaredError",
             "task.metrics=[mse]",
@@ -241,5 +243,8 @@ def test_user_tf_data_loss_class_and_callback_in_one_run(tmp_path):
     assert outcome.error is None
     final = outcome.result.final
     assert final["val_loss"] == pytest.approx(2 * final["val_mse"], rel=1e-5)
+    x_val, y_val = next(iter(user_parts.tf_data()["val"].batch(1000)))
+    unweighted = float(np.mean((outcome.model.predict(x_val.numpy(), verbose=0)[:, 0] - y_val.numpy()) ** 2))
+    assert final["val_mse"] == pytest.approx(unweighted, rel=1e-4)
     assert [e["epoch"] for e in user_parts.SEEN] == [0, 1] and "val_mse" in user_parts.SEEN[-1]
     assert outcome.plan.schedule.steps_per_epoch == 3  # 192 tf.data examples counted, batches of 64

@@ -28,6 +28,13 @@ def check_fine_tuning(cfg: Config, found: Findings) -> None:
             "0 unless train.unfreeze_at_epoch is set (it is the rate of the unfrozen phase)",
             "train.unfreeze_at_epoch=<epochs before unfreezing> (or train.unfreeze_learning_rate=0)",
         )
+    if not train.unfreeze_batch_norm and train.unfreeze_at_epoch <= 0:
+        found.refuse(
+            "train.unfreeze_batch_norm",
+            train.unfreeze_batch_norm,
+            "true unless train.unfreeze_at_epoch is set (it keeps BatchNormalization frozen after the unfreeze)",
+            "train.unfreeze_at_epoch=<epochs before unfreezing> (or train.unfreeze_batch_norm=true)",
+        )
     if train.unfreeze_at_epoch >= train.epochs > 0 and freeze:
         found.warn(
             f"train.unfreeze_at_epoch={train.unfreeze_at_epoch} is not below train.epochs={train.epochs}: the frozen "
