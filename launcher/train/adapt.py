@@ -21,6 +21,7 @@ import keras
 from launcher.config.errors import ConfigError
 from launcher.config.imports import check_call, import_component
 from launcher.config.models import model_kind
+from launcher.config.raised import told
 from launcher.train.model_io import ModelSpec
 from launcher.train.runtime import float32_policy
 
@@ -99,8 +100,9 @@ def _called(function, path: str, source) -> dict:
         raise ConfigError.single(
             "model.adapt",
             path,
-            f"an adapt function that runs ({type(err).__name__}: {str(err)[:300]})",
-            "call it on your training data in Python to see the traceback",
+            "an adapt function that runs (it raised the error below)",
+            "fix it where it raised (call it on your training data in Python for the whole traceback)",
+            detail=told(err, function),
         ) from None
     if not (isinstance(layers, dict) and layers and all(isinstance(v, keras.layers.Layer) for v in layers.values())):
         raise ConfigError.single(
