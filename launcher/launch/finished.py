@@ -66,8 +66,11 @@ def exported_files(config: Config, run_dir: Path) -> dict[str, Path]:
     return files
 
 
-def nothing_to_do(config: Config, record: OutcomeRecord, run_dir: Path, launch_dir: Path) -> OutcomeRecord:
-    """Say that the run is done, with its Done block from what it recorded; the same record, this process's."""
+def nothing_to_do(
+    config: Config, record: OutcomeRecord, run_dir: Path, launch_dir: Path, checkpoints: Path
+) -> OutcomeRecord:
+    """Say that the run is done, with its Done block from what it recorded (the best epoch from the newest
+    checkpoint's sidecar); the same record, this process's."""
     remembered = read_json(run_dir / RUN_FILE, {})
     uri = resolve_uri(config.tracking.uri, launch_dir) if config.tracking.enabled else ""
     hint = "tracking disabled (tracking.enabled=false)"
@@ -85,11 +88,21 @@ def nothing_to_do(config: Config, record: OutcomeRecord, run_dir: Path, launch_d
         tracking_uri=uri,
         mlflow_model=MLFLOW_MODEL if logged_model else None,
         nothing_trained=True,
+        best=_best_recorded(checkpoints) if config.checkpoint.monitor else {},
+        best_file=run_dir / "best.keras" if (run_dir / "best.keras").exists() else None,
     )
     lines = done_lines(facts)
     lines.insert(2, "It finished with these same settings: nothing is trained or exported again.")
     print("\n".join(lines), flush=True)
     return dataclasses.replace(record, pid=os.getpid(), forked_by=forkserver_pid())
+
+
+def _best_recorded(checkpoints: Path) -> dict:
+    """The best epoch as the newest checkpoint's sidecar holds it (BestModelHook's state), else nothing."""
+    steps = {int(p.stem.split("-")[1]): p for p in checkpoints.glob("ckpt-*.json") if p.stem.split("-")[1].isdigit()}
+    sidecar = read_json(steps[max(steps)], {}) if steps else {}
+    best = sidecar.get("best") if isinstance(sidecar, dict) else None
+    return dict(best) if isinstance(best, dict) else {}
 
 
 def _read_yaml(path: Path) -> dict | None:

@@ -30,8 +30,9 @@ def launch(node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | No
     run_dir = worker_run_dir(node, run_dir)
     done = _finished_already(node, run_dir, launch_dir)
     if done is not None:
-        config, record = done
-        return run_in_shell(lambda: nothing_to_do(config, record, run_dir, launch_dir), run_dir, "train", None)
+        config, record, checkpoints = done
+        said = lambda: nothing_to_do(config, record, run_dir, launch_dir, checkpoints)  # noqa: E731
+        return run_in_shell(said, run_dir, "train", None)
     return run_in_shell(
         lambda: train(node, run_dir, launch_dir, choices or {}),
         run_dir,
@@ -42,7 +43,7 @@ def launch(node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | No
     )
 
 
-def _finished_already(node: DictConfig, run_dir: Path, launch_dir: Path) -> tuple[Config, OutcomeRecord] | None:
+def _finished_already(node: DictConfig, run_dir: Path, launch_dir: Path) -> tuple[Config, OutcomeRecord, Path] | None:
     """A one-process training whose run finished with these same settings (`launcher.launch.finished`)."""
     from launcher.launch.preflight import checkpoint_directory, settings_of  # fsspec, numpy: not to route
 
@@ -52,8 +53,9 @@ def _finished_already(node: DictConfig, run_dir: Path, launch_dir: Path) -> tupl
         config = to_config(node)
     except ConfigError:
         return None  # refused by the launch, with every other problem
-    record = finished_already(config, settings_of(config), run_dir, checkpoint_directory(config, run_dir, launch_dir))
-    return None if record is None else (config, record)
+    checkpoints = checkpoint_directory(config, run_dir, launch_dir)
+    record = finished_already(config, settings_of(config), run_dir, checkpoints)
+    return None if record is None else (config, record, checkpoints)
 
 
 def own_checkpoint_directory(node: DictConfig, run_dir: Path, launch_dir: Path) -> Path | None:

@@ -28,6 +28,9 @@ def finished_run(run_dir, cfg, **record):
     (run_dir / "checkpoints" / "checkpoint").write_text("model_checkpoint_path: 'ckpt-90'\n")
     for name in ("model.keras", "best.keras"):
         (run_dir / name).write_text("a model")
+    best = {"monitor": "val_accuracy", "mode": "max", "value": 0.8125, "epoch": 1}
+    write_json_atomic(run_dir / "checkpoints" / "ckpt-45.json", {"best": {**best, "value": 0.5, "epoch": 0}})
+    write_json_atomic(run_dir / "checkpoints" / "ckpt-90.json", {"best": best})
     write_json_atomic(run_dir / RUN_FILE, {"run_id": "r1", "experiment_id": "7"})
     return run_dir
 
@@ -41,8 +44,9 @@ def test_the_same_settings_after_a_finished_training_have_nothing_to_do(tmp_path
     run_dir = finished_run(tmp_path / "run", config(*TINY))
     record = again(run_dir)
     assert record is not None and record.run_id == "r1"
-    said = nothing_to_do(config(*TINY), record, run_dir, tmp_path)
+    said = nothing_to_do(config(*TINY), record, run_dir, tmp_path, run_dir / "checkpoints")
     out = capsys.readouterr().out
+    assert f"best                 val_accuracy 0.8125 at epoch 2 -> {run_dir / 'best.keras'}" in out  # the newest
     assert "Nothing to train" in out and "nothing is trained or exported again" in out
     assert f"exported best.keras  {run_dir / 'best.keras'}" in out and "  val_accuracy         0.8125" in out
     assert "MLflow run id        r1" in out and "runs:/r1/mlflow_model" in out and "/#/experiments/7/runs/r1" in out
