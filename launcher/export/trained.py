@@ -185,16 +185,22 @@ def _export_for_serving(reloaded: Reloaded, formats, task, source, tracker, run_
     if not served_formats(formats):
         return ServingExports()
     exported = export_serving(reloaded.model, task, source, run_dir, formats)
-    tags = {f"export.{name}": f"failed: {why}" for name, why in exported.failed.items()}
+    _log_exports(tracker, exported)
+    return exported
+
+
+def _log_exports(tracker, exported: ServingExports) -> None:
+    """Each written export logged under model/ and said on the console; every one tagged `export.<name>` (written,
+    its note, or why it failed; a colon of an import path as a dot: MLflow tag keys take none)."""
+    tags = {name: f"failed: {why}" for name, why in exported.failed.items()}
     for name, path in exported.written.items():
-        tags[f"export.{name}"] = exported.notes.get(name, "written")
+        tags[name] = exported.notes.get(name, "written")
         if path.is_dir():
             tracker.log_artifacts(path, f"model/{path.name}")
         else:
             tracker.log_artifact(path, "model")
         print(f"  export   {name:<12} {path}" + (f"  ({exported.notes[name]})" if name in exported.notes else ""))
-    tracker.set_tags(tags)
-    return exported
+    tracker.set_tags({"export." + name.replace(":", "."): text for name, text in tags.items()})
 
 
 def _yours(formats) -> list[str]:
@@ -208,14 +214,7 @@ def _export_yours(reloaded: Reloaded, formats, tracker, run_dir: Path, exported:
     if not theirs:
         return
     written, failed = write_yours(reloaded.model, theirs, run_dir)
-    for name, path in written.items():
-        if path.is_dir():
-            tracker.log_artifacts(path, f"model/{path.name}")
-        else:
-            tracker.log_artifact(path, "model")
-        print(f"  export   {name:<12} {path}")
-    said = {**dict.fromkeys(written, "written"), **{name: f"failed: {why}" for name, why in failed.items()}}
-    tracker.set_tags({"export." + name.replace(":", "."): text for name, text in said.items()})  # no colon in a key
+    _log_exports(tracker, ServingExports(written, failed))
     exported.written.update(written)
     exported.failed.update(failed)
 

@@ -6,6 +6,7 @@ preempted (130 SIGINT, 143 SIGTERM). Hydra's own compose errors exit 1 before th
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
@@ -31,7 +32,7 @@ def launch(node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | No
     done = _finished_already(node, run_dir, launch_dir)
     if done is not None:
         config, record, checkpoints = done
-        said = lambda: nothing_to_do(config, record, run_dir, launch_dir, checkpoints)  # noqa: E731
+        said = functools.partial(nothing_to_do, config, record, run_dir, launch_dir, checkpoints)
         return run_in_shell(said, run_dir, "train", None)
     return run_in_shell(
         lambda: train(node, run_dir, launch_dir, choices or {}),

@@ -113,3 +113,36 @@ def test_a_rerun_replaces_the_file_and_a_writer_that_writes_nothing_fails_its_fo
     assert list(written) == ["user_parts:WeightsNpz"] and "tiny.dense.kernel" in np.load(tmp_path / "weights.npz")
     assert failed == {"user_parts:IdleWriter": "its writer returned without writing nothing.bin"}
     assert not list(tmp_path.glob("*.partial*"))
+
+
+def test_your_formats_are_logged_under_model_and_tagged_with_a_key_mlflow_takes(tmp_path):
+    import keras
+
+    from launcher.export.serving import ServingExports
+    from launcher.export.trained import Reloaded, _export_yours
+
+    class Recorder:
+        def __init__(self):
+            self.files, self.tags = [], {}
+
+        def log_artifact(self, path, folder):
+            self.files.append((path.name, folder))
+
+        def log_artifacts(self, path, folder):
+            self.files.append((path.name, folder))
+
+        def set_tags(self, tags):
+            self.tags.update(tags)
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="dense")], name="tiny")
+    model.save(tmp_path / "model.keras")
+    tracker, exported = Recorder(), ServingExports()
+    formats = ["keras", "user_parts:WeightsNpz", "user_parts:RefusingWriter"]
+    _export_yours(Reloaded(tmp_path / "model.keras"), formats, tracker, tmp_path, exported)
+    assert tracker.files == [("weights.npz", "model")]
+    assert tracker.tags == {
+        "export.user_parts.WeightsNpz": "written",
+        "export.user_parts.RefusingWriter": "failed: RuntimeError: this writer takes no model with Dense layers",
+    }
+    assert list(exported.written) == ["user_parts:WeightsNpz"]
+    assert list(exported.failed) == ["user_parts:RefusingWriter"]
