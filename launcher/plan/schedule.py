@@ -77,6 +77,7 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int, num_test: in
             unfreeze_step=_unfreeze_step(cfg, steps),
             val_every_steps=_val_every_steps(cfg, steps, val_steps),
             unfreeze_lr_factor=_unfreeze_factor(cfg, steps),
+            unfreeze_fresh_optimizer=_fresh_optimizer(cfg, steps),
             steps_per_epoch=(steps, reason),
             validation_steps=(val_steps, val_reason),
             total_steps=(total, total_reason),
@@ -158,6 +159,17 @@ def _unfreeze_factor(cfg: Config, steps: int) -> tuple[float, str] | None:
     factor = rate / cfg.optimizer.learning_rate
     why = f"{rate:g} / optimizer.learning_rate {cfg.optimizer.learning_rate:g}"
     return factor, f"{why}: the schedule x {factor:.4g} from global step {at * steps}"
+
+
+def _fresh_optimizer(cfg: Config, steps: int) -> tuple[bool, str] | None:
+    """train.unfreeze_fresh_optimizer: the optimizer's state zeroed at the unfreeze."""
+    if not cfg.train.unfreeze_fresh_optimizer or _unfreeze_step(cfg, steps) is None:
+        return None
+    at = cfg.train.unfreeze_at_epoch * steps
+    return True, (
+        f"at global step {at} the optimizer starts afresh (slots and step count zeroed, as a new optimizer); "
+        f"the learning-rate schedule goes on from step {at}"
+    )
 
 
 def _val_every_steps(cfg: Config, steps: int, val_steps: int) -> tuple[int, str] | None:
