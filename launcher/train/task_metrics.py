@@ -18,7 +18,7 @@ import tensorflow as tf
 from launcher.config.errors import ConfigError
 from launcher.config.imports import import_component, plugin_choices
 from launcher.config.raised import told
-from launcher.config.tasks import TASKS, component_args, component_name, shown, users_metric_path
+from launcher.config.tasks import TASKS, component_args, component_name, logged_name, shown, users_metric_path
 
 
 @keras.saving.register_keras_serializable(package="launcher")
@@ -128,7 +128,10 @@ def make_metric(task: str, entry, key: str = "task.metrics", binary: bool = Fals
             f"arguments {name} takes ({err})",
             f"drop or rename the arguments, e.g. {key}=[{name}]",
         ) from None
-    return _plain_name(metric)
+    metric = _plain_name(metric)
+    if logged_name(entry) != name:
+        metric.name = logged_name(entry)  # its `as`
+    return metric
 
 
 def _metric(task: str, name: str, args: dict, key: str, binary: bool):

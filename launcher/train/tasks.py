@@ -297,7 +297,7 @@ def _task(tc, key: str, head: str, weights, classes, shape: tuple[int, str], pad
             f"{key}.metrics",
             list(tc.metrics),
             f"metrics with distinct names other than loss ({clash} appear twice or shadow the loss)",
-            "give each metric its own name",
+            "give each metric its own name with `as` in its entry ({name: auc, curve: PR, as: pr_auc})",
         )
     loss = make_loss(task, tc.loss, f"{key}.loss", from_logits, binary)
     return Task(

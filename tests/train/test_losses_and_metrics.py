@@ -69,6 +69,8 @@ def test_metric_arguments_from_config_reach_the_keras_object():
     assert precision.thresholds == [0.3]
     counts = make_metric("classification", {"name": "FalseNegatives", "thresholds": [0.2, 0.5]})
     assert counts.name == "false_negatives" and list(counts.thresholds) == [0.2, 0.5]
+    prc = make_metric("classification", {"name": "auc", "curve": "PR", "as": "prc"})
+    assert prc.name == "prc" and prc.curve.name == "PR"
     with pytest.raises(ConfigError, match="arguments auc takes") as err:
         make_metric("classification", {"name": "auc", "curv": "PR"}, "task.heads.churn.metrics")
     assert err.value.violations[0].key == "task.heads.churn.metrics"
