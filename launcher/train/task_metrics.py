@@ -91,6 +91,28 @@ def scores_positive_class(metric) -> bool:
     return isinstance(metric, POSITIVE_CLASS_METRICS)
 
 
+# Keras metrics that read one score per class from the output: a one-unit (binary) head has one score in all.
+PER_CLASS_METRICS = (
+    keras.metrics.SparseTopKCategoricalAccuracy,
+    keras.metrics.SparseCategoricalCrossentropy,
+    keras.metrics.SparseCategoricalAccuracy,
+    keras.metrics.CategoricalCrossentropy,
+    keras.metrics.CategoricalAccuracy,
+    keras.metrics.TopKCategoricalAccuracy,
+)
+
+
+def reads_a_score_per_class(metric) -> bool:
+    return isinstance(metric, PER_CLASS_METRICS)
+
+
+def top_k(metric) -> int | None:
+    """The k of a top-k accuracy, else None."""
+    if isinstance(metric, keras.metrics.SparseTopKCategoricalAccuracy | keras.metrics.TopKCategoricalAccuracy):
+        return int(metric.k)
+    return None
+
+
 def _builtin_metric(task: str, name: str, args: dict, binary: bool):
     """A fresh metric object for a built-in name, or None when the name is not one of ours. `binary`: a
     classification head of one unit (its accuracy thresholds the positive class's probability)."""
