@@ -52,13 +52,20 @@ def _steps_per_call(cfg: Config, env: Environment) -> tuple[int, str]:
 
 
 def strings_without_xla(facts: DataFacts) -> str:
-    """Why XLA cannot compile this model's step ("" when it can): its inputs are strings."""
-    if not facts.string_inputs:
-        return ""
-    return (
-        f"the model takes string inputs ({facts.strings}): XLA compiles no string tensors, nor the lookup tables "
-        "of the layers that read them (StringLookup, TextVectorization, Hashing: Keras marks them supports_jit=False)"
-    )
+    """Why XLA cannot compile this model's step ("" when it can): its inputs are strings, or it holds layers Keras
+    marks supports_jit=False."""
+    if facts.string_inputs:
+        return (
+            f"the model takes string inputs ({facts.strings}): XLA compiles no string tensors, nor the lookup tables "
+            "of the layers that read them (StringLookup, TextVectorization, Hashing: Keras marks them "
+            "supports_jit=False)"
+        )
+    if facts.uncompilable_layers:
+        return (
+            f"the built model has layers Keras marks supports_jit=False ({facts.layers}): lookup tables and string "
+            "ops do not compile"
+        )
+    return ""
 
 
 def _decide_xla(
@@ -79,8 +86,8 @@ def _decide_xla(
             "xla",
             raw,
             f"xla=false or auto for this model: {strings}",
-            'xla=auto (the graph step), or turn the strings into numbers in the loader\'s "preprocess" (it runs '
-            "in the data pipeline, outside the compiled step) and keep xla=true",
+            'xla=auto (the graph step), or move them into the loader\'s "preprocess" (it runs in the data pipeline, '
+            "outside the compiled step) and keep xla=true",
         )
     if raw != "auto":
         return raw == "true", "requested"
