@@ -438,15 +438,15 @@ class Search(Sweeper):
         tell_told(self._storage, study, number, values=values)
 
 
-def logged_metrics(task_cfg) -> tuple[str, list[str] | None]:
+def logged_metrics(task_config) -> tuple[str, list[str] | None]:
     """The task's name and every epoch metric its runs log (None: a user metric's name is known only at build); under
     task.heads each head's, as Keras names them (<head>_loss, <head>_<metric>, their val_ forms) and the total loss."""
-    if not getattr(task_cfg, "heads", None):
-        task = task_cfg.name.value
-        return task, known_epoch_metrics(task, metric_names(task, task_cfg.metrics))
+    if not getattr(task_config, "heads", None):
+        task = task_config.name.value
+        return task, known_epoch_metrics(task, metric_names(task, task_config.metrics))
     logged = []
-    for head, head_cfg in task_cfg.heads.items():
-        logged += head_metric_names(head, head_cfg.name.value, head_cfg.metrics)
+    for head, head_config in task_config.heads.items():
+        logged += head_metric_names(head, head_config.name.value, head_config.metrics)
     return "heads", known_epoch_metrics("heads", logged)
 
 
