@@ -384,6 +384,10 @@ class TrainConfig:
     """At train.unfreeze_at_epoch, BatchNormalization in the unfrozen layers trains too (true), or stays frozen in
     inference mode, its statistics kept, while the rest trains (false: keras.io's fine-tuning advice, which Keras 3's
     fit no longer follows for base(x, training=False), keras#20285)."""
+    unfreeze_fresh_optimizer: bool = False
+    """At train.unfreeze_at_epoch, the optimizer starts afresh (its slots and its step count zeroed, as keras.io's
+    recompile with a new optimizer does; the learning-rate schedule goes on from the global step), or keeps the
+    frozen phase's state (false)."""
     test_at_end: bool = False
     """After training, evaluate the best model (checkpoint.monitor's, else the final one) once on the test split
     and log test_* metrics; needs a test split (dataset.test_split, or the dataset's own test data)."""

@@ -154,6 +154,9 @@ def users_loss_path(name: str) -> str | None:
 
 # `metrics: [none]`: no metric beside the loss (`[]` keeps meaning the task's defaults, as it always has).
 NO_METRICS = "none"
+# `{name: auc, curve: PR, as: pr_auc}`: the name a metric logs under (Keras's own `name=` argument; an entry's `name`
+# says which metric it is), so two of one kind can be logged side by side.
+LOGGED_AS = "as"
 
 
 def component_name(entry) -> str:
@@ -169,7 +172,14 @@ def component_args(entry) -> dict:
     """The keyword arguments a loss or metric entry gives its class or function: every key but `name`."""
     if not hasattr(entry, "items"):
         return {}
-    return {str(k): _plain(v) for k, v in entry.items() if k != "name"}
+    return {str(k): _plain(v) for k, v in entry.items() if k not in ("name", LOGGED_AS)}
+
+
+def logged_name(entry) -> str:
+    """The name a metric entry logs under: its `as` key, else what it names."""
+    if hasattr(entry, "items") and isinstance(entry.get(LOGGED_AS), str) and entry.get(LOGGED_AS):
+        return entry[LOGGED_AS]
+    return component_name(entry)
 
 
 def _plain(value):
@@ -184,7 +194,8 @@ def shown(entry) -> str:
     """An entry as the Plan shows it: `auc`, `auc(curve='PR')`."""
     args = component_args(entry)
     name = component_name(entry)
-    return f"{name}({', '.join(f'{k}={v!r}' for k, v in args.items())})" if args else name
+    call = f"{name}({', '.join(f'{k}={v!r}' for k, v in args.items())})" if args else name
+    return call if logged_name(entry) == name else f"{call} as {logged_name(entry)}"
 
 
 def component_problem(key: str, entry, example: str) -> Violation | None:
@@ -216,13 +227,18 @@ def loss_name(task: str, requested) -> str:
     return TASKS[task].losses[0] if name in ("", "auto") else name
 
 
-def metric_names(task: str, requested) -> list[str]:
-    """The task's metric names: the requested ones (names or {name: ..., arguments}), none for `[none]`, or its
+def metric_entries(task: str, requested) -> list:
+    """The task's metric entries: the requested ones (names or {name: ..., arguments}), none for `[none]`, or its
     defaults for `[]`."""
-    names = [component_name(entry) for entry in requested or ()]
-    if NO_METRICS in names:
-        return [n for n in names if n != NO_METRICS]
-    return names if names else list(TASKS[task].default_metrics)
+    entries = list(requested or ())
+    if any(component_name(entry) == NO_METRICS for entry in entries):
+        return [entry for entry in entries if component_name(entry) != NO_METRICS]
+    return entries if entries else list(TASKS[task].default_metrics)
+
+
+def metric_names(task: str, requested) -> list[str]:
+    """The names the task's metrics log under (an entry's `as`, else what it names)."""
+    return [logged_name(entry) for entry in metric_entries(task, requested)]
 
 
 def objective(config) -> str:

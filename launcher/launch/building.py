@@ -47,7 +47,10 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path, checkpoin
     if patterns := list(config.model.freeze or []):
         layers = frozen_layers(built.model, patterns)
         records.append(freeze_record(built.model, layers, config.train.unfreeze_batch_norm))
-        freezer = Freezer(layers, config.train.unfreeze_at_epoch, config.train.unfreeze_batch_norm)
+        fresh_at = plan.schedule.unfreeze_step if plan.schedule.unfreeze_fresh_optimizer else None
+        freezer = Freezer(
+            layers, config.train.unfreeze_at_epoch, config.train.unfreeze_batch_norm, fresh_at, built.optimizer
+        )
     for record in records:
         plan = plan.with_record(record)
     if records:

@@ -80,6 +80,7 @@ def schedule(config: Config, plan: Plan, num_train: int, num_val: int, num_test:
             unfreeze_step=_unfreeze_step(config, steps),
             val_every_steps=_val_every_steps(config, steps, val_steps),
             unfreeze_lr_factor=_unfreeze_factor(config, steps),
+            unfreeze_fresh_optimizer=_fresh_optimizer(config, steps),
             steps_per_epoch=(steps, reason),
             validation_steps=(val_steps, val_reason),
             total_steps=(total, total_reason),
@@ -161,6 +162,17 @@ def _unfreeze_factor(config: Config, steps: int) -> tuple[float, str] | None:
     factor = rate / config.optimizer.learning_rate
     why = f"{rate:g} / optimizer.learning_rate {config.optimizer.learning_rate:g}"
     return factor, f"{why}: the schedule x {factor:.4g} from global step {at * steps}"
+
+
+def _fresh_optimizer(config: Config, steps: int) -> tuple[bool, str] | None:
+    """train.unfreeze_fresh_optimizer: the optimizer's state zeroed at the unfreeze."""
+    if not config.train.unfreeze_fresh_optimizer or _unfreeze_step(config, steps) is None:
+        return None
+    at = config.train.unfreeze_at_epoch * steps
+    return True, (
+        f"at global step {at} the optimizer starts afresh (slots and step count zeroed, as a new optimizer); "
+        f"the learning-rate schedule goes on from step {at}"
+    )
 
 
 def _val_every_steps(config: Config, steps: int, val_steps: int) -> tuple[int, str] | None:

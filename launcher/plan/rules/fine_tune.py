@@ -35,6 +35,13 @@ def check_fine_tuning(config: Config, found: Findings) -> None:
             "true unless train.unfreeze_at_epoch is set (it keeps BatchNormalization frozen after the unfreeze)",
             "train.unfreeze_at_epoch=<epochs before unfreezing> (or train.unfreeze_batch_norm=true)",
         )
+    if train.unfreeze_fresh_optimizer and train.unfreeze_at_epoch <= 0:
+        found.refuse(
+            "train.unfreeze_fresh_optimizer",
+            train.unfreeze_fresh_optimizer,
+            "false unless train.unfreeze_at_epoch is set (it starts the optimizer afresh at the unfreeze)",
+            "train.unfreeze_at_epoch=<epochs before unfreezing> (or train.unfreeze_fresh_optimizer=false)",
+        )
     if train.unfreeze_at_epoch >= train.epochs > 0 and freeze:
         found.warn(
             f"train.unfreeze_at_epoch={train.unfreeze_at_epoch} is not below train.epochs={train.epochs}: the frozen "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 
 from launcher.config.imports import plugin_choices, plugins
 from launcher.config.models import model_kind
@@ -14,6 +15,7 @@ from launcher.config.schema import Config
 from launcher.config.tasks import (
     ALL_METRICS,
     KERAS_METRICS,
+    LOGGED_AS,
     NO_METRICS,
     TASKS,
     best_model_monitor,
@@ -24,7 +26,9 @@ from launcher.config.tasks import (
     is_import_path,
     is_metric_name,
     known_epoch_metrics,
+    logged_name,
     loss_name,
+    metric_entries,
     metric_names,
     monitor_problems,
     objective,
@@ -88,7 +92,7 @@ def _arguments(tc) -> dict:
     """The keyword arguments the loss and metrics are built with, by what they are for: {"loss": {...},
     "metrics": {name: {...}}}; {} when none has any."""
     loss = component_args(tc.loss)
-    metrics = {component_name(m): component_args(m) for m in tc.metrics or () if component_args(m)}
+    metrics = {logged_name(m): component_args(m) for m in tc.metrics or () if component_args(m)}
     return {k: v for k, v in (("loss", loss), ("metrics", metrics)) if v}
 
 
@@ -267,10 +271,12 @@ def _metrics(requested, found: Findings, task: str, prefix: str) -> list[str]:
             f"[{NO_METRICS}] alone (no metric beside the loss), or metrics without {NO_METRICS}",
             f"{key}=[{NO_METRICS}]",
         )
-    metrics = metric_names(task, requested)
-    wrong = [m for m in metrics if not is_import_path(m) and m in ALL_METRICS and m not in spec.metrics]
-    unknown = [m for m in metrics if m != "loss" and not is_metric_name(m)]
-    kept = [m for m in metrics if m not in wrong and m not in unknown and m != "loss"]
+    metrics = metric_names(task, requested)  # as they log
+    named = [component_name(entry) for entry in metric_entries(task, requested)]  # what each one is
+    wrong = [m for m in named if not is_import_path(m) and m in ALL_METRICS and m not in spec.metrics]
+    unknown = [m for m in named if m != "loss" and not is_metric_name(m)]
+    kept = [m for m in named if m not in wrong and m not in unknown and m != "loss"]
+    _logged_once(metrics, requested, found, key)
     fix = f"{prefix}.metrics=[{','.join(kept) or spec.metrics[0]}]"
     for name in wrong:
         found.refuse(
@@ -301,6 +307,24 @@ def _metrics(requested, found: Findings, task: str, prefix: str) -> list[str]:
             f"drop loss from {prefix}.metrics",
         )
     return kept if (wrong or unknown) else metrics
+
+
+def _logged_once(metrics: list[str], requested, found: Findings, key: str) -> None:
+    """Two metrics logging under one name would overwrite each other: refused, with the `as` that tells them apart."""
+    twice = sorted({name for name in metrics if metrics.count(name) > 1})
+    aliases = [entry.get(LOGGED_AS) for entry in requested if hasattr(entry, "items") and LOGGED_AS in entry]
+    bad = [a for a in aliases if not (isinstance(a, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", a))]
+    if bad:
+        cleaned = re.sub(r"\W+", "_", str(bad[0])).strip("_") or "metric"
+        fix = f"as: {cleaned if cleaned[0].isalpha() else 'm_' + cleaned} in that entry"
+        found.refuse(key, bad, "`as` names of letters, digits and _, from a letter (the name a metric logs under)", fix)
+    if twice:
+        found.refuse(
+            key,
+            [shown(entry) for entry in requested if logged_name(entry) in twice],
+            f"metrics that log under distinct names ({twice} twice: one would overwrite the other)",
+            f"name one with `as` in its entry, e.g. {{name: {twice[0]}, <argument>: <value>, as: {twice[0]}_2}}",
+        )
 
 
 def _loss_weight(value, found: Findings, prefix: str) -> float:
