@@ -241,17 +241,17 @@ def metric_names(task: str, requested) -> list[str]:
     return [logged_name(entry) for entry in metric_entries(task, requested)]
 
 
-def objective(cfg) -> str:
+def objective(config) -> str:
     """`objective=auto` resolved from the task: its headline validation metric when the run logs it, else
     val_loss."""
-    chosen = str(getattr(cfg, "objective", "auto") or "auto")
+    chosen = str(getattr(config, "objective", "auto") or "auto")
     if chosen != "auto":
         return chosen
-    if getattr(cfg.task, "heads", None):
+    if getattr(config.task, "heads", None):
         return "val_loss"  # several heads: the total loss is the one headline they share
-    task = cfg.task.name.value  # a TaskName, in the typed Config and the composed node alike
+    task = config.task.name.value  # a TaskName, in the typed Config and the composed node alike
     headline = TASKS[task].objective
-    logged = ["loss", *metric_names(task, cfg.task.metrics)]
+    logged = ["loss", *metric_names(task, config.task.metrics)]
     return headline if headline.removeprefix("val_") in logged else "val_loss"
 
 
@@ -264,17 +264,17 @@ def lower_is_better(metric: str) -> bool:
     )
 
 
-def best_model_monitor(cfg) -> tuple[str, str] | None:
+def best_model_monitor(config) -> tuple[str, str] | None:
     """What the best model is kept by: (checkpoint.monitor, "min" | "max"), or None ("" = off). monitor=auto is
     the run's objective; mode=auto goes by the metric's name (`lower_is_better`)."""
-    chosen = str(cfg.checkpoint.monitor or "")
+    chosen = str(config.checkpoint.monitor or "")
     if not chosen:
         return None
-    metric = objective(cfg) if chosen == "auto" else chosen
-    mode = getattr(cfg.checkpoint.mode, "value", cfg.checkpoint.mode)
+    metric = objective(config) if chosen == "auto" else chosen
+    mode = config.checkpoint.mode.value  # a MonitorMode
     if mode == "auto":
         mode = "min" if lower_is_better(metric) else "max"
-    return metric, str(mode)
+    return metric, mode
 
 
 def head_metric_names(head: str, task: str, requested) -> list[str]:
@@ -309,11 +309,11 @@ RUN_METRICS = (
 )
 
 
-def monitor_problems(cfg, task: str, known: list[str]) -> list[Violation]:
+def monitor_problems(config, task: str, known: list[str]) -> list[Violation]:
     """Every metric named as a monitor or objective must be one the run logs (`known`)."""
-    tr = cfg.train
-    kept = cfg.checkpoint.monitor if cfg.checkpoint.monitor != "auto" else ""  # auto: the objective, checked next
-    monitors = [("checkpoint.monitor", kept), ("objective", objective(cfg))]
+    tr = config.train
+    kept = config.checkpoint.monitor if config.checkpoint.monitor != "auto" else ""  # auto: the objective, checked next
+    monitors = [("checkpoint.monitor", kept), ("objective", objective(config))]
     if tr.early_stopping.enabled:
         monitors.append(("train.early_stopping.monitor", tr.early_stopping.monitor))
     if tr.reduce_lr_on_plateau.enabled:

@@ -39,26 +39,26 @@ from launcher.train.preprocessing import pixel_scaling
 SPLIT_KEYS = ("validation_split", "test_split", "shuffle_seed", "seed", "num_examples")
 
 
-def evaluate(cfg, run_dir: Path, launch_dir: Path, overrides: list[str]) -> int:
+def evaluate(node, run_dir: Path, launch_dir: Path, overrides: list[str]) -> int:
     """mode=eval / mode=predict in the shell: find the training run, compose its config under this command's
     overrides, evaluate or predict; returns the exit code."""
-    mode = cfg.mode.value
+    mode = node.mode.value
 
     def body() -> OutcomeRecord:
-        train_dir = find_training_run(str(cfg.eval.run), launch_dir, str(cfg.tracking.uri))
-        node = config_of_run(train_dir, cfg, overrides)
-        run_id, metrics = Evaluation(node, train_dir, run_dir, launch_dir, mode).execute()
+        train_dir = find_training_run(str(node.eval.run), launch_dir, str(node.tracking.uri))
+        run_node = config_of_run(train_dir, node, overrides)
+        run_id, metrics = Evaluation(run_node, train_dir, run_dir, launch_dir, mode).execute()
         return OutcomeRecord(status=FINISHED, exit_code=EXIT_FINISHED, run_id=run_id, metrics=metrics, mode=mode)
 
-    return run_in_shell(body, run_dir, mode, bool(cfg.get("tf_logs", False)))
+    return run_in_shell(body, run_dir, mode, bool(node.get("tf_logs", False)))
 
 
-def config_of_run(train_dir: Path, cfg, overrides: list[str]):
+def config_of_run(train_dir: Path, node, overrides: list[str]):
     """The training run's own resolved config (its config.yaml: whatever search path, `--config-dir` or plugin
     composed it), with this command's overrides on top, each value as this command's Hydra composed it (a group
     choice brings its whole section). A multi-worker run is evaluated in this one process."""
     saved = OmegaConf.load(train_dir / CONFIG_FILE)
-    node = _typed_like(saved)
+    run_node = _typed_like(saved)
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o and not o.startswith("hydra.")}
     if saved.strategy.kind == "multi_worker" and not any(k.split(".")[0] == "strategy" for k in given):
         given.add("strategy")  # the workers' cluster is not there to join: this command's strategy
@@ -70,7 +70,7 @@ def config_of_run(train_dir: Path, cfg, overrides: list[str]):
     for key in ("tracking.uri", "checkpoint.directory"):  # written with its credentials hidden: this command's
         if HIDDEN in str(OmegaConf.select(saved, key, default="")):
             given.add(key)
-    presets = [k for k in given if "." not in k and k not in node]  # debug=, experiment=: they set other sections
+    presets = [k for k in given if "." not in k and k not in run_node]  # debug=, experiment=: they set other sections
     if presets:
         chosen = next(o.split("=", 1)[1] for o in overrides if o.lstrip("+~").split("=", 1)[0] == presets[0])
         raise ConfigError.single(
@@ -80,13 +80,13 @@ def config_of_run(train_dir: Path, cfg, overrides: list[str]):
             "name the keys it would set instead, e.g. train.max_validation_steps=1",
         )
     for key in sorted(given, key=lambda k: k.count(".")):
-        value = OmegaConf.select(cfg, key, throw_on_missing=False)
+        value = OmegaConf.select(node, key, throw_on_missing=False)
         if "." in key:
-            OmegaConf.update(node, key, value, merge=False, force_add=True)
-        elif not (isinstance(value, DictConfig) and _option(value) == _option(node[key])):
-            node[key] = value  # another option (its section as this command composed it), or a top-level value
+            OmegaConf.update(run_node, key, value, merge=False, force_add=True)
+        elif not (isinstance(value, DictConfig) and _option(value) == _option(run_node[key])):
+            run_node[key] = value  # another option (its section as this command composed it), or a top-level value
         # else the run's own option named again: its trained values stay; this command's dotted keys apply
-    return node
+    return run_node
 
 
 def _option(section) -> object:

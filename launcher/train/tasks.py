@@ -222,7 +222,11 @@ class Heads:
 
 
 def make_task(
-    cfg, source=None, widths: dict[str, int] | None = None, training: bool = True, activations: dict | None = None
+    task_config,
+    source=None,
+    widths: dict[str, int] | None = None,
+    training: bool = True,
+    activations: dict | None = None,
 ) -> Task | Heads:
     """The task's loss and its metrics (a set for training and one for validation), one Task per head under
     task.heads. Inside the strategy scope. `source` (the data) gives balanced class weights their training
@@ -237,19 +241,19 @@ def make_task(
             return None
         return class_weight_vector(class_weight, key, source, head, _classes(task, widths.get(head or "", 0)))
 
-    if not getattr(cfg, "heads", None):
-        task = _name(cfg.name)
-        weights = weights_of(cfg.class_weight, "task.class_weight", None, task)
+    if not getattr(task_config, "heads", None):
+        task = _name(task_config.name)
+        weights = weights_of(task_config.class_weight, "task.class_weight", None, task)
         names = class_names_of(source, None, _classes(task, widths.get("", 0)))
         shape = (widths.get("", 0), activations.get("", ""))
-        return _task(cfg, "task", "", weights, names, shape)
+        return _task(task_config, "task", "", weights, names, shape)
     heads, loss_weights, trackers = {}, {}, {}
-    for head, hc in cfg.heads.items():
+    for head, hc in task_config.heads.items():
         key = f"task.heads.{head}"
         weights = weights_of(hc.class_weight, f"{key}.class_weight", head, _name(hc.name))
         names = class_names_of(source, head, _classes(_name(hc.name), widths.get(head, 0)))
         shape = (widths.get(head, 0), activations.get(head, ""))
-        heads[head] = _task(hc, key, head, weights, names, shape, cfg.pad_id)
+        heads[head] = _task(hc, key, head, weights, names, shape, task_config.pad_id)
         loss_weights[head] = float(hc.loss_weight)
         trackers[head] = (HeadLoss(name=f"{head}_loss"), HeadLoss(name=f"{head}_loss"))
     order = [h for h in widths if h in heads] if set(heads) <= set(widths) else list(heads)

@@ -11,8 +11,8 @@ from launcher.config.schema import Config
 from launcher.plan.rules.findings import Findings
 
 
-def check_fine_tuning(cfg: Config, found: Findings) -> None:
-    model, train = cfg.model, cfg.train
+def check_fine_tuning(config: Config, found: Findings) -> None:
+    model, train = config.model, config.train
     freeze = list(getattr(model, "freeze", []) or [])
     if train.unfreeze_at_epoch > 0 and not freeze:
         found.refuse(
