@@ -49,6 +49,7 @@ def save_mlflow_model(
             model_config={served_pyfunc.SIGNATURE_KEY: signature},
             signature=_signature(sent, answer),
             input_example=sent,
+            metadata={"inputs": _takes(example)} if not isinstance(sent, pd.DataFrame) else None,
             pip_requirements=[f"tensorflow=={tf.__version__}", "pandas", "numpy"],
         )
     return directory
@@ -67,6 +68,18 @@ def _signature(sent, answer: dict):
     if any(np.ndim(array) > 2 for array in arrays):
         return ModelSignature(inputs=None, outputs=signature.outputs)
     return signature
+
+
+def _takes(example: dict[str, np.ndarray]) -> dict[str, str]:
+    """What each input takes, written in the MLmodel file (`metadata.inputs`) where the signature may name no
+    inputs: `float32 [n, 8, 8, 1], or each example flat: [n, 64]`."""
+    takes = {}
+    for name, array in example.items():
+        array = np.asarray(array)
+        shape = ["n", *array.shape[1:]]
+        flat = f", or each example flat: [n, {int(np.prod(array.shape[1:]))}]" if array.ndim > 2 else ""
+        takes[name] = f"{array.dtype.name} [{', '.join(map(str, shape))}]{flat}"
+    return takes
 
 
 @contextlib.contextmanager

@@ -167,8 +167,9 @@ def test_a_fixed_shape_input_is_taken_nested_or_flat_as_a_csv_row_and_a_wrong_si
     nested = np.arange(12, dtype="float32").reshape(2, 2, 3) / 10
     flat = nested.reshape(2, -1)
     directory = save_mlflow_model(grid, {"inputs": nested}, tmp_path / "mlflow_model", "serving_default")
-    signature = Model.load(str(directory)).signature
-    assert signature.inputs is None and signature.outputs.input_names() == ["values"]
+    written = Model.load(str(directory))
+    assert written.signature.inputs is None and written.signature.outputs.input_names() == ["values"]
+    assert written.metadata["inputs"] == {"inputs": "float32 [n, 2, 3], or each example flat: [n, 6]"}
     model = mlflow.pyfunc.load_model(str(directory))
     want = (nested * np.arange(6).reshape(2, 3)).sum(axis=(1, 2))
     np.testing.assert_allclose(model.predict(nested)["values"], want, rtol=1e-6)
