@@ -14,6 +14,7 @@ so it is kept as well.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -43,11 +44,12 @@ def run_dir_for(mode: object, name: str, reads: str) -> str:
 
 def read_run_dir(reads: str, launch_dir: Path) -> Path:
     """The dir of the run eval.run names, as far as this machine shows it without MLflow; else outputs (the launch
-    writes in outputs/<mode>/<time>): an MLflow run whose dir is not under outputs/runs, or no such run (refused)."""
+    writes in outputs/<mode>/<time>): an MLflow run whose dir is not under outputs/runs, a run dir this user cannot
+    write in (a colleague's, read-only), or no such run (then refused)."""
     found = local_training_run(reads, launch_dir)
     if found is None and RUN_ID.match(reads):
         found = local_run_with_id(reads, launch_dir)
-    return found if found is not None else launch_dir / "outputs"
+    return found if found is not None and os.access(found, os.W_OK) else launch_dir / "outputs"
 
 
 def _note(path: Path) -> None:

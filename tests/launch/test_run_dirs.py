@@ -61,6 +61,12 @@ def test_eval_and_predict_nest_in_the_run_they_read_found_by_name_path_run_id_or
     assert Path(run_dirs.run_dir_for("predict", "x", "b" * 32)) == here / "outputs" / "predict" / "x"
 
 
+def test_an_eval_of_a_run_this_user_cannot_write_in_writes_under_outputs(here, monkeypatch):
+    run = trained(here, "exp1").resolve()  # a colleague's, read-only
+    monkeypatch.setattr(run_dirs.os, "access", lambda path, mode: Path(path).resolve() != run)
+    assert Path(run_dirs.run_dir_for("eval", "x", "exp1")) == here / "outputs" / "eval" / "x"
+
+
 def test_an_eval_nested_in_a_run_is_neither_a_run_eval_finds_nor_one_it_suggests(here):
     run = trained(here, "exp1")
     nested = made(run / "eval" / "2026-12-07" / "16-00-00-000000")
