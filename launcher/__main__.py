@@ -20,6 +20,7 @@ from launcher.config.keys import schema_keys, typo_hints
 from launcher.config.schema import DATASET_SCHEMAS, MODEL_SCHEMAS, Config, register_configs
 from launcher.doctor.doctor_mode import launch as launch_doctor
 from launcher.inference.evaluate import evaluate
+from launcher.launch import run_dirs
 from launcher.launch.train_mode import launch as launch_training
 from launcher.outcome import EXIT_FAILED
 from launcher.supervise.local_workers import local_worker_count, local_workers_attempt
@@ -50,6 +51,7 @@ DEEPEST = 50  # brackets in one override: OmegaConf's nodes recurse per level
 VALUED_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd"}
 
 register_configs()
+run_dirs.register()
 register_help(CONF_DIR)
 _task_started = False
 
@@ -143,6 +145,8 @@ def main(node: DictConfig) -> float | None:
         dict(hydra_config.runtime.choices),
     )
     code = MODES[mode](node, at)
+    if run_dirs.leaves_no_run_dir(mode, bool(node.get("explain")), code):
+        run_dirs.discard_new_run_dir(at.run_dir)
     if code:
         sys.exit(code)
     return None

@@ -4,6 +4,10 @@
     python -m launcher mode=eval eval.run=exp1 eval.model=best      ... of its best model
     python -m launcher mode=predict eval.run=exp1 eval.split=val    predictions.npz, also an MLflow artifact
 
+Each writes in a dir of its own inside the run it reads, outputs/runs/exp1/<eval or predict>/<name or timestamp>/
+(`launcher.launch.run_dirs`): its console.log, outcome.json and predictions; an `eval.output=` given on the command
+line is a path from where the command runs.
+
 The config is the training run's own (its resolved `<run dir>/config.yaml`, whatever search path composed it) with
 this command's overrides on top, so the same data, task, precision and strategy are used unless changed here.
 Evaluation runs the training engine's evaluation loop (every example, metrics summed over replicas) under
@@ -48,6 +52,8 @@ def evaluate(node, run_dir: Path, launch_dir: Path, overrides: list[str]) -> int
     def body() -> OutcomeRecord:
         train_dir = find_training_run(str(node.eval.run), launch_dir, str(node.tracking.uri))
         run_node = config_of_run(train_dir, node, overrides)
+        if any(o.lstrip("+~").split("=", 1)[0] == "eval.output" for o in overrides):
+            run_node.eval.output = str(launch_dir / Path(str(run_node.eval.output)).expanduser())  # a path from here
         run_id, metrics = Evaluation(run_node, train_dir, run_dir, launch_dir, mode).execute()
         return OutcomeRecord(status=FINISHED, exit_code=EXIT_FINISHED, run_id=run_id, metrics=metrics, mode=mode)
 
@@ -141,6 +147,7 @@ class Evaluation:
             problems.extend(self._test_split_problems())
         raise_if_any(problems)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / config.eval.output).parent.mkdir(parents=True, exist_ok=True)  # eval.output=results/p.csv
         if split == "input":
             print(f"{self.mode}: {self.model_path} on {config.eval.input}", flush=True)
         else:
@@ -156,6 +163,7 @@ class Evaluation:
         run_id = self._track(metrics, files, split)
         for key, value in metrics.items():
             print(f"  {key:<20} {value:.4f}")
+        print(f"  {self.mode} run dir: {self.run_dir}", flush=True)
         return run_id, metrics
 
     def _model_path(self, problems: list) -> Path | None:

@@ -29,6 +29,7 @@ Modules:
     remote: `checkpoint.directory=s3://...` (any fsspec URL): checkpoints that outlive the machine
     restore: the restore step: resume from the run's checkpoints where the Plan says
     review: every check of a config and its data before anything is written, in one list
+    run_dirs: where a launch's run dir is (eval, predict: inside the run read); explain and refusals leave none
     shell: the one shell around every mode run in a run dir (lock, logs, exit codes, outcome.json)
     step_timing: the child process of `tune=auto`: every candidate step built and timed
     stopping: what may stop a fit before its end: signals, the numerics guard, each stop's `Ending`

@@ -25,6 +25,7 @@ from launcher.launch.hooks.assembly import FitHooks, hooks_for
 from launcher.launch.mlflow_run import open_mlflow_run
 from launcher.launch.preflight import checkpoint_directory, preflight, settings_of
 from launcher.launch.restore import restore
+from launcher.launch.run_dirs import is_new
 from launcher.launch.stopping import numerics_guard, preemption_guard, requeue_job, stop_context
 from launcher.outcome import OutcomeRecord
 from launcher.plan.resume import layout_of
@@ -59,7 +60,9 @@ class TrainingLaunch:
     def execute(self) -> OutcomeRecord:
         self.prepare()
         if self.context.config.explain:
-            print(f"\nexplain=true: nothing trained. Plan written to {self.context.run_dir / PLAN_FILE}")
+            run_dir = self.context.run_dir
+            kept = "no run dir kept" if is_new(run_dir) else f"Plan written to {run_dir / PLAN_FILE}"
+            print(f"\nexplain=true: nothing trained; {kept}.")
             return OutcomeRecord(FINISHED, EXIT_FINISHED, plan=self.context.plan, run_dir=self.context.run_dir)
         self.build()
         self.restore()

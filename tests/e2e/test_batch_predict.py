@@ -1,7 +1,9 @@
 """Batch predictions by the real CLI: a tiny digits run trained, then `python -m launcher mode=predict
 eval.input=<a CSV of features>` in a process of its own writes predictions.parquet with the CSV's ids, the answer
 of the SavedModel it exported (`launcher.inference.batch_predict`), logged to MLflow; a CSV missing a column the model
-needs is refused (exit 2) naming the missing and present columns, leaving no predictions and no MLflow run."""
+needs is refused (exit 2) naming the missing and present columns, leaving no predictions and no MLflow run. Without
+hydra.run.dir, a predict writes in the run it read (<run>/predict/<time>/) and an eval.output given lands where the
+command runs (`launcher.launch.run_dirs`)."""
 
 from __future__ import annotations
 
@@ -83,3 +85,21 @@ def test_predict_a_csv_writes_the_savedmodel_s_answer_to_parquet_and_refuses_a_m
     assert "missing: inputs_60..inputs_63 (4); present: id, label, inputs_0..inputs_59 (60)" in refused.stderr
     assert not (tmp_path / "refused" / "predictions.parquet").exists()
     assert len([r for r in runs_in(db) if r.data.tags.get("launcher.mode") == "predict"]) == 1
+
+    # Without hydra.run.dir: in a dir of its own inside the run it read; eval.output given is a path from here.
+    mine = launcher_here(
+        [
+            f"tracking.uri={store(db)}",
+            "mode=predict",
+            "eval.run=train",
+            "eval.input=digits.csv",
+            "eval.output=mine/p.csv",
+        ],
+        tmp_path,
+    )
+    assert mine.returncode == 0, mine.stderr[-3000:]
+    assert pcsv.read_csv(tmp_path / "mine" / "p.csv").num_rows == ROWS
+    (nested,) = (tmp_path / "train" / "predict").glob("*/*")  # <date>/<time>
+    assert {"batch.json", "console.log", "outcome.json", "saved_model"} <= {p.name for p in nested.iterdir()}
+    assert f"predict run dir: {nested}" in mine.stdout
+    assert not (tmp_path / "outputs").exists()

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from support.cli import run_python
 from support.config import TINY
-from support.tracking import runs_in
+from support.tracking import runs_in, store
 
 
 def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
@@ -284,16 +284,35 @@ def test_a_continued_run_keeps_autos_choices_applies_what_may_change_and_refuses
     assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [0, 1]
 
 
-def test_resuming_with_a_different_model_is_refused(cli_here, tmp_path):
-    assert cli_here(*TINY, "precision=fp32", "train.epochs=1").returncode == 0
-    other = cli_here("model=cnn", "precision=fp32", "train.epochs=2")
+def test_resuming_with_a_different_model_is_refused(launcher_here, tmp_path):
+    """A named run (outputs/runs/exp, `launcher.launch.run_dirs`): its refused resumes keep its dir and everything in
+    it, their refusals appended to its console.log."""
+
+    def named(*overrides: str):
+        return launcher_here([f"tracking.uri={store(tmp_path / 'mlflow.db')}", "name=exp", *overrides], tmp_path)
+
+    assert named(*TINY, "precision=fp32", "train.epochs=1").returncode == 0
+    other = named("model=cnn", "precision=fp32", "train.epochs=2")
     assert other.returncode == 2
     assert "model.name='cnn': expected the value this run started with, mlp" in other.stderr
     assert "checkpoint.resume=never to start it over" in other.stderr
-    wider = cli_here("model.hidden_units=[48]", "precision=fp32", "train.epochs=2")
+    wider = named("model.hidden_units=[48]", "precision=fp32", "train.epochs=2")
     assert wider.returncode == 2
     assert "model.hidden_units=[48]: expected the value this run started with, [32]" in wider.stderr
-    assert list((tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))
+    run = tmp_path / "outputs" / "runs" / "exp"
+    assert list((run / "checkpoints").glob("ckpt-*.index"))
+    assert {"model.keras", "plan.yaml", "config.yaml", "mlflow_run.json"} <= {p.name for p in run.iterdir()}
+    assert "expected the value this run started with, [32]" in (run / "console.log").read_text()
+
+
+def test_explain_and_a_refused_launch_leave_no_run_dir(launcher_here, tmp_path):
+    tracking = f"tracking.uri={store(tmp_path / 'mlflow.db')}"
+    explained = launcher_here([tracking, "explain=true", *TINY], tmp_path)
+    assert explained.returncode == 0, explained.stderr[-2000:]
+    assert "explain=true: nothing trained; no run dir kept." in explained.stdout
+    refused = launcher_here([tracking, "precision=mixed", "loss_scale=none"], tmp_path)
+    assert refused.returncode == 2 and "fix: loss_scale=dynamic" in refused.stderr
+    assert not (tmp_path / "outputs").exists()
 
 
 # ------------------------------------------------------------ exit codes

@@ -133,7 +133,10 @@ def test_example_project_trains_from_its_readme_then_evaluates_and_predicts(proj
         project,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    saved = np.load(project / "outputs" / "runs" / "predict-baseline" / "predictions.npz")
+    # eval.output given is a path from where the command ran; the predict's own dir is inside the run it read.
+    saved = np.load(project / "predictions.npz")
+    assert (run_dir / "predict" / "predict-baseline" / "console.log").is_file()
+    assert not (project / "outputs" / "runs" / "predict-baseline").exists()
     # The served answer (probabilities, label) beside the split's label (target), numbered by row.
     assert sorted(saved) == ["label", "probabilities", "row", "target"]
     assert saved["probabilities"].shape == (143, 2) and saved["row"].tolist() == list(range(143))
