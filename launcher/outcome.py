@@ -77,6 +77,7 @@ class OutcomeRecord:
     result: FitResult | None = _in_process()  # None: nothing trained (explain=true, or the fit failed)
     run_dir: Path | None = _in_process()
     model: Any = _in_process()  # the trained Keras model
+    explained: Any = _in_process()  # True: explain=true, nothing ran: no record is written (the run's stays)
 
     @classmethod
     def of_fit(cls, ending: Ending, result: FitResult | None, stop_reason: str | None, **given) -> OutcomeRecord:

@@ -101,8 +101,9 @@ def preflight(config: Config, settings: dict, run_dir: Path, launch_dir: Path) -
         _check_tracking_server(config, prepared, problems, launch_dir)
     raise_if_any(problems)
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_plan(prepared.plan, run_dir)
-    write_text_atomic(run_dir / CONFIG_FILE, OmegaConf.to_yaml(settings))
+    if not (config.explain and (run_dir / PLAN_FILE).exists()):  # an explain never writes over a run's own Plan
+        save_plan(prepared.plan, run_dir)
+        write_text_atomic(run_dir / CONFIG_FILE, OmegaConf.to_yaml(settings))
     if tune_record is not None:
         copy_table(config, env, run_dir / TUNING_FILE)
     show_plan(prepared.plan, prepared.plan.render(whole=config.explain))  # explain: the Plan is what was asked

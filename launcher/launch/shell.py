@@ -47,7 +47,8 @@ def run_in_shell(
             with transcript(run_dir / CONSOLE_FILE):
                 record = _guarded(whole, mode)
             try:
-                record.write(run_dir)
+                if _writes_record(record, run_dir):
+                    record.write(run_dir)
             except OSError as err:  # a full disk: the record is what sweeps and supervisors read, so this failed
                 print(
                     f"\nERROR: {OUTCOME_FILE} could not be written in {run_dir} ({err.strerror or err}); the launch "
@@ -60,6 +61,20 @@ def run_in_shell(
     except RunDirBusy as err:  # another launch owns the run dir: write nothing there
         print(f"\n{err}\n", file=sys.stderr, flush=True)
         return EXIT_REFUSED
+
+
+def _writes_record(record: OutcomeRecord, run_dir: Path) -> bool:
+    """Whether this launch's record replaces the run dir's: not an explain (nothing ran), and not a refusal where
+    the run's training finished (it stays the finished run that eval, init_from and a rerun find; the refusal is in
+    its console.log)."""
+    if record.explained:
+        return False
+    if record.status == REFUSED:
+        earlier = OutcomeRecord.read(run_dir)
+        if earlier is not None and earlier.finished_training:
+            print(f"The run's own record ({OUTCOME_FILE}: its training finished) is kept.", file=sys.stderr, flush=True)
+            return False
+    return True
 
 
 def _guarded(body: Callable[[], OutcomeRecord], mode: str) -> OutcomeRecord:

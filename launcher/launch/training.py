@@ -58,12 +58,21 @@ class TrainingLaunch:
         self.context = replace(self.context, **changes)
 
     def execute(self) -> OutcomeRecord:
+        run_dir = self.context.run_dir
+        planned_before = (run_dir / PLAN_FILE).exists()  # an explain keeps a run's own Plan (preflight)
         self.prepare()
         if self.context.config.explain:
-            run_dir = self.context.run_dir
-            kept = "no run dir kept" if is_new(run_dir) else f"Plan written to {run_dir / PLAN_FILE}"
+            kept = (
+                "no run dir kept"
+                if is_new(run_dir)
+                else f"the run's own {run_dir / PLAN_FILE} kept (not written over)"
+                if planned_before
+                else f"Plan written to {run_dir / PLAN_FILE}"
+            )
             print(f"\nexplain=true: nothing trained; {kept}.")
-            return OutcomeRecord(FINISHED, EXIT_FINISHED, plan=self.context.plan, run_dir=self.context.run_dir)
+            return OutcomeRecord(
+                FINISHED, EXIT_FINISHED, plan=self.context.plan, run_dir=self.context.run_dir, explained=True
+            )
         self.build()
         self.restore()
         self.agree()

@@ -303,6 +303,17 @@ def test_resuming_with_a_different_model_is_refused(launcher_here, tmp_path):
     assert list((run / "checkpoints").glob("ckpt-*.index"))
     assert {"model.keras", "plan.yaml", "config.yaml", "mlflow_run.json"} <= {p.name for p in run.iterdir()}
     assert "expected the value this run started with, [32]" in (run / "console.log").read_text()
+    # The refusals kept the finished run's record (they wrote REFUSED over it: no eval, init_from or rerun found it
+    # finished any more); an explain writes no record and never over the run's Plan (its pins for a resume).
+    from launcher.outcome import OutcomeRecord
+
+    assert OutcomeRecord.read(run).finished_training
+    written = {name: (run / name).read_bytes() for name in ("plan.yaml", "config.yaml", "outcome.json")}
+    explained = named("explain=true", *TINY, "precision=fp32", "train.epochs=3")
+    assert explained.returncode == 0 and "plan.yaml kept (not written over)" in explained.stdout
+    assert {name: (run / name).read_bytes() for name in written} == written
+    again = named(*TINY, "precision=fp32", "train.epochs=1")
+    assert again.returncode == 0 and "Nothing to train" in again.stdout, again.stdout[-2000:]
 
 
 def test_explain_and_a_refused_launch_leave_no_run_dir(launcher_here, tmp_path):
