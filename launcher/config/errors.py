@@ -38,6 +38,15 @@ class ConfigError(Exception):
         return cls([Violation(key, value, expected, fix, detail=detail)])
 
 
+class FailsUnderMixedPolicy(ConfigError):
+    """A builder that fails under the mixed `policy` and runs under float32: refused when the precision was asked
+    for by name, decided again when precision=auto chose it (`launcher.launch.building`)."""
+
+    def __init__(self, violations: Sequence[Violation], policy: str):
+        super().__init__(violations)
+        self.policy = policy
+
+
 def raise_if_any(violations: Iterable[Violation]) -> None:
     found = list(violations)
     if found:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.config.errors import ConfigError, raise_if_any
+from launcher.config.errors import ConfigError, FailsUnderMixedPolicy, raise_if_any
 from launcher.config.tasks import epoch_metrics, known_epoch_metrics, monitor_problems
 from launcher.export.trained import check_exports
 from launcher.launch.preflight import Prepared, save_plan, show_plan
@@ -33,21 +33,32 @@ class UncompilableModel(Exception):
 def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path, checkpoint_dir: Path) -> tuple:
     """(the Built model, the Plan with its records, model.freeze's Freezer or None). model.adapt's layers are
     adapted first, on the training split, or read back from `checkpoint_dir` when the run resumes. A model xla=auto
-    chose XLA for that holds layers XLA cannot compile is built again under the Plan decided again with that fact
-    (auto never keeps what the model cannot run)."""
-    try:
-        return _build_once(config, plan, prepared, run_dir, checkpoint_dir)
-    except UncompilableModel as found:
-        plan = decided_again(config, prepared, plan, uncompilable_layers=found.layers)
+    chose XLA for that holds layers XLA cannot compile, or a builder that fails under the mixed policy
+    precision=auto chose and runs under float32, is built again under the Plan decided again with that fact (auto
+    never keeps what the model cannot build or run)."""
+    facts: dict = {}
+    for _ in range(3):  # at most one fact of each kind is learnt
+        try:
+            return _build_once(config, plan, prepared, run_dir, checkpoint_dir)
+        except UncompilableModel as found:
+            if "uncompilable_layers" in facts:
+                raise RuntimeError(f"the Plan decided again still compiles {found}") from None
+            facts["uncompilable_layers"] = found.layers
+        except FailsUnderMixedPolicy as found:
+            if "float32_builder" in facts or not plan.precision.reason("name").startswith("precision=auto"):
+                raise  # asked for by name: refused, with precision=fp32 as the fix
+            facts["float32_builder"] = found.policy
+        plan = decided_again(config, prepared, plan, **facts)
         step = plan.step
         show_plan(
             plan,
-            f"Plan decided again, from the built model:\n  xla  {step.xla}  {step.reason('xla')}\n  step  {step.kind}"
+            f"Plan decided again, from the built model:\n  precision  {plan.precision.name}  "
+            f"{plan.precision.reason('name')}\n  xla  {step.xla}  {step.reason('xla')}\n  step  {step.kind}"
             f"\n  train.steps_per_epoch  {plan.schedule.steps_per_epoch}",
         )
         save_plan(plan, run_dir)
         reseed(config.seed)  # the model built again starts from the seed, as one built once does
-        return _build_once(config, plan, prepared, run_dir, checkpoint_dir)
+    raise RuntimeError("the model was built three times and the Plan still changed")
 
 
 def _build_once(config, plan: Plan, prepared: Prepared, run_dir: Path, checkpoint_dir: Path) -> tuple:

@@ -7,7 +7,8 @@ adapted preprocessing layers beside them are built for float32; a model holding 
 `supports_jit=False` (IntegerLookup or Hashing on ids) cannot be compiled by XLA either. The launch loads the data
 after the first resolve (TensorFlow's devices must be set before), finds these facts and resolves again with them;
 the built model's layers are known once it is built, and a launch where `xla=auto` chose XLA for such a model
-resolves again and builds again (`launcher.launch.building`). The Plan records why `auto` kept off what the model
+(or `precision=auto` a mixed policy for a builder that fails under it and runs under float32) resolves again and
+builds again (`launcher.launch.building`). The Plan records why `auto` kept off what the model
 cannot run.
 """
 
@@ -22,6 +23,7 @@ class DataFacts:
 
     string_inputs: tuple[str, ...] = ()  # inputs that are strings, by feature name (`inputs` for one array)
     uncompilable_layers: tuple[str, ...] = ()  # the built model's layers Keras marks supports_jit=False, by name
+    float32_builder: str = ""  # the mixed policy the builder failed under while it runs under float32 ("" none)
 
     @property
     def strings(self) -> str:

@@ -8,7 +8,7 @@ outputs are matched against task.heads by `launcher.train.build.check_heads`).
 
 from __future__ import annotations
 
-from launcher.config.errors import ConfigError
+from launcher.config.errors import ConfigError, FailsUnderMixedPolicy
 from launcher.config.imports import check_call, configured_path, import_component
 from launcher.config.raised import told
 from launcher.train.model_io import ModelSpec
@@ -52,14 +52,17 @@ def build(model_config, source, adapted: dict | None = None):
     except ConfigError:
         raise
     except Exception as err:
-        raise ConfigError.single(
+        fix = _policy_fix(function, spec, model_config)
+        refusal = ConfigError.single(
             key,
             path,
             "a builder that runs (it raised the error below)",
-            _policy_fix(function, spec, model_config)
-            or "fix the builder where it raised (call it in Python on the same spec for the whole traceback)",
+            fix or "fix the builder where it raised (call it in Python on the same spec for the whole traceback)",
             detail=told(err, function),
-        ) from None
+        )
+        if fix:
+            raise FailsUnderMixedPolicy(refusal.violations, keras.mixed_precision.global_policy().name) from None
+        raise refusal from None
     if not isinstance(model, keras.Model):
         raise ConfigError.single(
             key,

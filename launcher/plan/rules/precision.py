@@ -25,10 +25,17 @@ def auto_precision(env: Environment) -> tuple[str, str]:
 
 
 def strings_keep_float32(facts: DataFacts) -> tuple[str, str] | None:
-    """precision=auto for a model of string inputs: float32, and why (None: the inputs are numbers)."""
+    """precision=auto for a model of string inputs, or whose builder runs under float32 only: float32, and why
+    (None: neither)."""
+    float32 = next(p for p in PRECISIONS.values() if not p.mixed)
+    if facts.float32_builder and not facts.string_inputs:
+        return float32.name, (
+            f"precision=auto: the builder fails under {facts.float32_builder} and runs under float32 (what it adapts "
+            "or builds needs float32), so auto keeps float32; or give those layers dtype='float32' and ask for "
+            "another precision by name"
+        )
     if not facts.string_inputs:
         return None
-    float32 = next(p for p in PRECISIONS.values() if not p.mixed)
     return float32.name, (
         f"precision=auto: the model takes string inputs ({facts.strings}): the lookup layers that read them, and "
         "what a builder adapts beside them, are Keras's float32 preprocessing (under mixed_bfloat16 FeatureSpace "
