@@ -4,10 +4,10 @@ moment, without loading TensorFlow.
 The same command again after a run finished (a named run, a script run twice) used to load TensorFlow, build the
 model, restore the checkpoint, reopen the MLflow run and export everything again to train nothing (40 s for the
 default job). When the run dir's outcome.json says its training finished, its config.yaml holds exactly these
-settings, its checkpoint and exports (a person's own formats' files too) are on disk and no tracking outage left writes to deliver, the launch says
-so, prints the Done block from what the run recorded and ends FINISHED. Anything else (a changed setting such as
-more epochs or another export format, a failed export, a deleted file) takes the whole launch, which resumes,
-trains what is left and exports.
+settings, its checkpoint and exports (a person's own formats' files too) are on disk and no tracking outage left
+writes to deliver, the launch says so, prints the Done block from what the run recorded and ends FINISHED. Anything
+else (a changed setting such as more epochs or another export format, a failed export, a deleted file) takes the
+whole launch, which resumes, trains what is left and exports.
 """
 
 from __future__ import annotations
