@@ -3,9 +3,9 @@
 
 Drawn once at the launch's end, whatever ended it (a failed or stopped run draws what it trained), from the epoch
 logs the launch already holds (`hooks.history`: a resumed run's earlier epochs come back with its checkpoint's
-sidecar), never from an MLflow query. matplotlib is loaded already in a training process (TensorFlow imports it);
-the drawing itself costs ~0.1 CPU-s (no layout engine, no pyplot). A sweep's parent run has its own plots
-(`launcher.sweep.summary`).
+sidecar), never from an MLflow query; one epoch (debug=fast) is a point, not a curve: none is drawn. matplotlib is
+loaded already in a training process (TensorFlow imports it); the drawing costs ~0.1 CPU-s (no layout engine, no
+pyplot). A sweep's parent run has its own plots (`launcher.sweep.summary`).
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ def draw(panels: dict, path: Path) -> None:
 
 
 def write_curves(context, history: list[dict]) -> Path | None:
-    """The chief's curves.png in the run dir, logged to the run's MLflow artifacts; None when no epoch was logged
-    (or on another worker). A picture never fails a run: a drawing error is a warning."""
-    if not context.plan.is_chief:
-        return None
+    """The chief's curves.png in the run dir, logged to the run's MLflow artifacts; None when fewer than two epochs
+    were logged (or on another worker). A picture never fails a run: a drawing error is a warning."""
+    if not context.plan.is_chief or len({logs.get("epoch") for logs in history}) < 2:
+        return None  # one epoch is a point, not a curve (debug=fast): its numbers are on the console
     panels = series(history, [m.name for m in context.built.task.train_metrics])
     if not panels:
         return None

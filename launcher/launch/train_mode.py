@@ -14,6 +14,7 @@ from omegaconf import DictConfig, open_dict
 from launcher.config.errors import ConfigError
 from launcher.config.schema import Config, to_config
 from launcher.config.strategies import strategy_of
+from launcher.files import OUTCOME_FILE
 from launcher.launch.finished import finished_already, nothing_to_do
 from launcher.launch.shell import run_in_shell
 from launcher.outcome import OutcomeRecord
@@ -48,6 +49,8 @@ def _finished_already(node: DictConfig, run_dir: Path, launch_dir: Path) -> tupl
     """A one-process training whose run finished with these same settings (`launcher.launch.finished`)."""
     from launcher.launch.preflight import checkpoint_directory, settings_of  # fsspec, numpy: not to route
 
+    if not (run_dir / OUTCOME_FILE).is_file():  # a new run dir (every timestamped one): nothing finished in it
+        return None
     if not strategy_of(node.strategy.kind).single_process or local_worker_count(node.strategy):
         return None
     try:

@@ -50,6 +50,7 @@ def test_the_chief_writes_curves_png_in_the_run_dir_and_logs_it(tmp_path, capsys
     assert [p.name for p in tmp_path.iterdir()] == ["curves.png"]  # nothing half-written left beside it
     assert write_curves(launch(tmp_path / "worker", chief=False), HISTORY) is None  # the chief's alone
     assert write_curves(launch(tmp_path / "none"), []) is None  # no epoch: no picture
+    assert write_curves(launch(tmp_path / "none"), HISTORY[:1]) is None  # one epoch: a point, not a curve
 
 
 def test_a_picture_that_cannot_be_drawn_is_a_warning_not_a_failed_run(tmp_path, capsys):
