@@ -47,10 +47,10 @@ def launch(node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | No
 
 def _finished_already(node: DictConfig, run_dir: Path, launch_dir: Path) -> tuple[Config, OutcomeRecord, Path] | None:
     """A one-process training whose run finished with these same settings (`launcher.launch.finished`)."""
-    from launcher.launch.preflight import checkpoint_directory, settings_of  # fsspec, numpy: not to route
-
     if not (run_dir / OUTCOME_FILE).is_file():  # a new run dir (every timestamped one): nothing finished in it
         return None
+    from launcher.launch.preflight import checkpoint_directory, settings_of  # fsspec, numpy: not to route
+
     if not strategy_of(node.strategy.kind).single_process or local_worker_count(node.strategy):
         return None
     try:
