@@ -32,6 +32,8 @@ STOP_FILE = "sweep_stopped.json"
 RUN_FILE = "mlflow_run.json"
 # What a launch showed on its console (each launch appended), also the MLflow run's artifact of that name.
 CONSOLE_FILE = "console.log"
+# The run's curves (loss and metrics by epoch, train and val), also among its MLflow artifacts.
+CURVES_FILE = "curves.png"
 
 
 def read_json(path: Path, default: Any = None) -> Any:

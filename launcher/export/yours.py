@@ -19,13 +19,14 @@ from launcher.config.errors import ConfigError
 from launcher.config.exports import EXPORT_FORMATS, yours
 from launcher.config.imports import import_component
 from launcher.config.raised import told
-from launcher.files import written_aside
+from launcher.files import CURVES_FILE, written_aside
 
 WANTED = "an export writer: an object or class with `written` (the file it writes) and `write(model, path)`"
 # What a launch writes in the run dir itself: a writer's file may not replace one of these.
 LAUNCHERS_OWN = frozenset(
     {f.written for f in EXPORT_FORMATS.values()}
     | {"best.keras", "mlflow_model", "checkpoints", "plan.yaml", "config.yaml", "outcome.json", "console.log"}
+    | {CURVES_FILE}
 )
 
 

@@ -13,6 +13,7 @@ Modules:
     checkpoint_policy: when to save: the checkpoint save rule as pure arithmetic on the position
     checkpointer: checkpoints a run can bet on: exact resume, keep-N, best model, verified restores
     context: what the launch steps share: the config, the Plan, what each step found (`LaunchContext`)
+    curves: the run's curves (loss and metrics by epoch, train and val) as curves.png, in MLflow too
     faults: test-only fault injection: stop or break a run at one exact point
     done: the Done block a training ends with: the best epoch, the exports, the run id and how to serve it
     finished: a finished run launched again with the same settings: nothing to train or export, no TensorFlow

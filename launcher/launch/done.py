@@ -29,6 +29,7 @@ class DoneFacts:
     best: dict = field(default_factory=dict)  # BestModelHook.best: monitor, mode, value, epoch (0-based)
     best_file: Path | None = None  # best.keras, else the best/ checkpoint
     exported: dict[str, Path] = field(default_factory=dict)  # name -> path
+    curves: Path | None = None  # curves.png: loss and metrics by epoch
     run_id: str | None = None
     tracking_uri: str = ""
     mlflow_model: str | None = None  # the MLflow model's artifact path in the run
@@ -51,6 +52,8 @@ def done_lines(facts: DoneFacts) -> list[str]:
             lines.append(f"  {key:<{WIDTH}} {readable(facts.final[key])}")
     for name, path in facts.exported.items():
         lines.append(f"  {'exported ' + name:<{WIDTH}} {path}")
+    if facts.curves:
+        lines.append(f"  {'curves':<{WIDTH}} {facts.curves}")
     lines.append(f"  {'run dir':<{WIDTH}} {facts.run_dir}")
     if facts.run_id:
         lines.append(f"  {'MLflow run id':<{WIDTH}} {facts.run_id}")

@@ -12,9 +12,10 @@ from launcher.launch.context import LaunchContext
 from launcher.launch.done import DoneFacts, done_lines
 
 
-def finish(context: LaunchContext, result: FitResult, engine, best) -> str | None:
+def finish(context: LaunchContext, result: FitResult, engine, best, curves: Path | None = None) -> str | None:
     """Export the model (and the best one) to the run dir and MLflow, check the workers' weights agree, test the
-    model (train.test_at_end) and print the Done block. Returns the final weights' digest (multi-worker)."""
+    model (train.test_at_end) and print the Done block (with the run's `curves`). Returns the final weights' digest
+    (multi-worker)."""
     plan, built, tracker = context.plan, context.built, context.tracker
     exported = best.exported if best else None
     exports = export_trained(
@@ -32,6 +33,7 @@ def finish(context: LaunchContext, result: FitResult, engine, best) -> str | Non
         best=dict(best.best) if best and chief else {},
         best_file=_best_file(best, context) if chief else None,
         exported=exports.written,
+        curves=curves,
         run_id=tracker.run_id if chief else None,
         tracking_uri=tracker.uri,
         mlflow_model=exports.mlflow_model,

@@ -4,10 +4,10 @@ moment, without loading TensorFlow.
 The same command again after a run finished (a named run, a script run twice) used to load TensorFlow, build the
 model, restore the checkpoint, reopen the MLflow run and export everything again to train nothing (40 s for the
 default job). When the run dir's outcome.json says its training finished, its config.yaml holds exactly these
-settings, its checkpoint and exports are on disk and no tracking outage left writes to deliver, the launch says
-so, prints the Done block from what the run recorded and ends FINISHED. Anything else (a changed setting such as
-more epochs or another export format, a failed export, a deleted file) takes the whole launch, which resumes,
-trains what is left and exports.
+settings, its checkpoint and exports (a person's own formats' files too) are on disk and no tracking outage left
+writes to deliver, the launch says so, prints the Done block from what the run recorded and ends FINISHED. Anything
+else (a changed setting such as more epochs or another export format, a failed export, a deleted file) takes the
+whole launch, which resumes, trains what is left and exports.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from pathlib import Path
 
 import yaml
 
+from launcher.config.errors import ConfigError
 from launcher.config.exports import EXPORT_FORMATS
 from launcher.config.schema import Config
+from launcher.export.yours import writer
 from launcher.files import CONFIG_FILE, RUN_FILE, read_json
 from launcher.launch.done import DoneFacts, done_lines
 from launcher.launch.remote import is_remote
@@ -43,7 +45,11 @@ def finished_already(config: Config, settings: dict, run_dir: Path, checkpoints:
         return None
     if not (checkpoints / "checkpoint").is_file() or (run_dir / PENDING_FILE).exists():
         return None
-    if any(not path.exists() for path in exported_files(config, run_dir).values()):
+    try:
+        exported = exported_files(config, run_dir)
+    except ConfigError:  # a person's export writer that cannot be made: the whole launch refuses it, saying why
+        return None
+    if any(not path.exists() for path in exported.values()):
         return None
     if config.tracking.enabled and not record.run_id:
         return None
@@ -54,7 +60,8 @@ def finished_already(config: Config, settings: dict, run_dir: Path, checkpoints:
 
 
 def exported_files(config: Config, run_dir: Path) -> dict[str, Path]:
-    """The files a finished run with this config left in its run dir: model.keras, best.keras, export.formats'."""
+    """The files a finished run with this config left in its run dir: model.keras, best.keras, export.formats' (a
+    person's own format: the file its writer names; ConfigError when it cannot be made)."""
     if not config.checkpoint.export_model:
         return {}
     files = {"model.keras": run_dir / "model.keras"}
@@ -63,6 +70,8 @@ def exported_files(config: Config, run_dir: Path) -> dict[str, Path]:
     for name in config.export.formats:
         if name in EXPORT_FORMATS and name != "keras":
             files[name] = run_dir / EXPORT_FORMATS[name].written
+        elif name not in EXPORT_FORMATS:  # a person's own format: the file its writer names
+            files[name] = run_dir / writer(name).written
     return files
 
 

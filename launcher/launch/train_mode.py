@@ -14,6 +14,7 @@ from omegaconf import DictConfig, open_dict
 from launcher.config.errors import ConfigError
 from launcher.config.schema import Config, to_config
 from launcher.config.strategies import strategy_of
+from launcher.files import OUTCOME_FILE
 from launcher.launch.finished import finished_already, nothing_to_do
 from launcher.launch.shell import run_in_shell
 from launcher.outcome import OutcomeRecord
@@ -46,6 +47,8 @@ def launch(node: DictConfig, run_dir: Path, launch_dir: Path, choices: dict | No
 
 def _finished_already(node: DictConfig, run_dir: Path, launch_dir: Path) -> tuple[Config, OutcomeRecord, Path] | None:
     """A one-process training whose run finished with these same settings (`launcher.launch.finished`)."""
+    if not (run_dir / OUTCOME_FILE).is_file():  # a new run dir (every timestamped one): nothing finished in it
+        return None
     from launcher.launch.preflight import checkpoint_directory, settings_of  # fsspec, numpy: not to route
 
     if not strategy_of(node.strategy.kind).single_process or local_worker_count(node.strategy):

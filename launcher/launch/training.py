@@ -20,6 +20,7 @@ from launcher.files import PLAN_FILE
 from launcher.launch.agree import agree_on_plan
 from launcher.launch.building import build_model
 from launcher.launch.context import LaunchContext
+from launcher.launch.curves import write_curves
 from launcher.launch.finish import finish
 from launcher.launch.hooks.assembly import FitHooks, hooks_for
 from launcher.launch.mlflow_run import open_mlflow_run
@@ -117,7 +118,7 @@ class TrainingLaunch:
 
         c = self.context
         config, plan, restored, tracker = c.config, c.plan, c.restored, c.tracker
-        result = stop_reason = digest = None
+        result = stop_reason = digest = curves = None
         ending = Ending(FAILED, EXIT_FAILED)
         with preemption_guard(config, plan) as guard:
             hooks = hooks_for(c, guard)
@@ -138,7 +139,8 @@ class TrainingLaunch:
                 stop_reason = tags["stop_reason"]
                 tracker.set_tags(tags)
                 guard.finishing = True
-                digest = finish(c, result, engine, hooks.best)
+                curves = write_curves(c, hooks.history.history)
+                digest = finish(c, result, engine, hooks.best, curves)
                 ending = Ending(FINISHED, EXIT_FINISHED, stop_reason=stop_reason)
             except BaseException as stop:
                 ending = ending_of(stop, stop_context(plan))
@@ -148,6 +150,8 @@ class TrainingLaunch:
                 if ending.reraise:
                     raise
             finally:
+                if curves is None:  # a failed or stopped fit: what it trained
+                    write_curves(c, hooks.history.history)
                 tracker.end(ending.status)
         if ending.requeue:
             ending = requeue_job(ending)

@@ -8,6 +8,7 @@ Modules:
     delivery: writes leave the step loop through a queue one thread delivers, through any outage
     held: the points a continued run already holds, so each (metric, step) is logged once
     links: where a person opens what was logged: MLflow UI addresses for a run, experiment, sweep
+    new_store: a new local SQLite store made whole in one go, without a disk sync per schema migration
     spool: what an outage left undelivered, kept in the run dir until it can be delivered
     succession: which MLflow run a launch writes to when its run dir already had one
     sync: `python -m launcher.tracking.sync <run dir>`: deliver what a tracking outage left behind

@@ -11,6 +11,7 @@ import time
 
 from launcher.config.errors import ConfigError
 from launcher.tracking.links import EXPERIMENT_KIND
+from launcher.tracking.new_store import make_new_store
 
 PARAM_LIMIT = 500  # MLflow's value length limits
 TAG_LIMIT = 5000
@@ -71,6 +72,7 @@ def check_experiment_active(uri: str, name: str) -> None:
     its name (so it cannot be made again) until it is purged."""
     from mlflow.tracking import MlflowClient
 
+    make_new_store(uri)  # a first launch on a new local store: made without a disk sync per migration
     found = with_retry(MlflowClient(uri).get_experiment_by_name, name)
     if found is None or found.lifecycle_stage != "deleted":
         return

@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from launcher.config.errors import ConfigError
+from launcher.tracking.new_store import make_new_store
 
 HIDDEN = "***"
 SECRET_QUERY_KEYS = re.compile(r"token|secret|password|passwd|key|auth|signature|credential", re.IGNORECASE)
@@ -65,6 +66,7 @@ def initialise_store(uri: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        make_new_store(uri)
         MlflowClient(uri).search_experiments(max_results=1)
 
 

@@ -32,6 +32,7 @@ Modules:
     optimizers: the configured optimizer and schedule as objects, their arguments checked
     outputs: what a model's outputs are: logits, or probabilities (it ends in softmax or sigmoid)
     preprocessing: raw example -> model input, run by the data pipeline and exported inside every model
+    progress: an epoch's progress on a terminal: Keras's bar while it trains, replaced by the epoch line
     registry: name -> builder module for models and datasets; errors list the choices
     runtime: process-wide TensorFlow setup, done once, before the TF runtime starts
     saved_as_stock: a swapped layer class that `.keras` files name as the stock Keras class

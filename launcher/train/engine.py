@@ -12,7 +12,6 @@ preemption...) is a `launcher.contract.HookList`.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from launcher.train.callbacks import VALIDATION_CALLBACKS
 from launcher.train.ema import ema_weights
 from launcher.train.loss_scale import current_scale
 from launcher.train.numerics import ChunkTelemetry, NumericsGuard, NumericsStop
+from launcher.train.progress import LiveBar
 from launcher.train.step_stats import Totals
 from launcher.train.steps import Steps
 
@@ -160,7 +160,7 @@ class Engine:
                 self._build_functions()  # another set of trainable variables: the step is traced again
                 self._stepped = False  # its first step compiles again: kept out of the epoch's throughput too
             self.callbacks.on_epoch_begin(epoch)
-            logs = self._train_epoch(position, epochs, hooks)
+            logs = self._train_epoch(position, hooks)
             finished = position.step_in_epoch >= self.plan.schedule.steps_in_epoch(position)
             if finished:
                 position.epoch, position.step_in_epoch = epoch + 1, 0
@@ -185,7 +185,7 @@ class Engine:
         hooks.on_train_end(position)
         return result
 
-    def _train_epoch(self, position: Position, epochs: int, hooks: Hook) -> dict[str, float]:
+    def _train_epoch(self, position: Position, hooks: Hook) -> dict[str, float]:
         steps = self.plan.schedule.steps_in_epoch(position)  # the last epoch is partial under train.max_steps
         chunk = self.plan.step.steps_per_execution
         first = position.step_in_epoch
@@ -198,12 +198,8 @@ class Engine:
                 stale, paused = [paused[2]], None
                 _drop_aside(stale)
         del paused
-        # The live bar only on a terminal: in a log file (CI, Slurm) its escape codes are noise, and the
-        # epoch line below says the same once.
-        live = self.verbose and sys.stdout.isatty()
-        bar = keras.utils.Progbar(steps, verbose=self.verbose, unit_name="step") if live else None
-        if bar is not None:
-            print(f"Epoch {position.epoch + 1}/{epochs}", flush=True)
+        # On a terminal, the steps' progress until the epoch line replaces it (launcher.train.progress).
+        bar = LiveBar.on_terminal(steps, ["loss", *(m.name for m in self.task.train_metrics)], self.verbose)
         totals = Totals()
         for metric in self.task.train_metrics:
             metric.reset_state()
@@ -242,21 +238,23 @@ class Engine:
             running = {"loss": totals.loss, **metric_logs}
             self.callbacks.on_train_batch_end(position.step_in_epoch - 1, running)
             if bar is not None:
-                bar.update(
-                    position.step_in_epoch, values=list(running.items()), finalize=position.step_in_epoch >= steps
-                )
+                bar.show(position.step_in_epoch, running)
             if (
                 self.validate_every
                 and position.global_step % self.validate_every == 0
                 and position.step_in_epoch < steps
             ):
                 validating = time.perf_counter()
+                if bar is not None:
+                    bar.erase()  # the validation's line (and a callback's) on a line of its own
                 self._validate_inside_epoch(position, hooks)  # the epoch's last step validates at the epoch end
                 validating_sec += time.perf_counter() - validating
             hooks.after_steps(position, logs)
             if self.model.stop_training:
                 break
         elapsed = time.perf_counter() - start
+        if bar is not None:
+            bar.erase()
         if position.step_in_epoch < steps:  # stopped inside the epoch: a fit from here continues this iterator
             self._paused = (position.epoch, position.step_in_epoch, iterator)
         else:

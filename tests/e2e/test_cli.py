@@ -81,7 +81,7 @@ def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
     assert [int(m.value) for m in client.get_metric_history(run.info.run_id, "global_step")] == [steps // 2, steps]
     assert 0 < run.data.metrics["time_to_first_step_sec"] < 120
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"plan.yaml", "config.yaml", "model", "console.log"} <= artifacts
+    assert {"plan.yaml", "config.yaml", "model", "console.log", "curves.png"} <= artifacts
     assert (tmp_path / "run" / "plan.yaml").read_text().startswith("decisions:")
     # The console, kept beside the run and in MLflow (Python's logging writes no empty __main__.log any more).
     kept = (tmp_path / "run" / "console.log").read_text()
@@ -99,6 +99,7 @@ def test_default_run_trains_and_logs_everything_to_mlflow(cli, tmp_path):
     assert float(best.group(1)) == pytest.approx(top.value, abs=1e-3) and int(best.group(2)) == top.step + 1
     assert Path(best.group(3)) == tmp_path / "run" / "best.keras" and Path(best.group(3)).is_file()
     assert f"exported model.keras {tmp_path / 'run' / 'model.keras'}" in block
+    assert f"curves               {tmp_path / 'run' / 'curves.png'}" in block  # loss and metrics by epoch
     assert f"MLflow run id        {run.info.run_id}" in block
     assert f"MLflow model         runs:/{run.info.run_id}/mlflow_model" in block
     assert f"mlflow models serve -m runs:/{run.info.run_id}/mlflow_model --env-manager local -p 5001" in block

@@ -24,8 +24,10 @@ def test_the_done_block_names_the_best_epoch_its_file_the_exports_and_how_to_ser
         run_id=RUN_ID,
         tracking_uri="sqlite:////work/outputs/mlflow.db",
         mlflow_model="mlflow_model",
+        curves=RUN / "curves.png",
     )
     text = "\n".join(done_lines(facts))
+    assert f"  curves               {RUN}/curves.png" in text
     assert f"  best                 val_accuracy 0.9125 at epoch 4 -> {RUN}/best.keras" in text
     assert "  val_accuracy         0.875" in text and "  examples_per_sec     40,760" in text
     assert f"  exported tflite      {RUN}/model.tflite" in text and f"exported best.keras  {RUN}/best.keras" in text

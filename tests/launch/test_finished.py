@@ -83,3 +83,16 @@ def test_a_run_that_did_not_finish_whole_takes_the_whole_launch(tmp_path, what, 
     run_dir = finished_run(tmp_path / "run", config(*TINY))
     spoil(run_dir)
     assert again(run_dir) is None, what
+
+
+def test_a_persons_own_export_format_needs_its_file_on_disk(tmp_path, capsys):
+    """export.formats may name a writer of the person's own: a rerun finds its file (listed in the Done block), and
+    without it takes the whole launch, which writes it."""
+    theirs = ("export.formats=[keras,user_parts:WeightsNpz]",)
+    run_dir = finished_run(tmp_path / "run", config(*TINY, *theirs))
+    assert again(run_dir, *theirs) is None  # weights.npz was never written
+    (run_dir / "weights.npz").write_text("weights")
+    record = again(run_dir, *theirs)
+    assert record is not None
+    nothing_to_do(config(*TINY, *theirs), record, run_dir, tmp_path, run_dir / "checkpoints")
+    assert f"exported user_parts:WeightsNpz {run_dir / 'weights.npz'}" in capsys.readouterr().out

@@ -5,7 +5,7 @@ Adding a hook means a module in this folder and a line in `hooks_for`: the train
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.contract import FitResult, HookList
@@ -36,6 +36,7 @@ class FitHooks:
     metrics: MetricsHook  # after a resume: how many epochs of metrics it re-logged
     best: BestModelHook | None  # checkpoint.monitor (plan.task.best_by): the best epoch, its checkpoint and best.keras
     pruning: PruningHook | None  # an hparams_search trial on the chief
+    history: HistoryHook = field(default_factory=HistoryHook)  # every epoch's logs (a resumed run's too): the curves
 
     def stop_reason(self, result: FitResult, schedule) -> str:
         """Why training ended: its trial was pruned, early stopping, train.max_steps, or its epochs."""
@@ -93,7 +94,7 @@ def hooks_for(context: LaunchContext, guard) -> FitHooks:
         metrics,
         PreemptionHook(guard, schedule.steps_in_epoch),
     ]
-    return FitHooks(HookList(h for h in hooks if h is not None), metrics, best, pruning)
+    return FitHooks(HookList(h for h in hooks if h is not None), metrics, best, pruning, history)
 
 
 def _utilization_hook(config, plan, model, tracker, env) -> UtilizationHook:
