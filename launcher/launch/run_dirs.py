@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from launcher.config.schema import run_dir_name
+from launcher.files import PLAN_FILE
 from launcher.launch.find_run import RUN_ID, local_run_with_id, local_training_run
 from launcher.launch.lock import RunDirBusy, RunDirLock
 from launcher.outcome import EXIT_FINISHED, EXIT_REFUSED
@@ -62,6 +63,20 @@ def _note(path: Path) -> None:
 def is_new(run_dir: Path) -> bool:
     """This launch's resolver chose `run_dir` and it did not exist before: a dir only this launch wrote in."""
     return Path(run_dir) in _new
+
+
+def has_plan(run_dir: Path) -> bool:
+    """A launch wrote its Plan in `run_dir` before (an explain never writes over it)."""
+    return (Path(run_dir) / PLAN_FILE).exists()
+
+
+def what_explain_kept(run_dir: Path, planned_before: bool) -> str:
+    """What an explain=true launch leaves in `run_dir`, as its last line says."""
+    if is_new(run_dir):
+        return "no run dir kept"
+    if planned_before:
+        return f"the run's own {Path(run_dir) / PLAN_FILE} kept (not written over)"
+    return f"Plan written to {Path(run_dir) / PLAN_FILE}"
 
 
 def leaves_no_run_dir(mode: str, explain: bool, code: int) -> bool:

@@ -16,7 +16,6 @@ from pathlib import Path
 from launcher.config.errors import ConfigError
 from launcher.config.schema import Config, Mode, to_config
 from launcher.contract import EXIT_FAILED, EXIT_FINISHED, FAILED, FINISHED, Ending, ending_of
-from launcher.files import PLAN_FILE
 from launcher.launch.agree import agree_on_plan
 from launcher.launch.building import build_model
 from launcher.launch.context import LaunchContext
@@ -26,7 +25,7 @@ from launcher.launch.hooks.assembly import FitHooks, hooks_for
 from launcher.launch.mlflow_run import open_mlflow_run
 from launcher.launch.preflight import checkpoint_directory, preflight, settings_of
 from launcher.launch.restore import restore
-from launcher.launch.run_dirs import is_new
+from launcher.launch.run_dirs import has_plan, what_explain_kept
 from launcher.launch.stopping import numerics_guard, preemption_guard, requeue_job, stop_context
 from launcher.outcome import OutcomeRecord
 from launcher.plan.resume import layout_of
@@ -60,17 +59,10 @@ class TrainingLaunch:
 
     def execute(self) -> OutcomeRecord:
         run_dir = self.context.run_dir
-        planned_before = (run_dir / PLAN_FILE).exists()  # an explain keeps a run's own Plan (preflight)
+        planned_before = has_plan(run_dir)  # an explain keeps a run's own Plan (preflight)
         self.prepare()
         if self.context.config.explain:
-            kept = (
-                "no run dir kept"
-                if is_new(run_dir)
-                else f"the run's own {run_dir / PLAN_FILE} kept (not written over)"
-                if planned_before
-                else f"Plan written to {run_dir / PLAN_FILE}"
-            )
-            print(f"\nexplain=true: nothing trained; {kept}.")
+            print(f"\nexplain=true: nothing trained; {what_explain_kept(run_dir, planned_before)}.")
             return OutcomeRecord(
                 FINISHED, EXIT_FINISHED, plan=self.context.plan, run_dir=self.context.run_dir, explained=True
             )
