@@ -64,31 +64,33 @@ class Invocation:
     choices: dict
 
 
-def mode_of(cfg: DictConfig, multirun: bool) -> str:
+def mode_of(node: DictConfig, multirun: bool) -> str:
     """The one place that decides which mode this process runs."""
     if multirun:
         return "sweep_job"  # each job runs in a fresh `python -m launcher` process of its own mode
-    mode = cfg.mode.value  # the composed node holds the schema's Mode
-    if mode == "train" and local_worker_count(cfg.strategy) > 0:
+    mode = node.mode.value  # the composed node holds the schema's Mode
+    if mode == "train" and local_worker_count(node.strategy) > 0:
         return "local_workers"
-    if mode == "train" and cfg.train.get("max_restarts", 0) > 0 and not supervised() and not cfg.get("explain"):
+    if mode == "train" and node.train.get("max_restarts", 0) > 0 and not supervised() and not node.get("explain"):
         return "supervised"  # the training runs in a child this process restarts when it fails
     return mode
 
 
-def _train(cfg, at: Invocation) -> int:
-    return launch_training(cfg, at.run_dir, at.launch_dir, at.choices)
+def _train(node, at: Invocation) -> int:
+    return launch_training(node, at.run_dir, at.launch_dir, at.choices)
 
 
-def _evaluate(cfg, at: Invocation) -> int:
-    return evaluate(cfg, at.run_dir, at.launch_dir, at.overrides)
+def _evaluate(node, at: Invocation) -> int:
+    return evaluate(node, at.run_dir, at.launch_dir, at.overrides)
 
 
-def _doctor(cfg, at: Invocation) -> int:
-    return launch_doctor(cfg, at.run_dir, at.launch_dir, " ".join(o for o in at.overrides if not o.startswith("mode=")))
+def _doctor(node, at: Invocation) -> int:
+    return launch_doctor(
+        node, at.run_dir, at.launch_dir, " ".join(o for o in at.overrides if not o.startswith("mode="))
+    )
 
 
-def _local_workers(cfg, at: Invocation) -> int:
+def _local_workers(node, at: Invocation) -> int:
     """Not in the run dir's shell: the chief worker, a process of its own, locks the run dir. With
     train.max_restarts the whole job restarts when a worker fails."""
 
@@ -96,15 +98,15 @@ def _local_workers(cfg, at: Invocation) -> int:
         os.environ[RESTART_ENV] = str(restart)  # the workers' tags; and they never supervise themselves
         if reason:
             os.environ[REASON_ENV] = reason[:2000]
-        return local_workers_attempt(at.overrides, int(cfg.strategy.local_workers), at.run_dir, at.launch_dir)
+        return local_workers_attempt(at.overrides, int(node.strategy.local_workers), at.run_dir, at.launch_dir)
 
-    return supervise(attempt, int(cfg.train.max_restarts), float(cfg.train.restart_backoff))
+    return supervise(attempt, int(node.train.max_restarts), float(node.train.restart_backoff))
 
 
-def _supervised(cfg, at: Invocation) -> int:
+def _supervised(node, at: Invocation) -> int:
     """train.max_restarts > 0: this process only watches; each attempt trains in a child process."""
     attempts = child_attempts(at.overrides, at.run_dir, at.launch_dir)
-    return supervise(attempts, int(cfg.train.max_restarts), float(cfg.train.restart_backoff))
+    return supervise(attempts, int(node.train.max_restarts), float(node.train.restart_backoff))
 
 
 # mode -> handler; each returns the process's exit code. None of these modules loads TensorFlow when imported
@@ -120,27 +122,27 @@ MODES: dict[str, Callable[[DictConfig, Invocation], int]] = {
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
-def main(cfg: DictConfig) -> float | None:
+def main(node: DictConfig) -> float | None:
     global _task_started
     _task_started = True
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
     from hydra.utils import get_original_cwd
 
-    hydra_cfg = HydraConfig.get()
-    mode = mode_of(cfg, hydra_cfg.mode == RunMode.MULTIRUN)
+    hydra_config = HydraConfig.get()
+    mode = mode_of(node, hydra_config.mode == RunMode.MULTIRUN)
     if mode == "sweep_job":
         from launcher.sweep.job import run_job
 
         # A fresh process per job; its return value is the objective sweepers such as Optuna optimise.
-        return run_job(cfg, hydra_cfg)
+        return run_job(node, hydra_config)
     at = Invocation(
-        Path(hydra_cfg.runtime.output_dir),
+        Path(hydra_config.runtime.output_dir),
         Path(get_original_cwd()),
-        list(hydra_cfg.overrides.task),
-        dict(hydra_cfg.runtime.choices),
+        list(hydra_config.overrides.task),
+        dict(hydra_config.runtime.choices),
     )
-    code = MODES[mode](cfg, at)
+    code = MODES[mode](node, at)
     if code:
         sys.exit(code)
     return None

@@ -253,3 +253,22 @@ def adapts_in_the_builder(spec):
     normalize.adapt(tf.data.Dataset.from_tensor_slices(np.ones((8, *spec.input_shape), "float32")).batch(4))
     inputs = keras.Input(spec.input_shape)
     return keras.Model(inputs, keras.layers.Dense(spec.outputs)(normalize(inputs)))
+
+
+def ids(n: int = 160):
+    """Integer ids (a store, a product) as numbers: the class is whether the id is one of the first three."""
+    rng = np.random.default_rng(4)
+    x = rng.integers(10, 16, size=(n, 1)).astype("int64")
+    return {
+        "train": (x[: n * 3 // 4], (x[: n * 3 // 4, 0] < 13).astype("int64")),
+        "val": (x[n * 3 // 4 :], (x[n * 3 // 4 :, 0] < 13).astype("int64")),
+    }
+
+
+def ids_lookup_model(spec):
+    """An IntegerLookup inside the model reads the raw ids: a layer Keras marks supports_jit=False."""
+    inputs = keras.Input((1,), dtype="int64", name="ids")
+    one_hot = keras.layers.IntegerLookup(vocabulary=list(range(10, 16)), output_mode="one_hot", name="ids_lookup")(
+        inputs
+    )
+    return keras.Model(inputs, keras.layers.Dense(spec.outputs, name="logits")(one_hot), name="ids_model")

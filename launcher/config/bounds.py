@@ -71,8 +71,8 @@ def declared(node: Any, prefix: str = "") -> Iterator[tuple[str, Any, dict]]:
             yield from declared(value, f"{key}.")
 
 
-def lookup(cfg: Any, dotted: str) -> Any:
-    node = cfg
+def lookup(config: Any, dotted: str) -> Any:
+    node = config
     for part in dotted.split("."):
         node = getattr(node, part)
     return node
@@ -82,11 +82,11 @@ def _render(value: Any) -> str:
     return "[" + ",".join(str(v) for v in value) + "]" if isinstance(value, list | tuple) else str(value)
 
 
-def out_of_bounds(cfg) -> list[Violation]:
+def out_of_bounds(config) -> list[Violation]:
     """Every value outside its declared range, in declaration order, each with its fix as an override."""
     found = []
-    for key, value, meta in declared(cfg):
-        if meta["when"] and not lookup(cfg, meta["when"]):
+    for key, value, meta in declared(config):
+        if meta["when"] and not lookup(config, meta["when"]):
             continue
         holds, expected = CHECKS[meta["bound"]]
         try:

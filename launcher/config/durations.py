@@ -39,15 +39,15 @@ def show_duration(seconds: float) -> str:
     return shown or "0s"
 
 
-def duration_problems(cfg) -> list:
+def duration_problems(config) -> list:
     """train.max_time that does not parse, as a refusal naming the key (empty = no budget)."""
-    text = str(cfg.train.max_time).strip()
+    text = str(config.train.max_time).strip()
     if not text or parse_duration(text) is not None:
         return []
     return [
         Violation(
             "train.max_time",
-            cfg.train.max_time,
+            config.train.max_time,
             'a positive duration such as 2h30m, 45m, 90s, 1.5h or seconds ("" = no budget)',
             "train.max_time=2h30m",
         )

@@ -104,15 +104,15 @@ def is_import_path(name: str) -> bool:
     return ":" in str(name)
 
 
-def configured_path(kind: str, field: str, cfg) -> tuple[str, str]:
+def configured_path(kind: str, field: str, section) -> tuple[str, str]:
     """(the key a problem is reported under, the import path) of a custom model's builder or dataset's loader:
     `<kind>.<field>` when set, else the installed plugin called `<kind>.name`."""
-    given = str(getattr(cfg, field)).strip()
+    given = str(getattr(section, field)).strip()
     if given:
         return f"{kind}.{field}", given
     installed = plugins(kind)
-    if cfg.name in installed:
-        return f"{kind}.name", installed[cfg.name]
+    if section.name in installed:
+        return f"{kind}.name", installed[section.name]
     example = {"model": "my_package.models:build", "dataset": "my_package.data:load"}[kind]
     raise ConfigError.single(
         f"{kind}.{field}",

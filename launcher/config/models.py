@@ -149,16 +149,16 @@ MODEL_KINDS: dict[str, ModelKind] = {
 }
 
 
-def model_kind(model_cfg: Any) -> ModelKind:
+def model_kind(model: Any) -> ModelKind:
     """What the configured model is: its table entry, or for `model=custom` and installed plugins what their
     config declares (`model.convolutional`, `model.per_token`; a plugin's own YAML can set them)."""
-    name = str(getattr(model_cfg, "name", model_cfg))
+    name = str(model.name)
     if name in MODEL_KINDS:
         return MODEL_KINDS[name]
     return ModelKind(
         name,
         CustomModelConfig,
         None,
-        convolutional=bool(getattr(model_cfg, "convolutional", False)),
-        per_token=bool(getattr(model_cfg, "per_token", True)),
+        convolutional=bool(getattr(model, "convolutional", False)),
+        per_token=bool(getattr(model, "per_token", True)),
     )

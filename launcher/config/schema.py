@@ -7,13 +7,13 @@ extend these schemas (see `register_configs`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 from launcher.config.bounds import limited
 from launcher.config.datasets import (  # noqa: F401 (the dataset schemas' import path, as plugins write it, stays)
@@ -192,8 +192,8 @@ class EvalConfig:
     split: EvalSplit = EvalSplit.val
     """The dataset split evaluated or predicted: train, val or test (needs a test split: dataset.test_split...)."""
     output: str = "predictions.npz"
-    """predict: the file (in the run dir) the predictions are written to; .npz or .csv (with eval.input also
-    .parquet, its default there: predictions.npz left as is writes predictions.parquet)."""
+    """predict: the file (in the run dir) the predictions are written to; .npz, .csv or .parquet (with eval.input
+    .parquet is the default: predictions.npz left as is writes predictions.parquet)."""
     input: str = ""
     """predict: a file or folder to predict instead of a split, streamed through the run's SavedModel: a .csv or
     .parquet table of features, a folder of images or TFRecord files; "" = the split (eval.split)."""
@@ -384,6 +384,10 @@ class TrainConfig:
     """At train.unfreeze_at_epoch, BatchNormalization in the unfrozen layers trains too (true), or stays frozen in
     inference mode, its statistics kept, while the rest trains (false: keras.io's fine-tuning advice, which Keras 3's
     fit no longer follows for base(x, training=False), keras#20285)."""
+    unfreeze_fresh_optimizer: bool = False
+    """At train.unfreeze_at_epoch, the optimizer starts afresh (its slots and its step count zeroed, as keras.io's
+    recompile with a new optimizer does; the learning-rate schedule goes on from the global step), or keeps the
+    frozen phase's state (false)."""
     test_at_end: bool = False
     """After training, evaluate the best model (checkpoint.monitor's, else the final one) once on the test split
     and log test_* metrics; needs a test split (dataset.test_split, or the dataset's own test data)."""
@@ -575,10 +579,24 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def as_dict(config: Config) -> dict:
-    """The typed config as plain data (Enums as their names): for config.yaml and MLflow params."""
-    from omegaconf import OmegaConf
+    """The typed config as plain data (Enums as their names): for config.yaml and MLflow params. Walked directly,
+    not through `OmegaConf.structured` (what it gives, at ~26 ms a call where this takes ~0.6 ms; a launch
+    calls it three times)."""
+    return _plain(config)
 
-    return OmegaConf.to_container(OmegaConf.structured(config), enum_to_str=True)
+
+def _plain(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Enum):
+        return value.name
+    if isinstance(value, DictConfig | ListConfig):
+        return _plain(OmegaConf.to_container(value, enum_to_str=True))
+    if isinstance(value, dict):
+        return {key.name if isinstance(key, Enum) else key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
 
 
 def to_config(node) -> Config:

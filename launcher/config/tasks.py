@@ -154,6 +154,9 @@ def users_loss_path(name: str) -> str | None:
 
 # `metrics: [none]`: no metric beside the loss (`[]` keeps meaning the task's defaults, as it always has).
 NO_METRICS = "none"
+# `{name: auc, curve: PR, as: pr_auc}`: the name a metric logs under (Keras's own `name=` argument; an entry's `name`
+# says which metric it is), so two of one kind can be logged side by side.
+LOGGED_AS = "as"
 
 
 def component_name(entry) -> str:
@@ -169,7 +172,14 @@ def component_args(entry) -> dict:
     """The keyword arguments a loss or metric entry gives its class or function: every key but `name`."""
     if not hasattr(entry, "items"):
         return {}
-    return {str(k): _plain(v) for k, v in entry.items() if k != "name"}
+    return {str(k): _plain(v) for k, v in entry.items() if k not in ("name", LOGGED_AS)}
+
+
+def logged_name(entry) -> str:
+    """The name a metric entry logs under: its `as` key, else what it names."""
+    if hasattr(entry, "items") and isinstance(entry.get(LOGGED_AS), str) and entry.get(LOGGED_AS):
+        return entry[LOGGED_AS]
+    return component_name(entry)
 
 
 def _plain(value):
@@ -184,7 +194,8 @@ def shown(entry) -> str:
     """An entry as the Plan shows it: `auc`, `auc(curve='PR')`."""
     args = component_args(entry)
     name = component_name(entry)
-    return f"{name}({', '.join(f'{k}={v!r}' for k, v in args.items())})" if args else name
+    call = f"{name}({', '.join(f'{k}={v!r}' for k, v in args.items())})" if args else name
+    return call if logged_name(entry) == name else f"{call} as {logged_name(entry)}"
 
 
 def component_problem(key: str, entry, example: str) -> Violation | None:
@@ -216,26 +227,31 @@ def loss_name(task: str, requested) -> str:
     return TASKS[task].losses[0] if name in ("", "auto") else name
 
 
-def metric_names(task: str, requested) -> list[str]:
-    """The task's metric names: the requested ones (names or {name: ..., arguments}), none for `[none]`, or its
+def metric_entries(task: str, requested) -> list:
+    """The task's metric entries: the requested ones (names or {name: ..., arguments}), none for `[none]`, or its
     defaults for `[]`."""
-    names = [component_name(entry) for entry in requested or ()]
-    if NO_METRICS in names:
-        return [n for n in names if n != NO_METRICS]
-    return names if names else list(TASKS[task].default_metrics)
+    entries = list(requested or ())
+    if any(component_name(entry) == NO_METRICS for entry in entries):
+        return [entry for entry in entries if component_name(entry) != NO_METRICS]
+    return entries if entries else list(TASKS[task].default_metrics)
 
 
-def objective(cfg) -> str:
+def metric_names(task: str, requested) -> list[str]:
+    """The names the task's metrics log under (an entry's `as`, else what it names)."""
+    return [logged_name(entry) for entry in metric_entries(task, requested)]
+
+
+def objective(config) -> str:
     """`objective=auto` resolved from the task: its headline validation metric when the run logs it, else
     val_loss."""
-    chosen = str(getattr(cfg, "objective", "auto") or "auto")
+    chosen = str(getattr(config, "objective", "auto") or "auto")
     if chosen != "auto":
         return chosen
-    if getattr(cfg.task, "heads", None):
+    if getattr(config.task, "heads", None):
         return "val_loss"  # several heads: the total loss is the one headline they share
-    task = cfg.task.name.value  # a TaskName, in the typed Config and the composed node alike
+    task = config.task.name.value  # a TaskName, in the typed Config and the composed node alike
     headline = TASKS[task].objective
-    logged = ["loss", *metric_names(task, cfg.task.metrics)]
+    logged = ["loss", *metric_names(task, config.task.metrics)]
     return headline if headline.removeprefix("val_") in logged else "val_loss"
 
 
@@ -248,17 +264,17 @@ def lower_is_better(metric: str) -> bool:
     )
 
 
-def best_model_monitor(cfg) -> tuple[str, str] | None:
+def best_model_monitor(config) -> tuple[str, str] | None:
     """What the best model is kept by: (checkpoint.monitor, "min" | "max"), or None ("" = off). monitor=auto is
     the run's objective; mode=auto goes by the metric's name (`lower_is_better`)."""
-    chosen = str(cfg.checkpoint.monitor or "")
+    chosen = str(config.checkpoint.monitor or "")
     if not chosen:
         return None
-    metric = objective(cfg) if chosen == "auto" else chosen
-    mode = getattr(cfg.checkpoint.mode, "value", cfg.checkpoint.mode)
+    metric = objective(config) if chosen == "auto" else chosen
+    mode = config.checkpoint.mode.value  # a MonitorMode
     if mode == "auto":
         mode = "min" if lower_is_better(metric) else "max"
-    return metric, str(mode)
+    return metric, mode
 
 
 def head_metric_names(head: str, task: str, requested) -> list[str]:
@@ -293,11 +309,11 @@ RUN_METRICS = (
 )
 
 
-def monitor_problems(cfg, task: str, known: list[str]) -> list[Violation]:
+def monitor_problems(config, task: str, known: list[str]) -> list[Violation]:
     """Every metric named as a monitor or objective must be one the run logs (`known`)."""
-    tr = cfg.train
-    kept = cfg.checkpoint.monitor if cfg.checkpoint.monitor != "auto" else ""  # auto: the objective, checked next
-    monitors = [("checkpoint.monitor", kept), ("objective", objective(cfg))]
+    tr = config.train
+    kept = config.checkpoint.monitor if config.checkpoint.monitor != "auto" else ""  # auto: the objective, checked next
+    monitors = [("checkpoint.monitor", kept), ("objective", objective(config))]
     if tr.early_stopping.enabled:
         monitors.append(("train.early_stopping.monitor", tr.early_stopping.monitor))
     if tr.reduce_lr_on_plateau.enabled:

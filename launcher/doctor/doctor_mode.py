@@ -25,21 +25,21 @@ from launcher.tracking.uri import check_reachable, redact
 TRIALS_FILE = "doctor_trials.json"
 
 
-def launch(cfg_node, run_dir: Path, launch_dir: Path, overrides: str = "") -> int:
+def launch(node, run_dir: Path, launch_dir: Path, overrides: str = "") -> int:
     """One examination in `run_dir`, in the shell every mode runs in (lock, logs, exit codes); the exit code."""
     return run_in_shell(
-        lambda: _examine(cfg_node, run_dir, launch_dir, overrides),
+        lambda: _examine(node, run_dir, launch_dir, overrides),
         run_dir,
         "doctor",
-        bool(cfg_node.get("tf_logs", False)),
+        bool(node.get("tf_logs", False)),
     )
 
 
-def _examine(cfg_node, run_dir: Path, launch_dir: Path, overrides: str) -> OutcomeRecord:
+def _examine(node, run_dir: Path, launch_dir: Path, overrides: str) -> OutcomeRecord:
     from launcher.config.schema import to_config
     from launcher.plan.resolve import wants_measurements
 
-    config = to_config(cfg_node)
+    config = to_config(node)
     strategy = strategy_of(config.strategy.kind)
     if not strategy.single_process:
         raise ConfigError.single(

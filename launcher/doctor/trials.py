@@ -152,8 +152,8 @@ def run_trial(
     from launcher.train.engine import Engine, EngineSettings
 
     trial = Trial(name, dict(overrides))
-    cfg = with_overrides(config, {**TRIAL_SETTINGS, "train.max_steps_per_epoch": steps, **overrides})
-    checked = review(cfg, env, lambda p: runtime.configure(p, cfg.seed, cfg.deterministic))
+    trial_config = with_overrides(config, {**TRIAL_SETTINGS, "train.max_steps_per_epoch": steps, **overrides})
+    checked = review(trial_config, env, lambda p: runtime.configure(p, trial_config.seed, trial_config.deterministic))
     plan, source, problems = checked.plan, checked.source, checked.problems
     trial.plan = plan
     if problems:
@@ -161,9 +161,12 @@ def run_trial(
         return trial, None
     position = Position()
     try:
-        built = build(cfg, plan, source, checked.strategy)
+        built = build(trial_config, plan, source, checked.strategy)
         settings = EngineSettings(
-            seed=cfg.seed, shuffle_buffer=cfg.dataset.shuffle_buffer, verbose=0, guard=numerics_guard(cfg, plan)
+            seed=trial_config.seed,
+            shuffle_buffer=trial_config.dataset.shuffle_buffer,
+            verbose=0,
+            guard=numerics_guard(trial_config, plan),
         )
         engine = Engine(built, plan, source, settings)
         # Enough epochs for `steps` steps on a small dataset; the recorder stops at `steps` (or `stop_after`).

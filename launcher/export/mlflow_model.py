@@ -2,7 +2,8 @@
 
 So the model a person registers and serves with `mlflow models serve` answers what the SavedModel answers, in the
 task's served form (probabilities and label, per head), not the network's raw logits. Its signature names every
-input and every served output; its input example is a raw example, what a client sends.
+input (but one of 2+ dimensions per example, also taken flat: `_signature`) and every served output; its input
+example is a raw example, what a client sends.
 
 `launcher.export.served_pyfunc` is the code MLflow runs when the model is loaded.
 """
@@ -32,7 +33,6 @@ def save_mlflow_model(
     version is also what `model.init_from=models:/<name>/<version>` starts from."""
     import mlflow.pyfunc
     import tensorflow as tf
-    from mlflow.models import infer_signature
 
     answer = _answer(saved_model, signature, example)
     sent = _as_sent(example)
@@ -47,11 +47,39 @@ def save_mlflow_model(
                 **({"keras_model": str(keras_model)} if keras_model else {}),
             },
             model_config={served_pyfunc.SIGNATURE_KEY: signature},
-            signature=infer_signature(sent, answer),
+            signature=_signature(sent, answer),
             input_example=sent,
+            metadata={"inputs": _takes(example)} if not isinstance(sent, pd.DataFrame) else None,
             pip_requirements=[f"tensorflow=={tf.__version__}", "pandas", "numpy"],
         )
     return directory
+
+
+def _signature(sent, answer: dict):
+    """The MLflow signature of `sent` and `answer`. An input whose examples are arrays of two or more dimensions
+    (digits' [8, 8, 1]) is also taken flat, a CSV row ([n, 64]): MLflow would refuse that form against a tensor
+    schema before the served code reshapes it, so such a model's signature names its outputs only, the served code
+    checks the request (names, dtypes, shapes: an HTTP 400 naming the shape and the flat form), and its
+    `serving_input_example.json` shows the nested form."""
+    from mlflow.models import ModelSignature, infer_signature
+
+    signature = infer_signature(sent, answer)
+    arrays = sent.values() if isinstance(sent, dict) else [] if isinstance(sent, pd.DataFrame) else [sent]
+    if any(np.ndim(array) > 2 for array in arrays):
+        return ModelSignature(inputs=None, outputs=signature.outputs)
+    return signature
+
+
+def _takes(example: dict[str, np.ndarray]) -> dict[str, str]:
+    """What each input takes, written in the MLmodel file (`metadata.inputs`) where the signature may name no
+    inputs: `float32 [n, 8, 8, 1], or each example flat: [n, 64]`."""
+    takes = {}
+    for name, array in example.items():
+        array = np.asarray(array)
+        shape = ["n", *array.shape[1:]]
+        flat = f", or each example flat: [n, {int(np.prod(array.shape[1:]))}]" if array.ndim > 2 else ""
+        takes[name] = f"{array.dtype.name} [{', '.join(map(str, shape))}]{flat}"
+    return takes
 
 
 @contextlib.contextmanager

@@ -4,7 +4,9 @@ MLflow copies this file into the model ("models from code") and runs it wherever
 imports TensorFlow, NumPy and MLflow, never the launcher. `predict` is the SavedModel's signature itself, so
 `mlflow models serve`, `mlflow.pyfunc.load_model` and the SavedModel give one answer; what it adds is checking
 the request (names, shapes, dtypes, images that decode) so a bad one is an HTTP 400 that says what is wrong,
-never a silent wrong answer.
+never a silent wrong answer. An input of a fixed shape is taken nested ([n, 8, 8, 1]) or each example flat, as a
+CSV row holds it (a list [n, 64], or a table's columns `inputs_0..inputs_63`), reshaped row-major as `mode=predict`
+reads a CSV.
 
 `launcher.export.mlflow_model` writes the MLflow model around this file.
 """
@@ -74,8 +76,8 @@ class ServedSavedModel(PythonModel):
         self._specs = dict(self._function.structured_input_signature[1])
 
     # `np.ndarray` is one of the hints MLflow reads as "validate nothing from the hint" (requests are checked against
-    # the MLflow signature and then by `_checked`); a dict of arrays or a DataFrame arrives too. Without a hint MLflow
-    # warns at every save and load that one should be added, which no person can act on.
+    # the MLflow signature, when it names inputs, and then by `_checked`); a dict of arrays or a DataFrame arrives
+    # too. Without a hint MLflow warns at every save and load that one should be added, which no person can act on.
     def predict(self, context, model_input: np.ndarray, params=None):
         import tensorflow as tf
 
@@ -92,6 +94,11 @@ class ServedSavedModel(PythonModel):
             named = dict(model_input)
         elif hasattr(model_input, "columns"):  # a pandas DataFrame (column-based signatures, e.g. image bytes)
             named = {str(column): model_input[column].tolist() for column in model_input.columns}
+            for name, spec in self._specs.items():  # an input given as a CSV's columns <name>_0..<name>_{k-1}
+                flat = None if name in named else flat_columns(model_input, name, list(spec.shape)[1:])
+                if flat is not None:
+                    given = {f"{name}_{j}" for j in range(flat.shape[1])}
+                    named = {k: v for k, v in named.items() if k not in given} | {name: flat}
         elif len(self._specs) == 1:
             named = {next(iter(self._specs)): model_input}
         else:
@@ -120,11 +127,40 @@ class ServedSavedModel(PythonModel):
                     f"input {name!r} holds {array.min()}..{array.max()}; the model takes {spec.dtype.name} "
                     f"({info.min}..{info.max})"
                 )
-        shape = list(spec.shape)
-        if array.ndim != len(shape) or any(d not in (None, got) for d, got in zip(shape, array.shape, strict=True)):
-            takes = ["n" if d is None else d for d in shape]
-            raise _bad_request(f"input {name!r} has shape {list(array.shape)}; the model takes {takes} (n examples)")
-        return array.astype(wanted)
+        return as_shape(name, array, list(spec.shape)).astype(wanted)
+
+
+def as_shape(name: str, array: np.ndarray, shape: list) -> np.ndarray:
+    """`array` in the input's `shape` ([None, 8, 8, 1]: n examples): as it is, or each example given flat (a CSV
+    row: [n, 64]) reshaped row-major when the example's shape is fixed; else a 400 naming both forms."""
+    if array.ndim == len(shape) and all(d in (None, got) for d, got in zip(shape, array.shape, strict=True)):
+        return array
+    example = shape[1:]
+    size = int(np.prod(example)) if None not in example else None
+    if size is not None and len(example) > 1 and array.ndim == 2 and array.shape[1] == size:
+        return array.reshape(-1, *example)
+    takes = ["n" if d is None else d for d in shape]
+    flat = f", or each example flat: ['n', {size}] ({size} values, row-major)" if size and len(example) > 1 else ""
+    raise _bad_request(
+        f"input {name!r} has shape {list(array.shape)}; the model takes {takes} (n examples){flat}; send a list of "
+        "examples, each in one of those shapes"
+    )
+
+
+def flat_columns(frame, name: str, example: list) -> np.ndarray | None:
+    """A table's columns `<name>_0..<name>_{k-1}` (a CSV's flat row of one input, as `mode=predict` reads it) as
+    [n, k]; None when the table has none of them."""
+    size = int(np.prod(example)) if None not in example else None
+    columns = [f"{name}_{j}" for j in range(size or 0)]
+    if not columns or columns[0] not in frame.columns:
+        return None
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise _bad_request(
+            f"input {name!r} as {size} columns {columns[0]}..{columns[-1]} (shape {example}, row-major); "
+            f"the request lacks {missing[:5]}{' ...' if len(missing) > 5 else ''}"
+        )
+    return frame[columns].to_numpy()
 
 
 def _encoded(value) -> np.ndarray:

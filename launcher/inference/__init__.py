@@ -7,7 +7,7 @@ Apart from `launch` because it trains nothing: it finds a finished run (`launch.
 Modules:
     batch_files: `mode=predict eval.input=`: a folder of images or TFRecord files, a chunk at a time
     batch_inputs: `mode=predict eval.input=`: a CSV or Parquet table, checked against the served inputs, in chunks
-    batch_outputs: `mode=predict eval.input=`: predictions written a chunk at a time (Parquet, CSV) or npz
+    batch_outputs: `mode=predict`: a file's or a split's predictions written a chunk at a time (Parquet, CSV) or npz
     batch_predict: `mode=predict eval.input=`: a file or folder through the run's SavedModel, in bounded memory
     evaluate: `mode=eval` and `mode=predict`: a trained run's model on a split, logged beside it
 

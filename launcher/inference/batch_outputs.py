@@ -1,4 +1,5 @@
-"""`mode=predict eval.input=...`: the served answers written a chunk at a time, beside each example's id.
+"""`mode=predict`: the served answers written a chunk at a time, beside each example's id (a split's predictions
+too, with its label as `target`: one answer format, one column naming, for every path).
 
 Why a module: the output must not grow with the input in memory, and must not look finished when it is not.
 Parquet (`.parquet`, `.pq`; the default for a batch input) and CSV are written a chunk at a time; `.npz` has no way

@@ -14,17 +14,18 @@ training run (`mlflow.parentRunId`), and the training run gets a tag pointing ba
 from __future__ import annotations
 
 import contextlib
-import csv
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.config.errors import ConfigError, Violation, raise_if_any
 from launcher.config.models import CustomModelConfig
 from launcher.config.schema import DATASET_SCHEMAS, MODEL_SCHEMAS, Config, CustomDatasetConfig
-from launcher.files import CONFIG_FILE, written_aside
+from launcher.files import CONFIG_FILE
+from launcher.inference.batch_outputs import FORMATS, Writer
 from launcher.launch.find_run import find_training_run
 from launcher.launch.shell import run_in_shell
 from launcher.outcome import EXIT_FINISHED, FINISHED, OutcomeRecord
@@ -39,26 +40,26 @@ from launcher.train.preprocessing import pixel_scaling
 SPLIT_KEYS = ("validation_split", "test_split", "shuffle_seed", "seed", "num_examples")
 
 
-def evaluate(cfg, run_dir: Path, launch_dir: Path, overrides: list[str]) -> int:
+def evaluate(node, run_dir: Path, launch_dir: Path, overrides: list[str]) -> int:
     """mode=eval / mode=predict in the shell: find the training run, compose its config under this command's
     overrides, evaluate or predict; returns the exit code."""
-    mode = cfg.mode.value
+    mode = node.mode.value
 
     def body() -> OutcomeRecord:
-        train_dir = find_training_run(str(cfg.eval.run), launch_dir, str(cfg.tracking.uri))
-        node = config_of_run(train_dir, cfg, overrides)
-        run_id, metrics = Evaluation(node, train_dir, run_dir, launch_dir, mode).execute()
+        train_dir = find_training_run(str(node.eval.run), launch_dir, str(node.tracking.uri))
+        run_node = config_of_run(train_dir, node, overrides)
+        run_id, metrics = Evaluation(run_node, train_dir, run_dir, launch_dir, mode).execute()
         return OutcomeRecord(status=FINISHED, exit_code=EXIT_FINISHED, run_id=run_id, metrics=metrics, mode=mode)
 
-    return run_in_shell(body, run_dir, mode, bool(cfg.get("tf_logs", False)))
+    return run_in_shell(body, run_dir, mode, bool(node.get("tf_logs", False)))
 
 
-def config_of_run(train_dir: Path, cfg, overrides: list[str]):
+def config_of_run(train_dir: Path, node, overrides: list[str]):
     """The training run's own resolved config (its config.yaml: whatever search path, `--config-dir` or plugin
     composed it), with this command's overrides on top, each value as this command's Hydra composed it (a group
     choice brings its whole section). A multi-worker run is evaluated in this one process."""
     saved = OmegaConf.load(train_dir / CONFIG_FILE)
-    node = _typed_like(saved)
+    run_node = _typed_like(saved)
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o and not o.startswith("hydra.")}
     if saved.strategy.kind == "multi_worker" and not any(k.split(".")[0] == "strategy" for k in given):
         given.add("strategy")  # the workers' cluster is not there to join: this command's strategy
@@ -70,7 +71,7 @@ def config_of_run(train_dir: Path, cfg, overrides: list[str]):
     for key in ("tracking.uri", "checkpoint.directory"):  # written with its credentials hidden: this command's
         if HIDDEN in str(OmegaConf.select(saved, key, default="")):
             given.add(key)
-    presets = [k for k in given if "." not in k and k not in node]  # debug=, experiment=: they set other sections
+    presets = [k for k in given if "." not in k and k not in run_node]  # debug=, experiment=: they set other sections
     if presets:
         chosen = next(o.split("=", 1)[1] for o in overrides if o.lstrip("+~").split("=", 1)[0] == presets[0])
         raise ConfigError.single(
@@ -80,13 +81,13 @@ def config_of_run(train_dir: Path, cfg, overrides: list[str]):
             "name the keys it would set instead, e.g. train.max_validation_steps=1",
         )
     for key in sorted(given, key=lambda k: k.count(".")):
-        value = OmegaConf.select(cfg, key, throw_on_missing=False)
+        value = OmegaConf.select(node, key, throw_on_missing=False)
         if "." in key:
-            OmegaConf.update(node, key, value, merge=False, force_add=True)
-        elif not (isinstance(value, DictConfig) and _option(value) == _option(node[key])):
-            node[key] = value  # another option (its section as this command composed it), or a top-level value
+            OmegaConf.update(run_node, key, value, merge=False, force_add=True)
+        elif not (isinstance(value, DictConfig) and _option(value) == _option(run_node[key])):
+            run_node[key] = value  # another option (its section as this command composed it), or a top-level value
         # else the run's own option named again: its trained values stay; this command's dotted keys apply
-    return node
+    return run_node
 
 
 def _option(section) -> object:
@@ -275,22 +276,23 @@ class Evaluation:
             )
         model = self._load(in_scope=False)  # on this process: no collective for every worker to join
         task = self._task(model)
-        ds = self.source.pipeline(split, self.plan.batch.global_batch, False, None)
-        outputs, labels = [], []
-        for batch in ds:
-            outputs.append(_to_numpy(model(batch[0], training=False)))
-            labels.append(_to_numpy(batch[1]))
-        columns = prediction_columns(task, _concatenate(outputs), _concatenate(labels))
         path = self.run_dir / str(self.config.eval.output)
-        if path.suffix not in (".csv", ".npz"):  # as np.savez names it
+        if path.suffix.lower() not in FORMATS:  # as np.savez names it
             path = path.with_name(f"{path.name}.npz")
-        # Beside its name, then renamed: a crash or a full disk never leaves half a predictions file.
-        written_aside(
-            path, lambda aside: _write_csv(aside, columns) if path.suffix == ".csv" else _savez(aside, columns)
-        )
-        examples = len(next(iter(columns.values())))
-        print(f"  predictions of {examples} examples written to {path}", flush=True)
-        return {f"{split}_examples": float(examples)}, [path]
+        # Written as file predictions are (`batch_outputs.Writer`: under .partial, renamed when whole), a batch at a
+        # time, each example numbered by its `row` in the split.
+        writer = Writer(path, "row")
+        try:
+            for features, labels, *_ in self.source.pipeline(split, self.plan.batch.global_batch, False, None):
+                answer = split_answer(task, model(features, training=False), labels)
+                rows = len(next(iter(answer.values())))
+                writer.write(pa.array(np.arange(writer.rows, writer.rows + rows, dtype=np.int64)), answer)
+            writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        print(f"  predictions of {writer.rows} examples written to {path}", flush=True)
+        return {f"{split}_examples": float(writer.rows)}, [path]
 
     def _track(self, metrics: dict, files: list[Path], split: str) -> str | None:
         tr = self.config.tracking
@@ -336,66 +338,15 @@ def _violation(key, value, expected, fix):
     return Violation(key, value, expected, fix)
 
 
-def prediction_columns(task, outputs, labels) -> dict[str, np.ndarray]:
-    """What predict writes per example: the model's outputs, the task's predictions, the labels and (classification,
-    sequence) the predicted class; under task.heads each head's, named `<head>_outputs`, `<head>_predictions`..."""
+TARGET = "target"  # the split's label beside the answer (per head: <head>_target)
+
+
+def split_answer(task, outputs, labels) -> dict[str, np.ndarray]:
+    """What predict writes per example of a split: the task's served answer, what every artifact answers
+    (`Task.served`: `probabilities`, `label`...; `<head>_<key>` per head), then the split's label as the data holds
+    it, `target` (`<head>_target`)."""
+    answer = {key: np.asarray(value) for key, value in task.served(outputs).items()}
     heads = getattr(task, "heads", None)
     if heads is None:
-        return _head_columns(task, outputs, labels, "")
-    by_head = task.by_head(outputs)
-    columns = {}
-    for head, head_task in heads.items():
-        columns.update(_head_columns(head_task, by_head[head], labels[head], f"{head}_"))
-    return columns
-
-
-def _head_columns(task, outputs, labels, prefix: str) -> dict[str, np.ndarray]:
-    outputs = np.asarray(outputs, dtype="float32")
-    predictions = np.asarray(task.predictions(outputs))
-    columns = {"outputs": outputs, "predictions": predictions, "labels": np.asarray(labels)}
-    if task.name in ("classification", "sequence"):
-        columns["classes"] = np.asarray(task.label_ids(predictions))  # a one-unit binary head: p > 0.5
-    return {f"{prefix}{name}": values for name, values in columns.items()}
-
-
-def _to_numpy(tree):
-    """A batch's tensors (one, a list or a dict of them) as numpy, the structure kept."""
-    if isinstance(tree, dict):
-        return {name: np.asarray(value) for name, value in tree.items()}
-    if isinstance(tree, list | tuple):
-        return [np.asarray(value) for value in tree]
-    return np.asarray(tree)
-
-
-def _concatenate(batches: list):
-    """The batches of a structure joined along examples, the structure kept."""
-    first = batches[0]
-    if isinstance(first, dict):
-        return {name: np.concatenate([b[name] for b in batches]) for name in first}
-    if isinstance(first, list):
-        return [np.concatenate([b[i] for b in batches]) for i in range(len(first))]
-    return np.concatenate(batches)
-
-
-def _write_csv(path: Path, columns: dict) -> None:
-    """One row per example: its label(s), predicted class (when there is one) and prediction(s) (of every head)."""
-
-    flat = {
-        name: np.asarray(values).reshape(len(values), -1)
-        for name, values in columns.items()
-        if name != "outputs" and not name.endswith("_outputs")
-    }
-    header = [
-        f"{name}_{j}" if values.shape[1] > 1 else name for name, values in flat.items() for j in range(values.shape[1])
-    ]
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(header)
-        for row in zip(*(values for values in flat.values()), strict=True):
-            writer.writerow([f"{v:.6g}" if isinstance(v, float | np.floating) else v for part in row for v in part])
-
-
-def _savez(path: Path, columns: dict) -> None:
-    """np.savez to exactly `path` (given a name without .npz, numpy adds one)."""
-    with open(path, "wb") as handle:
-        np.savez(handle, **columns)
+        return {**answer, TARGET: np.asarray(labels)}
+    return {**answer, **{f"{head}_{TARGET}": np.asarray(labels[head]) for head in heads}}

@@ -13,16 +13,44 @@ from launcher.config.errors import ConfigError, raise_if_any
 from launcher.config.tasks import epoch_metrics, known_epoch_metrics, monitor_problems
 from launcher.export.trained import check_exports
 from launcher.launch.preflight import Prepared, save_plan, show_plan
+from launcher.launch.review import decided_again
 from launcher.plan.decisions import InputsPlan, Plan, render_records
 from launcher.plan.rules.batch_norm import moving_average_warning
 from launcher.train.batch_norm import batch_norm_momenta
 from launcher.train.fine_tune import Freezer, freeze_record, frozen_layers, load_matching
 from launcher.train.preprocessing import pixel_scaling
+from launcher.train.runtime import reseed
+
+
+class UncompilableModel(Exception):
+    """xla=auto chose XLA for a model that turns out, once built, to hold layers XLA cannot compile."""
+
+    def __init__(self, layers: list[str]):
+        super().__init__(", ".join(layers))
+        self.layers = tuple(layers)
 
 
 def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path, checkpoint_dir: Path) -> tuple:
     """(the Built model, the Plan with its records, model.freeze's Freezer or None). model.adapt's layers are
-    adapted first, on the training split, or read back from `checkpoint_dir` when the run resumes."""
+    adapted first, on the training split, or read back from `checkpoint_dir` when the run resumes. A model xla=auto
+    chose XLA for that holds layers XLA cannot compile is built again under the Plan decided again with that fact
+    (auto never keeps what the model cannot run)."""
+    try:
+        return _build_once(config, plan, prepared, run_dir, checkpoint_dir)
+    except UncompilableModel as found:
+        plan = decided_again(config, prepared, plan, uncompilable_layers=found.layers)
+        step = plan.step
+        show_plan(
+            plan,
+            f"Plan decided again, from the built model:\n  xla  {step.xla}  {step.reason('xla')}\n  step  {step.kind}"
+            f"\n  train.steps_per_epoch  {plan.schedule.steps_per_epoch}",
+        )
+        save_plan(plan, run_dir)
+        reseed(config.seed)  # the model built again starts from the seed, as one built once does
+        return _build_once(config, plan, prepared, run_dir, checkpoint_dir)
+
+
+def _build_once(config, plan: Plan, prepared: Prepared, run_dir: Path, checkpoint_dir: Path) -> tuple:
     from launcher.train.adapt import adapt_once
     from launcher.train.build import build
 
@@ -47,7 +75,10 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path, checkpoin
     if patterns := list(config.model.freeze or []):
         layers = frozen_layers(built.model, patterns)
         records.append(freeze_record(built.model, layers, config.train.unfreeze_batch_norm))
-        freezer = Freezer(layers, config.train.unfreeze_at_epoch, config.train.unfreeze_batch_norm)
+        fresh_at = plan.schedule.unfreeze_step if plan.schedule.unfreeze_fresh_optimizer else None
+        freezer = Freezer(
+            layers, config.train.unfreeze_at_epoch, config.train.unfreeze_batch_norm, fresh_at, built.optimizer
+        )
     for record in records:
         plan = plan.with_record(record)
     if records:
@@ -68,17 +99,19 @@ def _inputs_record(adapted, pixels: tuple[str, str] | None) -> InputsPlan | None
 
 def check_compilable(config, plan: Plan, model) -> None:
     """A step XLA compiles cannot hold layers Keras marks `supports_jit=False` (lookup tables on ids: IntegerLookup,
-    Hashing): refused now, with the fix, rather than failing at the first step. String inputs never get here with
-    XLA on: the resolver keeps it off for them (`launcher.plan.rules.step`)."""
+    Hashing): xla=auto's choice is decided again (UncompilableModel), xla=true refused now, with the fix, rather
+    than failing at the first step. String inputs never get here with XLA on: the resolver keeps it off for them
+    (`launcher.plan.rules.step`)."""
     if not plan.step.xla:
         return
     layers = [layer.name for layer in model._flatten_layers(include_self=False) if not layer.supports_jit]
+    if layers and plan.step.reason("xla").startswith("xla=auto"):
+        raise UncompilableModel(layers)
     if layers:
-        chose = "xla=auto chose XLA" if plan.step.reason("xla").startswith("xla=auto") else "xla=true"
         raise ConfigError.single(
             "xla",
             str(config.xla).lower(),
-            f"a model XLA can compile ({chose}; the model has layers Keras marks supports_jit=False, "
+            "a model XLA can compile (xla=true; the model has layers Keras marks supports_jit=False, "
             f"{', '.join(repr(name) for name in layers[:5])}: lookup tables and string ops do not compile)",
             'xla=false (the graph step runs them), or move these layers into the loader\'s "preprocess" (it runs in '
             "the data pipeline, outside the compiled step)",

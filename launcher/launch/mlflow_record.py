@@ -6,12 +6,12 @@ from __future__ import annotations
 import warnings
 
 
-def dataset_inputs(source, dataset_cfg) -> list[dict]:
+def dataset_inputs(source, dataset_config) -> list[dict]:
     """Each split held as arrays, as MLflow dataset fields plus its context. Splits streamed from
     files (tf.data) are not read twice to be hashed: they are left out."""
     import mlflow.data
 
-    path = getattr(dataset_cfg, "path", "") or None
+    path = getattr(dataset_config, "path", "") or None
     found = []
     for context, split in (("training", source.train), ("validation", source.val)):
         if not isinstance(split, tuple):
@@ -22,7 +22,7 @@ def dataset_inputs(source, dataset_cfg) -> list[dict]:
         with warnings.catch_warnings():  # a local path resolves to one source type twice; MLflow warns
             warnings.simplefilter("ignore", UserWarning)
             dataset = mlflow.data.from_numpy(
-                features, targets=targets, source=str(path) if path else None, name=f"{dataset_cfg.name}-{context}"
+                features, targets=targets, source=str(path) if path else None, name=f"{dataset_config.name}-{context}"
             )
         found.append({**dataset.to_dict(), "context": context})
     return found

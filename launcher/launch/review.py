@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.config.errors import ConfigError, Violation
+from launcher.config.errors import ConfigError, Violation, raise_if_any
 from launcher.config.schema import Config
 from launcher.launch.init_source import InitSource, locate_init_source
 from launcher.plan.data_facts import NO_FACTS, DataFacts
@@ -80,6 +80,25 @@ def _with_data_facts(config, env, plan: Plan, problems: list, facts: DataFacts |
     problems.extend(v for v in violations if v not in problems)
     if decided.precision.policy != plan.precision.policy:
         use_policy(decided.precision.policy)
+    return decided
+
+
+def decided_again(config, prepared, plan: Plan, **model_facts) -> Plan:
+    """The Plan decided again with what the built model shows (`model_facts`: DataFacts fields), for the data
+    `prepared` holds: the rules, the sharding and the schedule (XLA's drop_remainder changes the steps); the
+    records added before the build (the tuning, the continuation, the trial) kept. A refusal is a ConfigError."""
+    facts = replace(data_facts(prepared.source), **model_facts)
+    decided, problems = resolve_all(config, prepared.env, facts)
+    raise_if_any(problems)
+    if decided.precision.policy != plan.precision.policy:
+        use_policy(decided.precision.policy)
+    source = prepared.source
+    decided, num_train = decide_sharding(decided, source.train_shards, source.num_train)
+    decided = schedule(config, decided, num_train, source.num_val, source.num_test)
+    for record in plan.records:
+        if not decided.has(type(record)):
+            decided = decided.with_record(record)
+    prepared.plan = decided
     return decided
 
 

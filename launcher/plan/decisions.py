@@ -190,6 +190,7 @@ class SchedulePlan(Section):
     unfreeze_step: int | None = decision("train.unfreeze_at_epoch", optional=True)  # global step of the unfreeze
     val_every_steps: int | None = decision("train.val_every_steps", optional=True)  # validations inside epochs
     unfreeze_lr_factor: float | None = decision("train.unfreeze_learning_rate", optional=True)
+    unfreeze_fresh_optimizer: bool | None = decision("train.unfreeze_fresh_optimizer", optional=True)
 
     def steps_in_epoch(self, position) -> int:
         """Steps the epoch `position` is in trains: all of them, but only up to global step max_steps when

@@ -31,36 +31,36 @@ from launcher.plan.rules.strategy import decide_strategy
 from launcher.plan.rules.task import decide_task
 
 
-def resolve(cfg: Config, env: Environment, facts: DataFacts = NO_FACTS) -> Plan:
+def resolve(config: Config, env: Environment, facts: DataFacts = NO_FACTS) -> Plan:
     """Check the combination and decide everything; raise ConfigError listing every problem."""
-    plan, violations = resolve_all(cfg, env, facts)
+    plan, violations = resolve_all(config, env, facts)
     raise_if_any(violations)
     return plan
 
 
-def resolve_all(cfg: Config, env: Environment, facts: DataFacts = NO_FACTS) -> tuple[Plan, list[Violation]]:
+def resolve_all(config: Config, env: Environment, facts: DataFacts = NO_FACTS) -> tuple[Plan, list[Violation]]:
     """Every rule: the Plan and every violation found; `facts`: what the loaded data shows (none before it loads).
 
     The Plan is complete even when something is refused (a refused value is decided as asked, its reason
     says so), so the launch still checks the data against it and one message lists every problem.
     """
     found = Findings()
-    precision = decide_precision(cfg, env, found, facts)
-    strategy, cluster = decide_strategy(cfg, env, found)
-    step = decide_step(cfg, env, found, precision, strategy, facts)
-    optimizer = decide_optimizer(cfg, found)
-    loss_scale = decide_loss_scale(cfg, found, precision, strategy, step)
-    batch = decide_batch(cfg, found, strategy, step)
-    learning_rate = decide_learning_rate(cfg, found, batch)
-    numerics = decide_numerics(cfg, found, strategy)
-    task = decide_task(cfg, found, precision)
-    export = decide_export(cfg, found)
-    profile = decide_profile(cfg, cluster)
-    layer_swaps = decide_layer_swaps(cfg, env, found, strategy)
-    check_fine_tuning(cfg, found)
-    found.violations.extend(out_of_bounds(cfg))
-    found.violations.extend(duration_problems(cfg))
-    found.violations.extend(callback_problems(cfg.train.callbacks))
+    precision = decide_precision(config, env, found, facts)
+    strategy, cluster = decide_strategy(config, env, found)
+    step = decide_step(config, env, found, precision, strategy, facts)
+    optimizer = decide_optimizer(config, found)
+    loss_scale = decide_loss_scale(config, found, precision, strategy, step)
+    batch = decide_batch(config, found, strategy, step)
+    learning_rate = decide_learning_rate(config, found, batch)
+    numerics = decide_numerics(config, found, strategy)
+    task = decide_task(config, found, precision)
+    export = decide_export(config, found)
+    profile = decide_profile(config, cluster)
+    layer_swaps = decide_layer_swaps(config, env, found, strategy)
+    check_fine_tuning(config, found)
+    found.violations.extend(out_of_bounds(config))
+    found.violations.extend(duration_problems(config))
+    found.violations.extend(callback_problems(config.train.callbacks))
     plan = Plan(
         precision=precision,
         strategy=strategy,
@@ -80,12 +80,12 @@ def resolve_all(cfg: Config, env: Environment, facts: DataFacts = NO_FACTS) -> t
     return plan, found.violations
 
 
-def wants_measurements(cfg: Config) -> bool:
+def wants_measurements(config: Config) -> bool:
     """precision=auto and xla=auto decide by this machine's measured matmul rates.
 
     Not under a strategy of several processes (multi_worker): workers on different machines (or measuring
     under different load) could decide differently, and every worker must run the same step. They decide by flags.
     """
-    if not strategy_of(cfg.strategy.kind).single_process:
+    if not strategy_of(config.strategy.kind).single_process:
         return False
-    return cfg.precision.name == PrecisionName.auto or str(cfg.xla).strip().lower() == "auto"
+    return config.precision.name == PrecisionName.auto or str(config.xla).strip().lower() == "auto"

@@ -15,7 +15,7 @@ from launcher.config.schema import Config
 from launcher.plan.decisions import Plan, SchedulePlan
 
 
-def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int, num_test: int = 0) -> Plan:
+def schedule(config: Config, plan: Plan, num_train: int, num_val: int, num_test: int = 0) -> Plan:
     """The Plan with the data-dependent decisions added (steps per epoch, validation, test and warmup steps)."""
     global_batch = plan.batch.global_batch
     drop = plan.batch.drop_remainder
@@ -23,60 +23,64 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int, num_test: in
     if num_train < global_batch:  # whatever the step: one ragged batch is not what was asked (issue 62, item 3)
         raise ConfigError.single(
             "scaling.batch_size",
-            cfg.scaling.batch_size,
+            config.scaling.batch_size,
             f"a global batch ({global_batch}) no larger than the {num_train} training examples",
             f"scaling.batch_size={max(1, num_train // plan.strategy.replicas // 2)}",
         )
     reason = f"{num_train} training examples / global batch {global_batch}"
-    fraction = cfg.train.limit_fraction
+    fraction = config.train.limit_fraction
     limited = 0 < fraction < 1
     if limited:
         steps = max(1, round(steps * fraction))
         reason = f"train.limit_fraction={fraction:g} of {reason}"
-    if cfg.train.max_steps_per_epoch and cfg.train.max_steps_per_epoch < steps:
-        steps = cfg.train.max_steps_per_epoch
+    if config.train.max_steps_per_epoch and config.train.max_steps_per_epoch < steps:
+        steps = config.train.max_steps_per_epoch
         reason = f"capped by train.max_steps_per_epoch ({reason})"
     val_steps = max(1, math.ceil(num_val / global_batch))
     val_reason = f"{num_val} validation examples, every one evaluated"
     if limited:
         val_steps, val_reason = max(1, round(val_steps * fraction)), f"train.limit_fraction={fraction:g} of {val_steps}"
-    if cfg.train.max_validation_steps and cfg.train.max_validation_steps < val_steps:
-        val_steps, val_reason = cfg.train.max_validation_steps, f"capped by train.max_validation_steps ({val_reason})"
-    profile = cfg.train.profile
-    if profile.steps > 0 and profile.skip_steps >= steps * cfg.train.epochs:
+    if config.train.max_validation_steps and config.train.max_validation_steps < val_steps:
+        val_steps, val_reason = (
+            config.train.max_validation_steps,
+            f"capped by train.max_validation_steps ({val_reason})",
+        )
+    profile = config.train.profile
+    if profile.steps > 0 and profile.skip_steps >= steps * config.train.epochs:
         plan = plan.with_warning(
-            f"train.profile.skip_steps={profile.skip_steps} is not below the run's {steps * cfg.train.epochs} "
+            f"train.profile.skip_steps={profile.skip_steps} is not below the run's {steps * config.train.epochs} "
             f"training steps: nothing will be traced. Use train.profile.skip_steps={min(10, steps // 2)}."
         )
-    sc = cfg.scaling
+    sc = config.scaling
     if math.isfinite(sc.warmup_epochs) and sc.warmup_epochs > 0:  # inf/NaN: refused by the bounds rule
         warmup = (round(sc.warmup_epochs * steps), f"{sc.warmup_epochs:g} epoch(s) x {steps} steps")
     else:
         warmup = (sc.warmup_steps, "requested" if sc.warmup_steps else "no warmup")
-    epochs, total = cfg.train.epochs, steps * cfg.train.epochs
+    epochs, total = config.train.epochs, steps * config.train.epochs
     total_all = total
     total_reason, epochs_reason = f"{epochs} epoch(s)", "requested"
-    max_steps = cfg.train.max_steps
+    max_steps = config.train.max_steps
     if max_steps and max_steps < total:
         total, epochs = max_steps, math.ceil(max_steps / steps)
         last = max_steps - (epochs - 1) * steps
-        total_reason = f"train.max_steps (train.epochs={cfg.train.epochs} would be {steps * cfg.train.epochs})"
+        total_reason = f"train.max_steps (train.epochs={config.train.epochs} would be {steps * config.train.epochs})"
         epochs_reason = f"train.max_steps={max_steps} ends epoch {epochs}" + (
             f" after {last} of its {steps} steps" if last < steps else ""
         )
-    budget = parse_duration(cfg.train.max_time) if str(cfg.train.max_time).strip() else None
-    if budget and not cfg.checkpoint.enabled:
+    budget = parse_duration(config.train.max_time) if str(config.train.max_time).strip() else None
+    if budget and not config.checkpoint.enabled:
         plan = plan.with_warning(
             "train.max_time with checkpoint.enabled=false: the launch stops at its budget without a checkpoint, so "
             "running it again starts over"
         )
     return plan.with_record(
         SchedulePlan.of(
-            lr_schedule_arguments=_lr_schedule_arguments(cfg, plan, steps, total, warmup[0]),
-            test_steps=_test_steps(cfg, plan, num_test, global_batch),
-            unfreeze_step=_unfreeze_step(cfg, steps),
-            val_every_steps=_val_every_steps(cfg, steps, val_steps),
-            unfreeze_lr_factor=_unfreeze_factor(cfg, steps),
+            lr_schedule_arguments=_lr_schedule_arguments(config, plan, steps, total, warmup[0]),
+            test_steps=_test_steps(config, plan, num_test, global_batch),
+            unfreeze_step=_unfreeze_step(config, steps),
+            val_every_steps=_val_every_steps(config, steps, val_steps),
+            unfreeze_lr_factor=_unfreeze_factor(config, steps),
+            unfreeze_fresh_optimizer=_fresh_optimizer(config, steps),
             steps_per_epoch=(steps, reason),
             validation_steps=(val_steps, val_reason),
             total_steps=(total, total_reason),
@@ -92,30 +96,30 @@ def schedule(cfg: Config, plan: Plan, num_train: int, num_val: int, num_test: in
     )
 
 
-def _test_steps(cfg: Config, plan: Plan, num_test: int, global_batch: int) -> tuple[int, str] | None:
+def _test_steps(config: Config, plan: Plan, num_test: int, global_batch: int) -> tuple[int, str] | None:
     """train.test_at_end: every test example once, after training, on the best model (else the final one)."""
-    if not cfg.train.test_at_end:
+    if not config.train.test_at_end:
         return None
     if num_test < 1:
         raise ConfigError.single(
             "train.test_at_end",
             True,
-            f"a test split (dataset={cfg.dataset.name} has none)",
+            f"a test split (dataset={config.dataset.name} has none)",
             "dataset.test_split=0.1 (array datasets), dataset.test=<glob> (tfrecord), dataset.test_path=<folder> "
             '(image_folder), a "test" entry (custom loader); or train.test_at_end=false',
         )
     monitor = plan.task.best_by
-    if monitor and cfg.checkpoint.enabled:
+    if monitor and config.checkpoint.enabled:
         which = f"the best model by checkpoint.monitor={monitor}"
     else:
         which = "the final model (" + ("checkpoint.enabled=false" if monitor else "no checkpoint.monitor") + ")"
     return math.ceil(num_test / global_batch), f"{num_test} test examples, evaluated once after training on {which}"
 
 
-def _lr_schedule_arguments(cfg: Config, plan: Plan, steps: int, total: int, warmup: int) -> tuple[dict, str] | None:
+def _lr_schedule_arguments(config: Config, plan: Plan, steps: int, total: int, warmup: int) -> tuple[dict, str] | None:
     """The schedule's keyword arguments: schedule_params, plus what the launcher fills unless given (the planned
     peak rate, the steps after warmup, one epoch's steps), each filled one named in the reason."""
-    name, given = plan.optimizer.schedule, dict(cfg.optimizer.schedule_params)
+    name, given = plan.optimizer.schedule, dict(config.optimizer.schedule_params)
     after = max(total - warmup, 1)
     fills = {
         "initial_learning_rate": (plan.learning_rate.peak, "the planned rate"),
@@ -142,27 +146,38 @@ def _lr_schedule_arguments(cfg: Config, plan: Plan, steps: int, total: int, warm
     return {**{key: value for key, (value, _) in filled.items()}, **given}, reason or "as given"
 
 
-def _unfreeze_step(cfg: Config, steps: int) -> tuple[int, str] | None:
+def _unfreeze_step(config: Config, steps: int) -> tuple[int, str] | None:
     """train.unfreeze_at_epoch as the global step from which model.freeze's layers train."""
-    at = cfg.train.unfreeze_at_epoch
-    if at <= 0 or not list(getattr(cfg.model, "freeze", []) or []):
+    at = config.train.unfreeze_at_epoch
+    if at <= 0 or not list(getattr(config.model, "freeze", []) or []):
         return None
     return at * steps, f"after {at} epoch(s) x {steps} steps model.freeze's layers train too (the step is retraced)"
 
 
-def _unfreeze_factor(cfg: Config, steps: int) -> tuple[float, str] | None:
+def _unfreeze_factor(config: Config, steps: int) -> tuple[float, str] | None:
     """train.unfreeze_learning_rate as a factor on the planned schedule (so the batch rule's scaling carries over)."""
-    rate, at = cfg.train.unfreeze_learning_rate, cfg.train.unfreeze_at_epoch
+    rate, at = config.train.unfreeze_learning_rate, config.train.unfreeze_at_epoch
     if rate <= 0 or at <= 0:
         return None
-    factor = rate / cfg.optimizer.learning_rate
-    why = f"{rate:g} / optimizer.learning_rate {cfg.optimizer.learning_rate:g}"
+    factor = rate / config.optimizer.learning_rate
+    why = f"{rate:g} / optimizer.learning_rate {config.optimizer.learning_rate:g}"
     return factor, f"{why}: the schedule x {factor:.4g} from global step {at * steps}"
 
 
-def _val_every_steps(cfg: Config, steps: int, val_steps: int) -> tuple[int, str] | None:
+def _fresh_optimizer(config: Config, steps: int) -> tuple[bool, str] | None:
+    """train.unfreeze_fresh_optimizer: the optimizer's state zeroed at the unfreeze."""
+    if not config.train.unfreeze_fresh_optimizer or _unfreeze_step(config, steps) is None:
+        return None
+    at = config.train.unfreeze_at_epoch * steps
+    return True, (
+        f"at global step {at} the optimizer starts afresh (slots and step count zeroed, as a new optimizer); "
+        f"the learning-rate schedule goes on from step {at}"
+    )
+
+
+def _val_every_steps(config: Config, steps: int, val_steps: int) -> tuple[int, str] | None:
     """train.val_every_steps: validations inside the epochs, besides the one at each epoch end."""
-    every = cfg.train.val_every_steps
+    every = config.train.val_every_steps
     if every <= 0:
         return None
     inside = "" if every < steps else f"; not below the {steps} steps of an epoch: only epoch ends validate"

@@ -117,9 +117,9 @@ def config_sources() -> list[str]:
 
     if not HydraConfig.initialized():
         return []
-    hydra_cfg = HydraConfig.get()
-    dirs = [f"--config-dir={s.path}" for s in hydra_cfg.runtime.config_sources if s.provider == "command-line"]
-    paths = [o for o in hydra_cfg.overrides.hydra if o.split("=", 1)[0].lstrip("+~") == "hydra.searchpath"]
+    hydra_config = HydraConfig.get()
+    dirs = [f"--config-dir={s.path}" for s in hydra_config.runtime.config_sources if s.provider == "command-line"]
+    paths = [o for o in hydra_config.overrides.hydra if o.split("=", 1)[0].lstrip("+~") == "hydra.searchpath"]
     return [*dirs, *paths]
 
 

@@ -33,18 +33,19 @@ from launcher.tracking.tracker import open_run
 from launcher.tracking.uri import check_reachable, initialise_store, resolve_uri
 
 
-def _swept(config: DictConfig) -> list[str]:
+def _swept(node: DictConfig) -> list[str]:
     """The keys the jobs differ by: sweep overrides, and a search's space (nested keys flattened)."""
-    params = config.hydra.sweeper.get("params") or {}
+    params = node.hydra.sweeper.get("params") or {}
     space = flatten(OmegaConf.to_container(params) if OmegaConf.is_config(params) else params)
-    return swept_keys(list(config.hydra.overrides.task)) + list(space)
+    return swept_keys(list(node.hydra.overrides.task)) + list(space)
 
 
 started = False  # set once a sweep's callback runs in this process: Hydra composed its config
 
 
 class SweepCallback(Callback):
-    """Creates the parent MLflow run before the jobs start and summarises the sweep after."""
+    """Creates the parent MLflow run before the jobs start and summarises the sweep after. Hydra calls its hooks
+    with the composed node as `config=`; inside, it is `node`."""
 
     _lock: DirLock | None = None  # the sweep dir's, while this sweeper runs (a sweep of its own)
 
@@ -57,29 +58,29 @@ class SweepCallback(Callback):
             print(f"\n{refused}\n", file=sys.stderr, flush=True)
             raise SystemExit(EXIT_REFUSED) from None
 
-    def _start(self, config: DictConfig) -> None:
-        if not config.get("tf_logs", False):
+    def _start(self, node: DictConfig) -> None:
+        if not node.get("tf_logs", False):
             quiet_tracking_logs()
-        if not str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
+        if not str(node.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
             forkserver.share()  # jobs on this machine, whichever process starts them, fork from one server
-        sweep_dir = Path(config.hydra.sweep.dir)
+        sweep_dir = Path(node.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        shared = SharedStudy.of(config)
+        shared = SharedStudy.of(node)
         if shared is None:  # a sweep of its own: one sweeper at a time in its dir (a shared study takes several)
             self._hold(sweep_dir)
         previous = read_json(sweep_dir / SWEEP_FILE)
         if shared is not None:
-            self._join(config, sweep_dir, shared, previous)
+            self._join(node, sweep_dir, shared, previous)
             return
         if previous and previous.get("sweep_id"):
-            self._continue(config, sweep_dir, previous)
+            self._continue(node, sweep_dir, previous)
             return
-        state = {"sweep_id": uuid.uuid4().hex[:12], "parent_run_id": None, "uri": None, "swept_keys": _swept(config)}
-        uri = _reachable_uri(config) if config.tracking.enabled else None
+        state = {"sweep_id": uuid.uuid4().hex[:12], "parent_run_id": None, "uri": None, "swept_keys": _swept(node)}
+        uri = _reachable_uri(node) if node.tracking.enabled else None
         # The sweep exists before its parent run does: a sweep killed in between finds that run again when rerun.
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
         if uri is not None:
-            self._open_parent(config, sweep_dir, state, uri)
+            self._open_parent(node, sweep_dir, state, uri)
 
     def _hold(self, sweep_dir: Path) -> None:
         """The sweep dir's lock, held until this sweeper ends; another live sweeper's is refused (exit 2), before
@@ -99,48 +100,48 @@ class SweepCallback(Callback):
             print(ConfigError([refusal]), file=sys.stderr, flush=True)
             raise SystemExit(EXIT_REFUSED) from None
 
-    def _join(self, config: DictConfig, sweep_dir: Path, shared: SharedStudy, previous: dict | None) -> None:
+    def _join(self, node: DictConfig, sweep_dir: Path, shared: SharedStudy, previous: dict | None) -> None:
         """A search on a shared study: its sweep id and parent run are the study's, whichever sweeper made them. A
         joiner never changes the parent's status (its creator opened it; the sweeper that ends the last trial ends
         it), and a refused one never removes it (`withdraw`)."""
         if problems := storage_problems(shared.storage):  # said here: Hydra turns a callback's errors into warnings
             raise ConfigError(problems)
-        sweep_id, creator = shared.join(config)
+        sweep_id, creator = shared.join(node)
         print(
             f"Search {sweep_id}: study {shared.name!r} in {shown(shared.storage)} "
             + ("(created by this sweeper)" if creator else "(joined: other sweepers pull trials from it too)"),
             flush=True,
         )
         same = previous if previous and previous.get("sweep_id") == sweep_id else {}  # this dir ran this study
-        swept = sorted(set(same.get("swept_keys") or []) | set(_swept(config)))
+        swept = sorted(set(same.get("swept_keys") or []) | set(_swept(node)))
         state = {**same, "sweep_id": sweep_id, "swept_keys": swept, "shared": True}
         state.setdefault("parent_run_id", None)
         state.pop("sweep_pid", None)
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
-        if not config.tracking.enabled:
+        if not node.tracking.enabled:
             return
-        uri = _reachable_uri(config)
-        made = shared.recorded_parent(uri, creator) or _parent_made_before(uri, config.tracking.experiment, sweep_id)
+        uri = _reachable_uri(node)
+        made = shared.recorded_parent(uri, creator) or _parent_made_before(uri, node.tracking.experiment, sweep_id)
         if made is None:
-            self._open_parent(config, sweep_dir, state, uri)
+            self._open_parent(node, sweep_dir, state, uri)
             shared.record_parent(uri, state["parent_run_id"])
             return
-        state.update(parent_run_id=made, uri=uri, experiment=config.tracking.experiment)
+        state.update(parent_run_id=made, uri=uri, experiment=node.tracking.experiment)
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
 
-    def _open_parent(self, config: DictConfig, sweep_dir: Path, state: dict, uri: str, made: str | None = None):
+    def _open_parent(self, node: DictConfig, sweep_dir: Path, state: dict, uri: str, made: str | None = None):
         """The parent run, created with the sweep's id as a tag (so a rerun finds it if this sweep is killed before
         recording it), or `made`, the one it made then, continued."""
-        experiment = config.tracking.experiment
+        experiment = node.tracking.experiment
         identity = {"sweep_id": state["sweep_id"], "sweep.role": "parent"}
         name = f"sweep-{state['sweep_id']}"
         parent = open_run(uri, Path.cwd(), experiment, name, resume_run_id=made, tags=identity)
-        parent.set_tags({"sweep.overrides": " ".join(config.hydra.overrides.task), "sweep.dir": str(sweep_dir)})
+        parent.set_tags({"sweep.overrides": " ".join(node.hydra.overrides.task), "sweep.dir": str(sweep_dir)})
         parent.flush()
         state.update(parent_run_id=parent.run_id, uri=uri, experiment=experiment)
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
 
-    def _continue(self, config: DictConfig, sweep_dir: Path, state: dict) -> None:
+    def _continue(self, node: DictConfig, sweep_dir: Path, state: dict) -> None:
         """The same sweep dir again (a named sweep re-run): same sweep id and parent run; jobs that
         finished are skipped and killed ones resume (`sweep.job`)."""
         print(
@@ -148,7 +149,7 @@ class SweepCallback(Callback):
             "interrupted ones resume from their checkpoints.",
             flush=True,
         )
-        state["swept_keys"] = sorted(set(state.get("swept_keys") or []) | set(_swept(config)))
+        state["swept_keys"] = sorted(set(state.get("swept_keys") or []) | set(_swept(node)))
         state["runs"] = state.get("runs", 1) + 1
         (sweep_dir / STOP_FILE).unlink(missing_ok=True)  # a fail-fast stop is over: this run continues the jobs
         if state.get("parent_run_id"):
@@ -160,10 +161,10 @@ class SweepCallback(Callback):
             with_retry(client.update_run, state["parent_run_id"], status="RUNNING")
         state.pop("sweep_pid", None)
         write_json_atomic(sweep_dir / SWEEP_FILE, state)
-        if config.tracking.enabled and not state.get("parent_run_id"):  # killed before it recorded its parent
-            uri = _reachable_uri(config)
-            made = _parent_made_before(uri, config.tracking.experiment, state["sweep_id"])
-            self._open_parent(config, sweep_dir, state, uri, made)
+        if node.tracking.enabled and not state.get("parent_run_id"):  # killed before it recorded its parent
+            uri = _reachable_uri(node)
+            made = _parent_made_before(uri, node.tracking.experiment, state["sweep_id"])
+            self._open_parent(node, sweep_dir, state, uri, made)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -211,11 +212,11 @@ class SweepCallback(Callback):
             raise SystemExit(1)
 
 
-def _reachable_uri(config: DictConfig) -> str:
-    uri = resolve_uri(config.tracking.uri, Path.cwd())
+def _reachable_uri(node: DictConfig) -> str:
+    uri = resolve_uri(node.tracking.uri, Path.cwd())
     check_reachable(uri)
     initialise_store(uri)
-    check_experiment_active(uri, config.tracking.experiment)
+    check_experiment_active(uri, node.tracking.experiment)
     return uri
 
 

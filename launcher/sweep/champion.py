@@ -49,20 +49,20 @@ class Goal:
     directions: tuple[str, ...]
 
 
-def goal_of(config) -> Goal | None:
+def goal_of(node) -> Goal | None:
     """The sweep's goal from its config (as `search.Search` and the summary read it), None without
     `tracking.register_model`."""
     from omegaconf import OmegaConf
 
-    name = str(config.tracking.get("register_model") or "")
+    name = str(node.tracking.get("register_model") or "")
     if not name:
         return None
-    sweeper = config.hydra.sweeper
+    sweeper = node.hydra.sweeper
 
     def plain(value):
         return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
-    found, directions = sweep_goal(plain(sweeper.get("objectives")), plain(sweeper.get("direction")), objective(config))
+    found, directions = sweep_goal(plain(sweeper.get("objectives")), plain(sweeper.get("direction")), objective(node))
     return Goal(name, tuple(found), tuple(directions))
 
 

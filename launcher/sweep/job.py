@@ -79,27 +79,27 @@ def stopped_by(sweep_dir: Path) -> dict | None:
     return read_json(sweep_dir / STOP_FILE)
 
 
-def run_job(cfg: DictConfig, hydra_cfg) -> JobResult:
+def run_job(node: DictConfig, hydra_config) -> JobResult:
     """Run one multirun job in a fresh Python process; record it as a child run whatever happens.
 
     Returns how it ended and its final metrics, for sweepers that optimise.
     """
-    sweep_dir = Path(hydra_cfg.sweep.dir)
+    sweep_dir = Path(hydra_config.sweep.dir)
     state = _sweep_state(sweep_dir)
-    overrides = [o for o in hydra_cfg.overrides.task if not o.startswith("hydra.")]
+    overrides = [o for o in hydra_config.overrides.task if not o.startswith("hydra.")]
     name = job_name(overrides, state.get("swept_keys"))
-    job_dir = _job_dir(sweep_dir, Path(hydra_cfg.runtime.output_dir), overrides)
+    job_dir = _job_dir(sweep_dir, Path(hydra_config.runtime.output_dir), overrides)
     earlier = OutcomeRecord.read(job_dir)
     if earlier is not None and earlier.finished_training:  # not one its time budget stopped: that one goes on
-        value = earlier.objective(objective(cfg))
+        value = earlier.objective(objective(node))
         print(
-            f"[sweep job {hydra_cfg.job.num}] {name}: finished in an earlier run of this sweep ({job_dir}), "
-            f"skipped; {objective(cfg)}={value:.4g}",
+            f"[sweep job {hydra_config.job.num}] {name}: finished in an earlier run of this sweep ({job_dir}), "
+            f"skipped; {objective(node)}={value:.4g}",
             flush=True,
         )
         return JobResult.of(earlier, job_dir)
     if stop := stopped_by(sweep_dir):
-        print(f"[sweep job {hydra_cfg.job.num}] {name}: not started, the sweep stopped at {stop['job']}", flush=True)
+        print(f"[sweep job {hydra_config.job.num}] {name}: not started, the sweep stopped at {stop['job']}", flush=True)
         return JobResult(STOPPED, job_dir=str(job_dir))
     resuming = (job_dir / JOB_FILE).exists()  # an earlier run of this sweep started it (killed or failed)
     write_json_atomic(job_dir / JOB_FILE, {"overrides": sorted(overrides)})
@@ -108,16 +108,16 @@ def run_job(cfg: DictConfig, hydra_cfg) -> JobResult:
         extra.append(f"sweep.varies=[{','.join(state['swept_keys'])}]")
     if state.get("parent_run_id"):
         extra += [f"tracking.parent_run_id={state['parent_run_id']}", f"tracking.uri={state['uri']}"]
-    if not cfg.tracking.run_name:
+    if not node.tracking.run_name:
         extra.append(f"tracking.run_name='{name}'")
-    if cfg.sweep.trial is not None and state.get("study"):  # an hparams_search trial: where it reports
+    if node.sweep.trial is not None and state.get("study"):  # an hparams_search trial: where it reports
         extra += [f"sweep.study={state['study']['storage']}", f"sweep.study_name={state['study']['name']}"]
     args = [sys.executable, "-m", "launcher", *overrides, *extra]
-    print(f"[sweep job {hydra_cfg.job.num}] {name}" + (f" (again, in {job_dir})" if resuming else ""), flush=True)
+    print(f"[sweep job {hydra_config.job.num}] {name}" + (f" (again, in {job_dir})" if resuming else ""), flush=True)
     log_path = job_dir / "job.log"
     with open(log_path, "a" if resuming else "w") as log:
-        shared = bool(state.get("shared")) and cfg.sweep.trial is not None
-        returncode, stopped = _run_until_stopped(args, hydra_cfg.runtime.cwd, log, sweep_dir, job_dir, shared)
+        shared = bool(state.get("shared")) and node.sweep.trial is not None
+        returncode, stopped = _run_until_stopped(args, hydra_config.runtime.cwd, log, sweep_dir, job_dir, shared)
     outcome = OutcomeRecord.read(job_dir)
     if returncode != 0 and state.get("parent_run_id") and not (outcome and outcome.run_id):
         if own_run := _own_run(state, job_dir):  # the job's own run exists, its process is gone (killed): settle it
@@ -128,14 +128,14 @@ def run_job(cfg: DictConfig, hydra_cfg) -> JobResult:
     result = JobResult.of(outcome if returncode >= 0 else None, job_dir)
     if stopped and result.status not in (DONE, PRUNED):  # the sweep stopped it (maybe before it could save)
         result = JobResult(STOPPED, job_dir=str(job_dir))
-    if result.status == FAILED and cfg.sweep.fail_fast and not stopped_by(sweep_dir):
+    if result.status == FAILED and node.sweep.fail_fast and not stopped_by(sweep_dir):
         write_json_atomic(sweep_dir / STOP_FILE, {"job": name, "exit_code": returncode, "log": str(log_path)})
-        print(f"[sweep job {hydra_cfg.job.num}] {name} failed: sweep.fail_fast=true stops the sweep", flush=True)
+        print(f"[sweep job {hydra_config.job.num}] {name} failed: sweep.fail_fast=true stops the sweep", flush=True)
     status = {DONE: "ok", PRUNED: "pruned", STOPPED: "stopped (the sweep stopped)"}.get(
         result.status, f"failed (exit {returncode}, see {log_path})"
     )
-    value = result.value(objective(cfg))
-    print(f"[sweep job {hydra_cfg.job.num}] {name}: {status}; {objective(cfg)}={value:.4g}", flush=True)
+    value = result.value(objective(node))
+    print(f"[sweep job {hydra_config.job.num}] {name}: {status}; {objective(node)}={value:.4g}", flush=True)
     return result
 
 

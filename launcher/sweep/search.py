@@ -96,7 +96,7 @@ class Search(Sweeper):
         self.timeout = timeout
         self.params = _plain(params) or {}
         self.heartbeat = Heartbeat(heartbeat_interval, grace_period, max_retry)
-        self.config: DictConfig | None = None
+        self.node: DictConfig | None = None
         self.launcher = None
         self.hydra_context = None
         self._bounds_found: dict[str, str] | None = None
@@ -105,7 +105,7 @@ class Search(Sweeper):
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
 
-        self.config = config
+        self.node = config
         self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
             config=config, hydra_context=hydra_context, task_function=task_function
@@ -115,11 +115,11 @@ class Search(Sweeper):
 
     @property
     def objectives(self) -> list[str]:
-        return sweep_goal(self.objectives_given, self.direction, objective(self.config))[0]
+        return sweep_goal(self.objectives_given, self.direction, objective(self.node))[0]
 
     @property
     def directions(self) -> list[str]:
-        return sweep_goal(self.objectives_given, self.direction, objective(self.config))[1]
+        return sweep_goal(self.objectives_given, self.direction, objective(self.node))[1]
 
     def plan(self, arguments: list[str]) -> tuple[list[str], list[Dimension], list[Violation]]:
         """The fixed overrides, the space (YAML params, then sweep syntax from the command line, a fixed value on
@@ -178,13 +178,11 @@ class Search(Sweeper):
                     "hydra.sweeper.direction=null",
                 )
             )
-        task, known = logged_metrics(self.config.task)
+        task, known = logged_metrics(self.node.task)
         found = (metric_problem("hydra.sweeper.objectives", name, task, known) for name in self.objectives)
         problems += [problem for problem in found if problem is not None]
         searched = {d.key for d in dimensions}
-        once = (
-            self.config.train.epochs == 1 and not self.config.train.val_every_steps and "train.epochs" not in searched
-        )
+        once = self.node.train.epochs == 1 and not self.node.train.val_every_steps and "train.epochs" not in searched
         if prunes(self.pruner) and once:
             problems.append(
                 Violation(
@@ -207,12 +205,12 @@ class Search(Sweeper):
         return problems
 
     def _facts(self, key: str) -> KeyFacts:
-        choices = self.config.hydra.runtime.choices
+        choices = self.node.hydra.runtime.choices
         if key in choices:
             options = self.hydra_context.config_loader.get_group_options(key)
             return KeyFacts(True, choices[key], options=tuple(options))
         missing = object()
-        value = OmegaConf.select(self.config, key, default=missing, throw_on_missing=False)
+        value = OmegaConf.select(self.node, key, default=missing, throw_on_missing=False)
         if value is missing:
             return KeyFacts(False)
         if isinstance(value, DictConfig) or OmegaConf.is_config(value):
@@ -222,7 +220,7 @@ class Search(Sweeper):
     def _bounds(self) -> dict[str, str]:
         """The declared range of every bounded key (`launcher.config.bounds`), from the composed config."""
         if self._bounds_found is None:
-            job = copy.deepcopy(self.config)
+            job = copy.deepcopy(self.node)
             with open_dict(job):
                 job.pop("hydra")
             try:
@@ -234,9 +232,9 @@ class Search(Sweeper):
     def _all_keys(self) -> list[str]:
         """Every config group and key, for the closest-match hint of an unknown key."""
         plain = OmegaConf.to_container(
-            OmegaConf.masked_copy(self.config, [k for k in self.config if k != "hydra"]), resolve=False
+            OmegaConf.masked_copy(self.node, [k for k in self.node if k != "hydra"]), resolve=False
         )
-        return [*self.config.hydra.runtime.choices, *flatten(plain)]
+        return [*self.node.hydra.runtime.choices, *flatten(plain)]
 
     def _config_value(self, key: str) -> str | None:
         fact = self._facts(key)
@@ -252,11 +250,11 @@ class Search(Sweeper):
         if problems:
             print(ConfigError(problems), file=sys.stderr, flush=True)
             print("Nothing ran: fix the search and run the same command again.", file=sys.stderr, flush=True)
-            withdraw(Path(self.config.hydra.sweep.dir))
+            withdraw(Path(self.node.hydra.sweep.dir))
             raise SystemExit(EXIT_REFUSED)
-        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir = Path(self.node.hydra.sweep.dir)
         shared = bool(self.storage)  # given: other sweepers may pull trials from the same study
-        self.study_name = study_name(self.study_name, str(self.config.get("name") or ""), shared)
+        self.study_name = study_name(self.study_name, str(self.node.get("name") or ""), shared)
         storage_url = str(self.storage or f"sqlite:///{sweep_dir / 'optuna.db'}")
         grid, _ = grid_space(dimensions) if self.sampler.get("name") == "grid" else ({}, [])
         if grid:
@@ -303,7 +301,7 @@ class Search(Sweeper):
         On a shared study: first fail the trials of dead sweepers (queued again), and wait while others run."""
         from optuna.trial import TrialState
 
-        sweep_dir, storage = Path(self.config.hydra.sweep.dir), self._storage
+        sweep_dir, storage = Path(self.node.hydra.sweep.dir), self._storage
         started = time.monotonic()
         while not stopped_by(sweep_dir):
             if self.timeout and time.monotonic() - started > float(self.timeout):
@@ -438,15 +436,15 @@ class Search(Sweeper):
         tell_told(self._storage, study, number, values=values)
 
 
-def logged_metrics(task_cfg) -> tuple[str, list[str] | None]:
+def logged_metrics(task_config) -> tuple[str, list[str] | None]:
     """The task's name and every epoch metric its runs log (None: a user metric's name is known only at build); under
     task.heads each head's, as Keras names them (<head>_loss, <head>_<metric>, their val_ forms) and the total loss."""
-    if not getattr(task_cfg, "heads", None):
-        task = task_cfg.name.value
-        return task, known_epoch_metrics(task, metric_names(task, task_cfg.metrics))
+    if not getattr(task_config, "heads", None):
+        task = task_config.name.value
+        return task, known_epoch_metrics(task, metric_names(task, task_config.metrics))
     logged = []
-    for head, head_cfg in task_cfg.heads.items():
-        logged += head_metric_names(head, head_cfg.name.value, head_cfg.metrics)
+    for head, head_config in task_config.heads.items():
+        logged += head_metric_names(head, head_config.name.value, head_config.metrics)
     return "heads", known_epoch_metrics("heads", logged)
 
 

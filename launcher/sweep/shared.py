@@ -41,22 +41,22 @@ class SharedStudy:
     name: str
 
     @classmethod
-    def of(cls, config: DictConfig) -> SharedStudy | None:
-        """The shared study `config` searches, None for a plain multirun or a study private to its sweep dir."""
-        sweeper = config.hydra.sweeper
+    def of(cls, node: DictConfig) -> SharedStudy | None:
+        """The shared study `node` searches, None for a plain multirun or a study private to its sweep dir."""
+        sweeper = node.hydra.sweeper
         if not str(sweeper.get("_target_", "")).endswith("SearchSweeper") or not sweeper.get("storage"):
             return None
-        name = study_name(str(sweeper.get("study_name") or DEFAULT_STUDY), str(config.get("name") or ""), True)
+        name = study_name(str(sweeper.get("study_name") or DEFAULT_STUDY), str(node.get("name") or ""), True)
         return cls(str(sweeper.storage), name)
 
-    def join(self, config: DictConfig) -> tuple[str, bool]:
+    def join(self, node: DictConfig) -> tuple[str, bool]:
         """The sweep id the study carries, and whether this sweeper created the study (it opens the parent)."""
         from optuna.exceptions import DuplicatedStudyError
         from optuna.study import StudyDirection
 
         storage = open_storage(self.storage)
-        sweeper = config.hydra.sweeper
-        directions = sweep_goal(sweeper.get("objectives"), sweeper.get("direction"), objective(config))[1]
+        sweeper = node.hydra.sweeper
+        directions = sweep_goal(sweeper.get("objectives"), sweeper.get("direction"), objective(node))[1]
         try:
             study_id = storage.create_new_study([StudyDirection[d.upper()] for d in directions], self.name)
         except DuplicatedStudyError:

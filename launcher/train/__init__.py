@@ -19,6 +19,7 @@ Modules:
     engine: one training loop for every strategy, precision and XLA mode
     example_shapes: tf.data examples of one shape tf.data does not know: read, checked, given (windows)
     fine_tune: fine-tuning on the built model: weights from a source, layers frozen, then unfrozen
+    fresh_optimizer: the optimizer's state restarted at the unfreeze, its schedule read on from there
     fused_activation: keras.layers.Dense whose bias add and GELU/SiLU are one compiled float32 cluster
     fused_batch_norm: keras.layers.BatchNormalization computed by one fused kernel (FusedBatchNormV3)
     fused_update: Keras optimizers whose update is one fused TensorFlow kernel per variable

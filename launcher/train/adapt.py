@@ -60,13 +60,13 @@ class Adapted:
     fresh: bool
 
 
-def adapt_once(model_cfg, source, strategy, checkpoints: Path | None) -> Adapted | None:
+def adapt_once(model, source, strategy, checkpoints: Path | None) -> Adapted | None:
     """The adapted layers for the builder, inside the strategy scope: read back from `checkpoints` (a resumed
     run's directory; None when this launch does not resume) when saved there, else `model.adapt` called on the
     training split. None when no adapt function is configured."""
-    if model_kind(model_cfg).builtin or not str(model_cfg.adapt).strip():
+    if model_kind(model).builtin or not str(model.adapt).strip():
         return None
-    path = str(model_cfg.adapt).strip()
+    path = str(model.adapt).strip()
     function = import_component("model.adapt", path, "an adapt function")
     check_call("model.adapt", path, function, (ModelSpec.of(source), None), {}, SHOWN_SIGNATURE)
     saved = checkpoints / ADAPTED_FILE if checkpoints is not None else None

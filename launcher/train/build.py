@@ -183,11 +183,11 @@ def input_names(model) -> list[str]:
     return [t._keras_history[0].name for t in getattr(model, "inputs", None) or []]
 
 
-def check_heads(model_key: str, model_value, task_cfg, heads: dict[str, int], source) -> None:
+def check_heads(model_key: str, model_value, task_config, heads: dict[str, int], source) -> None:
     """The model's outputs, task.heads and the data's targets name the same heads; every mismatch names both
     sets."""
     names = list(heads)
-    configured = list(task_cfg.heads or {})
+    configured = list(task_config.heads or {})
     targets = list(getattr(source, "head_names", ()) or ())
     if not configured and len(names) > 1:
         raise ConfigError.single(
@@ -244,14 +244,14 @@ def check_inputs(model_key: str, model_value, model, source) -> None:
         )
 
 
-def _task_record(output: OutputPlan | None, task, task_cfg, activations: dict) -> OutputPlan | None:
+def _task_record(output: OutputPlan | None, task, task_config, activations: dict) -> OutputPlan | None:
     """The class weights the loss uses (balanced ones are only known now) and which outputs are probabilities,
     added to the output record; a run of logits outputs without class weights adds nothing."""
     heads = getattr(task, "heads", None) or {"task": task}
     weights = {
         h: [round(float(w), 6) for w in t.class_weights] for h, t in heads.items() if t.class_weights is not None
     }
-    given = _outputs_given(heads, task_cfg, activations)
+    given = _outputs_given(heads, task_config, activations)
     if not weights and given is None:
         return output
     reason = "per class id, from task.class_weight / task.heads.<name>.class_weight (balanced: n / (classes * count))"
@@ -264,12 +264,12 @@ def _task_record(output: OutputPlan | None, task, task_cfg, activations: dict) -
     )
 
 
-def _outputs_given(heads: dict, task_cfg, activations: dict) -> tuple | None:
+def _outputs_given(heads: dict, task_config, activations: dict) -> tuple | None:
     """(what each output is, why) when some output is probabilities or was declared; None otherwise."""
     from launcher.train.outputs import described
 
-    configs = dict(task_cfg.heads) if task_cfg.heads else {"task": task_cfg}
-    declared = {h: getattr(getattr(c, "outputs", None), "value", "auto") for h, c in configs.items()}
+    configs = dict(task_config.heads) if task_config.heads else {"task": task_config}
+    declared = {h: c.outputs.value for h, c in configs.items()}  # a TaskOutputs, of the task or each head
     if all(t.from_logits for t in heads.values()) and set(declared.values()) == {"auto"}:
         return None
     said = {h: described(declared[h], activations.get("" if h == "task" else h, "")) for h in heads}
@@ -280,41 +280,41 @@ def _outputs_given(heads: dict, task_cfg, activations: dict) -> tuple | None:
     )
 
 
-def build(cfg, plan, source, strategy, adapted: Adapted | None = None) -> Built:
+def build(config, plan, source, strategy, adapted: Adapted | None = None) -> Built:
     """Everything with variables, in the scope; `adapted`: model.adapt's layers, adapted once before (a twin made
     by `rebuild` shares them); adapted here on the training split when not given (tune, the doctor's trials)."""
     from launcher.train.tasks import make_task
 
-    adapted = adapted or adapt_once(cfg.model, source, strategy, None)
+    adapted = adapted or adapt_once(config.model, source, strategy, None)
     given = {"adapted": adapted.layers} if adapted is not None else {}
     with strategy.scope():
-        model = MODELS.get(cfg.model.name).build(cfg.model, source, **given)
+        model = MODELS.get(config.model.name).build(config.model, source, **given)
         activations = output_activations(model)  # read before a float32 layer is added after an output
         model, output = float32_output(model, plan.precision.mixed)
-        custom = not model_kind(cfg.model).builtin
-        key, value = ("model.builder", cfg.model.builder) if custom else ("model", cfg.model.name)
+        custom = not model_kind(config.model).builtin
+        key, value = ("model.builder", config.model.builder) if custom else ("model", config.model.name)
         check_in_scope(model, strategy, key, value)
         heads = model_heads(model, source)  # (calls a subclassed model once: its layers are built after)
         swaps = swap_layers(model, plan.strategy.replicas) if plan.layer_swaps and plan.layer_swaps.on else None
-        check_heads(key, value, cfg.task, heads, source)
+        check_heads(key, value, config.task, heads, source)
         if isinstance(getattr(model, "input", None), dict) or len(getattr(model, "inputs", None) or []) > 1:
             check_inputs(key, value, model, source)
         one = {"": next(iter(heads.values()), 0)}, {"": next(iter(activations.values()), "")}
-        widths, activations = (heads, activations) if cfg.task.heads else one
-        task = make_task(cfg.task, source, widths, activations=activations)
-        output = _task_record(output, task, cfg.task, activations)
-        callbacks = make_callbacks(cfg.train)
+        widths, activations = (heads, activations) if config.task.heads else one
+        task = make_task(config.task, source, widths, activations=activations)
+        output = _task_record(output, task, config.task, activations)
+        callbacks = make_callbacks(config.train)
         if plan.precision.float32_layers:
-            keep_in_float32(model, list(cfg.precision.float32_layers))
+            keep_in_float32(model, list(config.precision.float32_layers))
         fused = plan.step.update == "fused"
-        inner = make_optimizer(cfg.optimizer, learning_rate(plan), fused)
-        optimizer = loss_scale.wrap(inner, plan, cfg.loss_scale)
+        inner = make_optimizer(config.optimizer, learning_rate(plan), fused)
+        optimizer = loss_scale.wrap(inner, plan, config.loss_scale)
         optimizer.build(model.trainable_variables)
     return Built(
         strategy=strategy,
         model=model,
         optimizer=optimizer,
-        rebuild=lambda: build(cfg, plan, source, strategy, adapted),
+        rebuild=lambda: build(config, plan, source, strategy, adapted),
         task=task,
         callbacks=callbacks,
         output=output,

@@ -12,29 +12,29 @@ from launcher.config.raised import told
 VALIDATION_CALLBACKS = (keras.callbacks.EarlyStopping, keras.callbacks.ReduceLROnPlateau)
 
 
-def make_callbacks(train_cfg) -> list:
+def make_callbacks(train) -> list:
     """The Keras callbacks the engine drives: early stopping and LR on plateau when enabled, then the person's.
 
     Args:
-        train_cfg: the config's `train` section (its `early_stopping`, `reduce_lr_on_plateau` and `callbacks`).
+        train: the config's `train` section (its `early_stopping`, `reduce_lr_on_plateau` and `callbacks`).
 
     Returns:
         A list of `keras.callbacks.Callback`, in that order.
     """
     callbacks = []  # non-finite losses: the engine's NumericsGuard (train.on_nonfinite), not TerminateOnNaN
-    es = train_cfg.early_stopping
+    es = train.early_stopping
     if es.enabled:
         callbacks.append(
             keras.callbacks.EarlyStopping(monitor=es.monitor, patience=es.patience, mode=es.mode.value, verbose=1)
         )
-    rl = train_cfg.reduce_lr_on_plateau
+    rl = train.reduce_lr_on_plateau
     if rl.enabled:
         callbacks.append(
             keras.callbacks.ReduceLROnPlateau(
                 monitor=rl.monitor, factor=rl.factor, patience=rl.patience, mode=rl.mode.value, verbose=1
             )
         )
-    return callbacks + [user_callback(path) for path in train_cfg.callbacks]
+    return callbacks + [user_callback(path) for path in train.callbacks]
 
 
 def user_callback(name: str):

@@ -361,13 +361,13 @@ def split_problems(
     ]
 
 
-def streamed_test_split(cfg, how: str) -> None:
+def streamed_test_split(dataset, how: str) -> None:
     """A streamed dataset is not held in memory to be divided: its test data comes as its own files."""
-    if float(getattr(cfg, "test_split", 0.0) or 0.0) > 0:
+    if float(getattr(dataset, "test_split", 0.0) or 0.0) > 0:
         raise ConfigError.single(
             "dataset.test_split",
-            cfg.test_split,
-            f"0 for dataset={cfg.name} (streamed data is not divided in memory; it brings its own test data)",
+            dataset.test_split,
+            f"0 for dataset={dataset.name} (streamed data is not divided in memory; it brings its own test data)",
             f"dataset.test_split=0 {how}",
         )
 

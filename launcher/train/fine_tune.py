@@ -123,16 +123,23 @@ def freeze_record(model, layers: list, batch_norm: bool = True) -> FreezePlan:
 class Freezer:
     """model.freeze's layers: frozen until `unfreeze_at` epochs are done (0: for the whole run). The phase follows
     the epoch, so a resumed run lands in the phase an uninterrupted one is in. `batch_norm=False` keeps every
-    BatchNormalization in them frozen after the unfreeze: a frozen one runs in inference mode, its statistics kept."""
+    BatchNormalization in them frozen after the unfreeze: a frozen one runs in inference mode, its statistics kept.
+    `fresh_at`: the global step of the unfreeze when `optimizer` starts afresh there (train.unfreeze_fresh_optimizer):
+    restarted when the unfreeze happens at that step, not when a run resumes later in the phase (its checkpoint holds
+    the fresh optimizer's state)."""
 
-    def __init__(self, layers: list, unfreeze_at: int = 0, batch_norm: bool = True):
+    def __init__(
+        self, layers: list, unfreeze_at: int = 0, batch_norm: bool = True, fresh_at: int | None = None, optimizer=None
+    ):
         self.layers = layers
         self.unfreeze_at = unfreeze_at
         self.batch_norm = batch_norm
+        self.fresh_at, self.optimizer = fresh_at, optimizer
         self.frozen: bool | None = None
 
-    def set_for(self, epoch: int) -> bool:
-        """Freeze or unfreeze for `epoch` (0-based); True when that changed what trains (the step must be retraced)."""
+    def set_for(self, epoch: int, global_step: int | None = None) -> bool:
+        """Freeze or unfreeze for `epoch` (0-based) starting at `global_step`; True when that changed what trains
+        (the step must be retraced)."""
         frozen = not self.unfreeze_at or epoch < self.unfreeze_at
         if frozen == self.frozen:
             return False
@@ -141,6 +148,12 @@ class Freezer:
         if not frozen and not self.batch_norm:
             for norm in batch_norms(self.layers):
                 norm.trainable = False
+        if not frozen and self.fresh_at is not None:
+            from launcher.train.fresh_optimizer import continue_schedule, restart
+
+            continue_schedule(self.optimizer, self.fresh_at)
+            if global_step == self.fresh_at:
+                restart(self.optimizer)
         self.frozen = frozen
         return True
 

@@ -142,24 +142,24 @@ class ReplicaSafeLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         return config
 
 
-def wrap(inner, plan, loss_scale_cfg):
+def wrap(inner, plan, loss_scale):
     """Wrap `inner` in the loss-scale optimizer the Plan chose (or return it as is)."""
     choice = plan.loss_scale.optimizer
     if choice == "none":
         return inner
     fixed = plan.loss_scale.mode == "fixed"
-    initial = plan.loss_scale.value if fixed else loss_scale_cfg.initial_scale
+    initial = plan.loss_scale.value if fixed else loss_scale.initial_scale
     if choice == STOCK:
         return keras.optimizers.LossScaleOptimizer(
-            inner, initial_scale=initial, dynamic_growth_steps=loss_scale_cfg.growth_interval
+            inner, initial_scale=initial, dynamic_growth_steps=loss_scale.growth_interval
         )
     return ReplicaSafeLossScaleOptimizer(
         inner,
         initial_scale=initial,
-        dynamic_growth_steps=loss_scale_cfg.growth_interval,
+        dynamic_growth_steps=loss_scale.growth_interval,
         dynamic=not fixed,
-        min_scale=loss_scale_cfg.min_scale,
-        max_scale=loss_scale_cfg.max_scale,
+        min_scale=loss_scale.min_scale,
+        max_scale=loss_scale.max_scale,
     )
 
 

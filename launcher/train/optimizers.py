@@ -21,9 +21,9 @@ from launcher.train.fused_update import FUSED
 from launcher.train.schedules import schedule_class
 
 
-def optimizer_class(cfg):
+def optimizer_class(optimizer_config):
     """Keras's optimizer class by table name, or yours by import path (a keras.optimizers.Optimizer subclass)."""
-    name = str(cfg.name).strip()
+    name = str(optimizer_config.name).strip()
     if not is_import_path(name):
         return getattr(keras.optimizers, OPTIMIZERS[name].keras_class)
     found = import_component("optimizer.name", name, "a keras.optimizers.Optimizer subclass")
@@ -37,39 +37,39 @@ def optimizer_class(cfg):
     return found
 
 
-def make_optimizer(cfg, lr, fused: bool = False):
+def make_optimizer(optimizer_config, lr, fused: bool = False):
     """The configured optimizer; `fused` swaps in its one-kernel-per-variable twin."""
-    cls = optimizer_class(cfg)
-    kind = OPTIMIZERS.get(str(cfg.name).strip())
-    kwargs = dict(cfg.params)
+    cls = optimizer_class(optimizer_config)
+    kind = OPTIMIZERS.get(str(optimizer_config.name).strip())
+    kwargs = dict(optimizer_config.params)
     if kind is not None and kind.momentum:
-        kwargs["momentum"] = cfg.momentum
-    decay = cfg.weight_decay or (kind.default_weight_decay if kind is not None else None)
+        kwargs["momentum"] = optimizer_config.momentum
+    decay = optimizer_config.weight_decay or (kind.default_weight_decay if kind is not None else None)
     if decay:
         kwargs["weight_decay"] = decay
-    if cfg.use_ema:
-        kwargs.update(use_ema=True, ema_momentum=cfg.ema_momentum)
+    if optimizer_config.use_ema:
+        kwargs.update(use_ema=True, ema_momentum=optimizer_config.ema_momentum)
     cls = FUSED[cls] if fused else cls
-    if cfg.clipnorm or cfg.global_clipnorm:
+    if optimizer_config.clipnorm or optimizer_config.global_clipnorm:
         from launcher.train.clipping import clipping
 
-        cls = clipping(cls, cfg.clipnorm, cfg.global_clipnorm)
+        cls = clipping(cls, optimizer_config.clipnorm, optimizer_config.global_clipnorm)
     return cls(lr, **kwargs)
 
 
-def optimizer_problems(cfg, plan) -> list[Violation]:
+def optimizer_problems(config, plan) -> list[Violation]:
     """optimizer.params and the schedule's arguments against the classes' signatures; a schedule Keras refuses to
     make from them (piecewise values of another count, a negative rate) is refused with Keras's reason."""
     problems: list[Violation] = []
-    name = str(cfg.optimizer.name).strip()
+    name = str(config.optimizer.name).strip()
     try:
-        cls = optimizer_class(cfg.optimizer) if name in OPTIMIZERS or is_import_path(name) else None
+        cls = optimizer_class(config.optimizer) if name in OPTIMIZERS or is_import_path(name) else None
     except ConfigError as err:
         problems.extend(err.violations)
         cls = None
     if cls is not None:  # None: an unknown name (the resolver refused it) or one that does not import
         accepted = parameters(cls, keras_own=not is_import_path(name))
-        for key, value in dict(cfg.optimizer.params).items():
+        for key, value in dict(config.optimizer.params).items():
             if accepted is not None and key not in accepted:
                 problems.append(
                     Violation(
@@ -81,7 +81,7 @@ def optimizer_problems(cfg, plan) -> list[Violation]:
                 )
     arguments = plan.schedule.lr_schedule_arguments
     if arguments is not None and (plan.optimizer.schedule in SCHEDULES or is_import_path(plan.optimizer.schedule)):
-        problems.extend(_schedule_problems(cfg.optimizer.schedule, arguments))
+        problems.extend(_schedule_problems(config.optimizer.schedule, arguments))
     return problems
 
 

@@ -24,13 +24,20 @@ def configure(plan, seed: int, deterministic: bool):
     split_cpu(plan.strategy.logical_cpus)
     strategy = make_strategy(plan)
     _check_float16_kernels()
-    keras.utils.set_random_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed)
+    reseed(seed)
     if deterministic:
         tf.config.experimental.enable_op_determinism()
     keras.mixed_precision.set_global_policy(plan.precision.policy)
     return strategy
+
+
+def reseed(seed: int) -> None:
+    """Python's, NumPy's and Keras's (TensorFlow's) random generators from `seed`."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
 
 
 def use_policy(policy: str) -> None:

@@ -18,7 +18,7 @@ import tensorflow as tf
 from launcher.config.errors import ConfigError
 from launcher.config.imports import import_component, plugin_choices
 from launcher.config.raised import told
-from launcher.config.tasks import TASKS, component_args, component_name, shown, users_metric_path
+from launcher.config.tasks import TASKS, component_args, component_name, logged_name, shown, users_metric_path
 
 
 @keras.saving.register_keras_serializable(package="launcher")
@@ -91,6 +91,28 @@ def scores_positive_class(metric) -> bool:
     return isinstance(metric, POSITIVE_CLASS_METRICS)
 
 
+# Keras metrics that read one score per class from the output: a one-unit (binary) head has one score in all.
+PER_CLASS_METRICS = (
+    keras.metrics.SparseTopKCategoricalAccuracy,
+    keras.metrics.SparseCategoricalCrossentropy,
+    keras.metrics.SparseCategoricalAccuracy,
+    keras.metrics.CategoricalCrossentropy,
+    keras.metrics.CategoricalAccuracy,
+    keras.metrics.TopKCategoricalAccuracy,
+)
+
+
+def reads_a_score_per_class(metric) -> bool:
+    return isinstance(metric, PER_CLASS_METRICS)
+
+
+def top_k(metric) -> int | None:
+    """The k of a top-k accuracy, else None."""
+    if isinstance(metric, keras.metrics.SparseTopKCategoricalAccuracy | keras.metrics.TopKCategoricalAccuracy):
+        return int(metric.k)
+    return None
+
+
 def _builtin_metric(task: str, name: str, args: dict, binary: bool):
     """A fresh metric object for a built-in name, or None when the name is not one of ours. `binary`: a
     classification head of one unit (its accuracy thresholds the positive class's probability)."""
@@ -128,7 +150,10 @@ def make_metric(task: str, entry, key: str = "task.metrics", binary: bool = Fals
             f"arguments {name} takes ({err})",
             f"drop or rename the arguments, e.g. {key}=[{name}]",
         ) from None
-    return _plain_name(metric)
+    metric = _plain_name(metric)
+    if logged_name(entry) != name:
+        metric.name = logged_name(entry)  # its `as`
+    return metric
 
 
 def _metric(task: str, name: str, args: dict, key: str, binary: bool):

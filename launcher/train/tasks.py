@@ -23,7 +23,14 @@ from launcher.config.errors import ConfigError
 from launcher.config.tasks import NO_METRICS, TASKS, component_name
 from launcher.train.losses import make_loss
 from launcher.train.outputs import takes_logits
-from launcher.train.task_metrics import ClassAccuracy, Perplexity, make_metric, scores_positive_class
+from launcher.train.task_metrics import (
+    ClassAccuracy,
+    Perplexity,
+    make_metric,
+    reads_a_score_per_class,
+    scores_positive_class,
+    top_k,
+)
 
 __all__ = ["ClassAccuracy", "Heads", "Perplexity", "Task", "make_task"]  # the metric classes' old import path
 
@@ -215,7 +222,11 @@ class Heads:
 
 
 def make_task(
-    cfg, source=None, widths: dict[str, int] | None = None, training: bool = True, activations: dict | None = None
+    task_config,
+    source=None,
+    widths: dict[str, int] | None = None,
+    training: bool = True,
+    activations: dict | None = None,
 ) -> Task | Heads:
     """The task's loss and its metrics (a set for training and one for validation), one Task per head under
     task.heads. Inside the strategy scope. `source` (the data) gives balanced class weights their training
@@ -230,19 +241,19 @@ def make_task(
             return None
         return class_weight_vector(class_weight, key, source, head, _classes(task, widths.get(head or "", 0)))
 
-    if not getattr(cfg, "heads", None):
-        task = _name(cfg.name)
-        weights = weights_of(cfg.class_weight, "task.class_weight", None, task)
+    if not getattr(task_config, "heads", None):
+        task = _name(task_config.name)
+        weights = weights_of(task_config.class_weight, "task.class_weight", None, task)
         names = class_names_of(source, None, _classes(task, widths.get("", 0)))
         shape = (widths.get("", 0), activations.get("", ""))
-        return _task(cfg, "task", "", weights, names, shape)
+        return _task(task_config, "task", "", weights, names, shape)
     heads, loss_weights, trackers = {}, {}, {}
-    for head, hc in cfg.heads.items():
+    for head, hc in task_config.heads.items():
         key = f"task.heads.{head}"
         weights = weights_of(hc.class_weight, f"{key}.class_weight", head, _name(hc.name))
         names = class_names_of(source, head, _classes(_name(hc.name), widths.get(head, 0)))
         shape = (widths.get(head, 0), activations.get(head, ""))
-        heads[head] = _task(hc, key, head, weights, names, shape, cfg.pad_id)
+        heads[head] = _task(hc, key, head, weights, names, shape, task_config.pad_id)
         loss_weights[head] = float(hc.loss_weight)
         trackers[head] = (HeadLoss(name=f"{head}_loss"), HeadLoss(name=f"{head}_loss"))
     order = [h for h in widths if h in heads] if set(heads) <= set(widths) else list(heads)
@@ -290,6 +301,7 @@ def _task(tc, key: str, head: str, weights, classes, shape: tuple[int, str], pad
     train = [_named(make_metric(task, e, f"{key}.metrics", binary), head) for e in entries]
     val = [_named(make_metric(task, e, f"{key}.metrics", binary), head) for e in entries]
     _check_positive_class(train, task, units, f"{key}.metrics")
+    _check_class_scores(train, task, units, f"{key}.metrics")
     logged = [m.name for m in train]
     clash = sorted({n for n in logged if logged.count(n) > 1 or n == "loss" or n == f"{head}_loss"})
     if clash:
@@ -297,7 +309,7 @@ def _task(tc, key: str, head: str, weights, classes, shape: tuple[int, str], pad
             f"{key}.metrics",
             list(tc.metrics),
             f"metrics with distinct names other than loss ({clash} appear twice or shadow the loss)",
-            "give each metric its own name",
+            "give each metric its own name with `as` in its entry ({name: auc, curve: PR, as: pr_auc})",
         )
     loss = make_loss(task, tc.loss, f"{key}.loss", from_logits, binary)
     return Task(
@@ -324,6 +336,30 @@ def _check_positive_class(metrics: list, task: str, units: int, key: str) -> Non
             f"metrics of a binary head (one sigmoid or logit unit, or two classes): {scoring} score one positive "
             f"class, and this head has {units} classes",
             f"{key}=[accuracy], or a binary head",
+        )
+
+
+def _check_class_scores(metrics: list, task: str, units: int, key: str) -> None:
+    """Metrics that read a score per class: a one-unit head has a single score (its metrics are the binary ones),
+    and a top-k accuracy needs more than k classes (else it is 1.0 whatever the model says)."""
+    if task != "classification":
+        return
+    per_class = [m.name for m in metrics if reads_a_score_per_class(m)]
+    if units == 1 and per_class:
+        raise ConfigError.single(
+            key,
+            per_class,
+            f"metrics of a one-unit (binary) head: {per_class} read a score per class, and this head has one",
+            f"{key}=[accuracy,binary_crossentropy] (or a head of one unit per class)",
+        )
+    always = [m.name for m in metrics if top_k(m) is not None and top_k(m) >= units > 1]
+    if always:
+        raise ConfigError.single(
+            key,
+            always,
+            f"a top-k accuracy with k below this head's {units} classes (with k >= {units} it is 1.0 whatever the "
+            "model answers)",
+            f"drop it, or {{name: top5_accuracy, k: {max(1, units - 1)}}}",
         )
 
 

@@ -42,10 +42,10 @@ RETURNS = (
 )
 
 
-def load(cfg) -> DataSource:
-    key, path = configured_path("dataset", "loader", cfg)
+def load(dataset) -> DataSource:
+    key, path = configured_path("dataset", "loader", dataset)
     function = import_component(key, path, "a data loader function")
-    params = dict(cfg.params)
+    params = dict(dataset.params)
     check_call(key, path, function, (), params, "load(**params) returning " + RETURNS)
     try:
         data = function(**params)
@@ -62,10 +62,10 @@ def load(cfg) -> DataSource:
     if _is_dataset(data):
         data = _in_memory(data, key, path)
     if isinstance(data, tuple) and len(data) in (2, 3):
-        return _split_whole(data, cfg, key, path)
+        return _split_whole(data, dataset, key, path)
     if isinstance(data, dict) and set(data) >= {"train", "val"}:
-        streamed_test_split(cfg, f'(return a "test" entry from {path})')
-        source = _from_splits(data["train"], data["val"], cfg, key, path)
+        streamed_test_split(dataset, f'(return a "test" entry from {path})')
+        source = _from_splits(data["train"], data["val"], dataset, key, path)
         if data.get("test") is not None:
             _add_test(source, data["test"], key, path)
         _add_served(source, data, key, path)
@@ -80,9 +80,9 @@ def load(cfg) -> DataSource:
     )
 
 
-def _from_splits(train, val, cfg, key: str, path: str) -> DataSource:
+def _from_splits(train, val, dataset, key: str, path: str) -> DataSource:
     if _is_dataset(train) and _is_dataset(val):
-        return _from_datasets(train, val, cfg, key, path)
+        return _from_datasets(train, val, dataset, key, path)
     splits = {}
     for name, split in (("train", train), ("val", val)):
         if not (isinstance(split, tuple | list) and len(split) in (2, 3)):
@@ -94,14 +94,14 @@ def _from_splits(train, val, cfg, key: str, path: str) -> DataSource:
             )
         splits[name] = _parts(split)
     if not all(_plain(parts) for parts in splits.values()):
-        return _structured_splits(splits, cfg, key, path)
+        return _structured_splits(splits, dataset, key, path)
     raise_if_any([p for name, (x, y) in splits.items() for p in _pair_problems(x, y, key, path, f"its {name} split")])
     (x_train, y_train), (x_val, y_val) = splits["train"], splits["val"]
-    if cfg.limit:
-        x_train, y_train = x_train[: cfg.limit], y_train[: cfg.limit]
-    kind = _kind(cfg, x_train.dtype, x_train.shape[1:])
+    if dataset.limit:
+        x_train, y_train = x_train[: dataset.limit], y_train[: dataset.limit]
+    kind = _kind(dataset, x_train.dtype, x_train.shape[1:])
     x_train, x_val = _as_model_input(x_train, kind), _as_model_input(x_val, kind)
-    classes = cfg.num_classes or _classes(y_train, y_val)
+    classes = dataset.num_classes or _classes(y_train, y_val)
     return DataSource(
         train=(x_train, y_train),
         val=(x_val, y_val),
@@ -210,37 +210,37 @@ def _class_names(names, key: str, path: str):
     return tuple(str(n) for n in names)
 
 
-def _split_whole(data: tuple, cfg, key: str, path: str) -> DataSource:
+def _split_whole(data: tuple, dataset, key: str, path: str) -> DataSource:
     """(x, y) or (x, y, sample_weight) for the launcher to split by dataset.validation_split (and test_split)."""
     parts = _parts(data)
     if _plain(parts):
         x, y = parts
         raise_if_any(_pair_problems(x, y, key, path, "its (x, y)"))
-        kind = _kind(cfg, x.dtype, x.shape[1:])
+        kind = _kind(dataset, x.dtype, x.shape[1:])
     else:
         raise_if_any(contract_problems({"(x, y)": parts}, key, path))
         parts = _cast_parts(parts)
-        kind = _structured_kind(cfg, parts[0])
+        kind = _structured_kind(dataset, parts[0])
     return split_arrays(
         parts[0],
         parts[1],
-        cfg.validation_split,
-        cfg.shuffle_seed,
-        cfg.limit,
+        dataset.validation_split,
+        dataset.shuffle_seed,
+        dataset.limit,
         kind,
-        num_classes=cfg.num_classes or None,
-        test_split=cfg.test_split,
+        num_classes=dataset.num_classes or None,
+        test_split=dataset.test_split,
         sample_weight=parts[2] if len(parts) == 3 else None,
     )
 
 
-def _structured_splits(splits: dict, cfg, key: str, path: str) -> DataSource:
+def _structured_splits(splits: dict, dataset, key: str, path: str) -> DataSource:
     """Per-split arrays with named or several features, a target per head, or sample weights: checked per
     feature, head and weight against the contract and against train, every problem at once."""
     raise_if_any(contract_problems(splits, key, path))
     train, val = _cast_parts(splits["train"]), _cast_parts(splits["val"])
-    if cfg.limit:
-        train = take(train, slice(0, cfg.limit))
+    if dataset.limit:
+        train = take(train, slice(0, dataset.limit))
     x, y = train[0], train[1]
     return DataSource(
         train=train,
@@ -248,15 +248,15 @@ def _structured_splits(splits: dict, cfg, key: str, path: str) -> DataSource:
         num_train=num_examples(x),
         num_val=num_examples(val[0]),
         input_shape=tuple(first_array(x).shape[1:]),
-        num_classes=0 if isinstance(y, dict) else int(cfg.num_classes or _classes(y, val[1])),
-        kind=_structured_kind(cfg, x),
+        num_classes=0 if isinstance(y, dict) else int(dataset.num_classes or _classes(y, val[1])),
+        kind=_structured_kind(dataset, x),
         feature_names=tuple(x) if isinstance(x, dict) else (),
         head_names=tuple(y) if isinstance(y, dict) else (),
         weighted=len(train) == 3,
     )
 
 
-def _from_datasets(train, val, cfg, key: str, path: str) -> DataSource:
+def _from_datasets(train, val, dataset, key: str, path: str) -> DataSource:
     """Unbatched tf.data splits: counted, shapes tf.data leaves unknown read from the examples
     (`launcher.train.example_shapes`), their element structure checked (train's features and heads in val)."""
     specs = {"train": train.element_spec, "val": val.element_spec}
@@ -278,19 +278,19 @@ def _from_datasets(train, val, cfg, key: str, path: str) -> DataSource:
     first = first_array(x_spec)
     shape = tuple(first.shape)
     raise_if_any(_stream_problems({"train": train, "val": val}, key, path))
-    if cfg.limit:
-        train, num_train = train.take(cfg.limit), min(num_train, cfg.limit)
+    if dataset.limit:
+        train, num_train = train.take(dataset.limit), min(num_train, dataset.limit)
     if isinstance(x_spec, dict | tuple):
-        kind = _structured_kind(cfg, x_spec)
+        kind = _structured_kind(dataset, x_spec)
     else:
-        kind = _kind(cfg, np.dtype(first.dtype.as_numpy_dtype), shape)
+        kind = _kind(dataset, np.dtype(first.dtype.as_numpy_dtype), shape)
     return DataSource(
         train=train,
         val=val,
         num_train=num_train,
         num_val=num_val,
         input_shape=shape,
-        num_classes=0 if isinstance(spec[1], dict) else int(cfg.num_classes or 0),
+        num_classes=0 if isinstance(spec[1], dict) else int(dataset.num_classes or 0),
         kind=kind,
         feature_names=tuple(x_spec) if isinstance(x_spec, dict) else (),
         head_names=tuple(spec[1]) if isinstance(spec[1], dict) else (),
@@ -383,12 +383,12 @@ def _as_feature(a: np.ndarray) -> np.ndarray:
     return a.astype("int32") if a.dtype.kind in "iu" else a.astype("float32")
 
 
-def _structured_kind(cfg, x) -> str:
+def _structured_kind(dataset, x) -> str:
     """Named or several features are image or tabular by the first one's shape (token models take one array);
     one array is judged as an (x, y) loader's is, by its dtype and shape."""
     if not isinstance(x, dict | tuple):
-        return _kind(cfg, x.dtype, x.shape[1:])
-    return _kind(cfg, np.float32, tuple(first_array(x).shape[1:]))
+        return _kind(dataset, x.dtype, x.shape[1:])
+    return _kind(dataset, np.float32, tuple(first_array(x).shape[1:]))
 
 
 def _classes(y_train: np.ndarray, y_val: np.ndarray) -> int:
@@ -452,11 +452,13 @@ def _stream_problems(splits: dict, key: str, path: str) -> list[Violation]:
     return found
 
 
-def _kind(cfg, dtype, shape) -> str:
-    if cfg.kind and cfg.kind != "auto":
-        if cfg.kind not in ("image", "tabular", "tokens"):
-            raise ConfigError.single("dataset.kind", cfg.kind, "image, tabular, tokens or auto", "dataset.kind=auto")
-        return cfg.kind
+def _kind(dataset, dtype, shape) -> str:
+    if dataset.kind and dataset.kind != "auto":
+        if dataset.kind not in ("image", "tabular", "tokens"):
+            raise ConfigError.single(
+                "dataset.kind", dataset.kind, "image, tabular, tokens or auto", "dataset.kind=auto"
+            )
+        return dataset.kind
     if np.dtype(dtype).kind in "iu" and len(shape) == 1:
         return "tokens"
     return "image" if len(shape) == 3 else "tabular"

@@ -19,31 +19,33 @@ SHOWN_SIGNATURE = "build(spec, **params) -> keras.Model (spec: input_shape, outp
 ADAPTED_SIGNATURE = "build(spec, adapted, **params) -> keras.Model (adapted: what model.adapt returned, by name)"
 
 
-def _builder(cfg, source, adapted: dict | None = None):
+def _builder(model_config, source, adapted: dict | None = None):
     """The builder, its signature checked against what it will be given: `adapted=` too when model.adapt is set."""
-    key, path = configured_path("model", "builder", cfg)
+    key, path = configured_path("model", "builder", model_config)
     function = import_component(key, path, "a model builder function")
-    given = dict(cfg.params) | ({"adapted": adapted or {}} if str(cfg.adapt).strip() else {})
+    given = dict(model_config.params) | ({"adapted": adapted or {}} if str(model_config.adapt).strip() else {})
     shown = ADAPTED_SIGNATURE if "adapted" in given else SHOWN_SIGNATURE
     check_call(key, path, function, (ModelSpec.of(source),), given, shown)
     return key, path, function, given
 
 
-def check(cfg, source) -> None:
-    _builder(cfg, source)
+def check(model_config, source) -> None:
+    _builder(model_config, source)
 
 
-def build(cfg, source, adapted: dict | None = None):
+def build(model_config, source, adapted: dict | None = None):
     """The user's model, built by their builder; `adapted`: model.adapt's layers by name (launcher.train.adapt)."""
     import keras
 
-    if adapted is None and str(cfg.adapt).strip():  # a caller that did not adapt first (the doctor): adapt here
+    if (
+        adapted is None and str(model_config.adapt).strip()
+    ):  # a caller that did not adapt first (the doctor): adapt here
         import tensorflow as tf
 
         from launcher.train.adapt import adapt_once
 
-        adapted = adapt_once(cfg, source, tf.distribute.get_strategy(), None).layers
-    key, path, function, given = _builder(cfg, source, adapted)
+        adapted = adapt_once(model_config, source, tf.distribute.get_strategy(), None).layers
+    key, path, function, given = _builder(model_config, source, adapted)
     spec = ModelSpec.of(source)
     try:
         model = function(spec, **given)
@@ -54,7 +56,7 @@ def build(cfg, source, adapted: dict | None = None):
             key,
             path,
             "a builder that runs (it raised the error below)",
-            _policy_fix(function, spec, cfg)
+            _policy_fix(function, spec, model_config)
             or "fix the builder where it raised (call it in Python on the same spec for the whole traceback)",
             detail=told(err, function),
         ) from None
@@ -82,7 +84,7 @@ def build(cfg, source, adapted: dict | None = None):
     return model
 
 
-def _policy_fix(function, spec: ModelSpec, cfg) -> str:
+def _policy_fix(function, spec: ModelSpec, model_config) -> str:
     """The fix for a builder that fails under a mixed policy and runs under float32 (what it adapts, a
     Normalization or FeatureSpace on a tf.data, cannot under mixed_bfloat16): "" when the policy is not the cause."""
     import keras
@@ -92,7 +94,7 @@ def _policy_fix(function, spec: ModelSpec, cfg) -> str:
         return ""
     keras.mixed_precision.set_global_policy("float32")
     try:
-        function(spec, **dict(cfg.params))
+        function(spec, **dict(model_config.params))
     except Exception:
         return ""
     finally:

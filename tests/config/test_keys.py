@@ -9,7 +9,7 @@ from support.config import CONF_DIR, compose
 from launcher.__main__ import every_key
 from launcher.config.errors import ConfigError
 from launcher.config.keys import suggestion, typo_hints, unknown_key_problems
-from launcher.config.schema import to_config
+from launcher.config.schema import as_dict, to_config
 
 
 def _refused(*overrides: str) -> dict[str, tuple[str, str]]:
@@ -43,9 +43,16 @@ def test_sections_for_the_persons_own_keys_take_any_key():
             "+dataset.params.weighted=false",
             "+tracking.tags.team=vision",
             "+optimizer.params={beta_1: 0.8}",
+            "task.loss={name:'binary_parts:FocalLoss',gamma:2.0}",
+            "task.metrics=[{name:auc,curve:PR},precision]",
+            "task.class_weight={0:2.0}",
         )
     )
     assert cfg.dataset.params == {"weighted": False} and cfg.tracking.tags == {"team": "vision"}
+    # config.yaml and the MLflow params: the plain data OmegaConf's round trip gives, to the type of each value.
+    from omegaconf import OmegaConf
+
+    assert repr(as_dict(cfg)) == repr(OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True))
 
 
 OWN_GROUPS = [g for g in sorted(CONF_DIR.iterdir()) if g.is_dir() and g.name not in ("hydra", "hparams_search")]

@@ -157,8 +157,11 @@ def test_sweep_against_a_real_tracking_server(server_sweep):
     assert len({d.dataset.digest for kid in kids for d in kid.inputs.dataset_inputs}) == 2
     mlflow.set_tracking_uri(url)
     model = mlflow.pyfunc.load_model(f"runs:/{kids[0].info.run_id}/mlflow_model")
-    assert [str(s.shape) for s in model.metadata.signature.inputs.inputs] == ["(-1, 8, 8, 1)"]
+    # The digits taken nested or flat (a CSV's row): the signature names the outputs, the MLmodel file both forms.
+    assert model.metadata.signature.inputs is None
+    assert model.metadata.metadata["inputs"] == {"inputs": "float32 [n, 8, 8, 1], or each example flat: [n, 64]"}
     prediction = model.predict(np.zeros((3, 8, 8, 1), "float32"))  # the task's served form
+    assert model.predict(np.zeros((3, 64), "float32"))["label"].tolist() == prediction["label"].tolist()
     assert prediction["probabilities"].shape == (3, 10) and np.isfinite(prediction["probabilities"]).all()
     assert prediction["label"].shape == (3,)
     log = (tmp_path / "sweep" / "0" / "job.log").read_text()

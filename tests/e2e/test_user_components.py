@@ -134,8 +134,10 @@ def test_example_project_trains_from_its_readme_then_evaluates_and_predicts(proj
     )
     assert done.returncode == 0, done.stderr[-3000:]
     saved = np.load(project / "outputs" / "runs" / "predict-baseline" / "predictions.npz")
-    assert saved["predictions"].shape == (143, 2)
-    assert np.mean(saved["classes"] == saved["labels"]) == pytest.approx(run.data.metrics["val_accuracy"], abs=0.015)
+    # The served answer (probabilities, label) beside the split's label (target), numbered by row.
+    assert sorted(saved) == ["label", "probabilities", "row", "target"]
+    assert saved["probabilities"].shape == (143, 2) and saved["row"].tolist() == list(range(143))
+    assert np.mean(saved["label"] == saved["target"]) == pytest.approx(run.data.metrics["val_accuracy"], abs=0.015)
     (prediction,) = [
         r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("launcher.mode") == "predict"
     ]

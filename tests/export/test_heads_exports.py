@@ -154,33 +154,33 @@ def test_predict_writes_each_head_s_predictions_as_the_savedmodel_serves_them(tr
     _, _, folder = trained
     metrics, out = evaluation(trained, "predict")
     written = dict(np.load(out / "predictions.npz"))
-    assert set(written) == {
-        *(f"kind_{c}" for c in ("outputs", "predictions", "labels", "classes")),
-        *(f"size_{c}" for c in ("outputs", "predictions", "labels")),
-    }
-    assert metrics["val_examples"] == len(written["kind_labels"]) == 96
+    # The served answer of every head (what the SavedModel answers: one format) and each head's label as `target`.
+    assert set(written) == {"row", *SERVED, "kind_target", "size_target"}
+    assert metrics["val_examples"] == len(written["kind_target"]) == 96
     features = dict(np.load(folder / "run" / "features.npz"))
     serve = tf.saved_model.load(str(folder / "run" / "saved_model")).signatures["serving_default"]
     saved = {k: v.numpy() for k, v in serve(**{n: tf.constant(v) for n, v in features.items()}).items()}
     # Both compute in float16 (precision=mixed), in batches of different sizes: equal within float16's precision.
-    np.testing.assert_allclose(written["kind_predictions"], saved["kind_probabilities"], atol=2e-3)
+    np.testing.assert_allclose(written["kind_probabilities"], saved["kind_probabilities"], atol=2e-3)
     top2 = np.sort(saved["kind_probabilities"], axis=-1)[:, -2:]
     clear = top2[:, 1] - top2[:, 0] > 1e-2  # a near tie may fall either way
-    assert np.array_equal(written["kind_classes"][clear], saved["kind_label"][clear])
-    np.testing.assert_allclose(written["size_predictions"], saved["size_values"], rtol=1e-2, atol=1e-2)
-    assert np.array_equal(written["kind_labels"], heads_parts.load()["val"][1]["kind"])
+    assert np.array_equal(written["kind_label"][clear], saved["kind_label"][clear])
+    np.testing.assert_allclose(written["size_values"], saved["size_values"], rtol=1e-2, atol=1e-2)
+    assert np.array_equal(written["kind_target"], heads_parts.load()["val"][1]["kind"])
 
 
 @pytest.mark.slow
 def test_predict_to_csv_names_each_head_s_columns(trained):
     _, out = evaluation(trained, "predict", "eval.output=predictions.csv")
-    header = (out / "predictions.csv").read_text().splitlines()[0].split(",")
+    header = [name.strip('"') for name in (out / "predictions.csv").read_text().splitlines()[0].split(",")]
+    # Named as file predictions name the served answer in CSV (`<key>_<j>` for a vector), each head's target after.
     assert header == [
-        "kind_predictions_0",
-        "kind_predictions_1",
-        "kind_predictions_2",
-        "kind_labels",
-        "kind_classes",
-        "size_predictions",
-        "size_labels",
+        "row",
+        "kind_probabilities_0",
+        "kind_probabilities_1",
+        "kind_probabilities_2",
+        "kind_label",
+        "size_values_0",
+        "kind_target",
+        "size_target",
     ]

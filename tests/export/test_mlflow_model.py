@@ -132,3 +132,56 @@ def test_the_served_code_loads_without_advice_a_person_cannot_act_on():
         warnings.simplefilter("always")
         runpy.run_path(served_pyfunc.__file__)  # what MLflow does with a model from code
     assert [str(w.message) for w in caught if "type hint" in str(w.message).lower()] == []
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    """A SavedModel whose one input `inputs` is a [2, 3] grid per example (as digits' [8, 8, 1]), answering its sum
+    weighted by position (so a wrong reshape changes the answer) as `values`."""
+    import tensorflow as tf
+
+    weights = tf.constant(np.arange(6, dtype="float32").reshape(2, 3))
+
+    class Served(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 2, 3], tf.float32, name="inputs")])
+        def serve(self, inputs):
+            return {"values": tf.reduce_sum(inputs * weights, axis=[1, 2])}
+
+    module = Served()
+    path = tmp_path_factory.mktemp("grid") / "saved_model"
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve.get_concrete_function()})
+    return path
+
+
+def test_a_fixed_shape_input_is_taken_nested_or_flat_as_a_csv_row_and_a_wrong_size_names_both_forms(grid, tmp_path):
+    """One input form for a model's features: a CSV's row of 6 values (`inputs_0..inputs_5`, as `mode=predict`
+    reads a CSV), a flat JSON list [n, 6] and the nested [n, 2, 3] give one answer, through the saved MLflow model
+    (whose signature then names no inputs: MLflow would refuse the flat form before the served code reshapes it)."""
+    import mlflow.pyfunc
+    import pandas as pd
+    from mlflow.exceptions import MlflowException
+    from mlflow.models import Model
+
+    from launcher.export.mlflow_model import save_mlflow_model
+
+    nested = np.arange(12, dtype="float32").reshape(2, 2, 3) / 10
+    flat = nested.reshape(2, -1)
+    directory = save_mlflow_model(grid, {"inputs": nested}, tmp_path / "mlflow_model", "serving_default")
+    written = Model.load(str(directory))
+    assert written.signature.inputs is None and written.signature.outputs.input_names() == ["values"]
+    assert written.metadata["inputs"] == {"inputs": "float32 [n, 2, 3], or each example flat: [n, 6]"}
+    model = mlflow.pyfunc.load_model(str(directory))
+    want = (nested * np.arange(6).reshape(2, 3)).sum(axis=(1, 2))
+    np.testing.assert_allclose(model.predict(nested)["values"], want, rtol=1e-6)
+    np.testing.assert_array_equal(model.predict(flat)["values"], model.predict(nested)["values"])
+    table = pd.DataFrame({f"inputs_{j}": flat[:, j] for j in range(6)})
+    np.testing.assert_array_equal(model.predict(table)["values"], model.predict(nested)["values"])
+    with pytest.raises(
+        MlflowException,
+        match=r"has shape \[2, 5\]; the model takes \['n', 2, 3\] \(n examples\), "
+        r"or each example flat: \['n', 6\]",
+    ) as refused:
+        served(grid).predict(None, flat[:, :5])
+    assert refused.value.get_http_status_code() == 400
+    with pytest.raises(MlflowException, match=r"the request lacks \['inputs_5'\]"):
+        served(grid).predict(None, table.drop(columns="inputs_5"))

@@ -128,6 +128,10 @@ def test_four_artifacts_give_one_answer_on_the_same_raw_inputs_and_a_bad_request
         f"runs:/{run.info.run_id}/mlflow_model", f"sqlite:///{folder / 'mlflow.db'}", tmp_path / "serve.log"
     ) as port:
         answered = json.loads(invoke(port, {"inputs": x.tolist()}).read())["predictions"]
+        # One input form: each example flat as the CSV's row (a JSON list of 64, or the CSV's columns) is taken too.
+        as_rows = json.loads(invoke(port, {"inputs": flat.tolist()}).read())["predictions"]
+        as_columns = {"columns": [f"inputs_{j}" for j in range(64)], "data": flat.tolist()}
+        as_table = json.loads(invoke(port, {"dataframe_split": as_columns}).read())["predictions"]
         refusals = {
             why: invoke(port, body)
             for why, body in {
@@ -152,9 +156,14 @@ def test_four_artifacts_give_one_answer_on_the_same_raw_inputs_and_a_bad_request
     np.testing.assert_allclose(consumer["tflite_probabilities"], want["probabilities"], atol=2e-3)
     assert all(refused.status == 400 for refused in refusals.values()), {k: v.status for k, v in refusals.items()}
     said = {why: json.loads(refused.read())["message"] for why, refused in refusals.items()}
-    assert "(16, 4, 8, 1) does not match expected shape (-1, 8, 8, 1)" in said["shape"]
-    assert "expects a single n-dimensional array" in said["names"]
-    assert "could not convert string to float: 'a'" in said["dtype"]
+    assert as_rows == answered and as_table == answered
+    # Refused by the served code itself (the signature names no inputs, so MLflow lets the flat form through).
+    assert (
+        "has shape [16, 4, 8, 1]; the model takes ['n', 8, 8, 1] (n examples), or each example flat: ['n', 64]"
+        in (said["shape"])
+    )
+    assert "takes the inputs ['inputs']; the request is missing ['inputs'] and has ['pixels']" in said["names"]
+    assert "input 'inputs' holds <U1 values; the model takes float32 numbers" in said["dtype"]
     served_log = (tmp_path / "serve.log").read_text()
     assert "━━" not in served_log  # no Keras progress bar per request
     for noise in ("cuInit", "cuda drivers", "cpu_feature_guard", "oneDNN custom operations"):  # TF's start-up lines

@@ -208,6 +208,32 @@ def test_csv_output_flattens_vectors_and_npz_gathers_them(tmp_path):
     assert saved["probabilities"].shape == (4, 2)
 
 
+def test_a_split_s_predictions_are_the_served_answer_with_the_target_beside_it(tmp_path):
+    """One answer format on every path: `mode=predict` on a split writes what every artifact serves (`Task.served`,
+    the columns file predictions and the server answer), then the split's label as `target`, through the same
+    writer (a vector as `<key>_<j>` in CSV)."""
+    from launcher.inference.evaluate import split_answer
+    from launcher.train.tasks import Heads, Task
+
+    logits = np.array([[2.0, 0.0, -1.0], [0.0, 3.0, 0.0]], "float32")
+    named = Task("classification", None, class_names=("cat", "dog", "eel"), units=3)
+    answer = split_answer(named, logits, np.array([0, 2]))
+    assert list(answer) == [*named.served(logits), "target"] == ["probabilities", "label", "label_id", "target"]
+    assert answer["label"].tolist() == [b"cat", b"dog"] and answer["label_id"].tolist() == [0, 1]
+    np.testing.assert_allclose(answer["probabilities"].sum(axis=-1), 1.0, rtol=1e-6)
+    heads = Heads({"kind": Task("classification", None), "size": Task("regression", None)}, {}, ["kind", "size"])
+    outputs = {"kind": logits, "size": np.array([[1.5], [2.5]], "float32")}
+    both = split_answer(heads, outputs, {"kind": np.array([0, 1]), "size": np.array([1.0, 2.0])})
+    assert list(both) == ["kind_probabilities", "kind_label", "size_values", "kind_target", "size_target"]
+    writer = batch_outputs.Writer(tmp_path / "p.csv", "row")
+    writer.write(pa.array([0, 1]), both)
+    header = writer.close().read_text().splitlines()[0].replace('"', "").split(",")
+    assert header == ["row", *(f"kind_probabilities_{j}" for j in range(3)), "kind_label", "size_values_0"] + [
+        "kind_target",
+        "size_target",
+    ]
+
+
 def test_an_aborted_output_leaves_no_file(tmp_path):
     writer = batch_outputs.Writer(tmp_path / "p.parquet", "row")
     writer.write(pa.array([0, 1]), ANSWER)

@@ -11,7 +11,8 @@ from fakes import ONE_A100
 from support.config import config
 
 from launcher.config.errors import ConfigError
-from launcher.launch.building import check_compilable
+from launcher.launch.building import UncompilableModel, check_compilable
+from launcher.plan.data_facts import DataFacts
 from launcher.plan.resolve import resolve
 
 
@@ -21,21 +22,49 @@ def _ids_model():
     return keras.Model(ids, keras.layers.Dense(2)(one_hot))
 
 
-def test_a_lookup_layer_under_xla_is_refused_after_the_build_and_the_fix_builds():
+def test_a_lookup_layer_under_xla_auto_is_decided_again_and_under_xla_true_refused_with_the_fix():
     model = _ids_model()
     auto = config("precision=fp32", "xla=auto")
     plan = resolve(auto, ONE_A100)
     assert plan.step.xla  # numbers in, a GPU: auto picks XLA before the model is built
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(UncompilableModel) as found:
         check_compilable(auto, plan, model)
+    assert found.value.layers == ("ids_lookup",)
+    again = resolve(auto, ONE_A100, DataFacts(uncompilable_layers=found.value.layers))
+    assert not again.step.xla and "supports_jit=False ('ids_lookup')" in again.step.reason("xla")
+    forced = config("precision=fp32", "xla=true")
+    with pytest.raises(ConfigError) as err:
+        check_compilable(forced, resolve(forced, ONE_A100), model)
     (violation,) = err.value.violations
-    assert (violation.key, violation.value) == ("xla", "auto")
-    assert "xla=auto chose XLA; the model has layers Keras marks supports_jit=False, 'ids_lookup'" in (
-        violation.expected
-    )
+    assert (violation.key, violation.value) == ("xla", "true")
+    assert "xla=true; the model has layers Keras marks supports_jit=False, 'ids_lookup'" in violation.expected
     assert violation.fix.startswith("xla=false")
     fixed = config("precision=fp32", "xla=false")
     check_compilable(fixed, resolve(fixed, ONE_A100), model)  # the fix: nothing refused
+    with pytest.raises(ConfigError, match="xla=false or auto for this model: the built model has layers"):
+        resolve(forced, ONE_A100, DataFacts(uncompilable_layers=("ids_lookup",)))
+
+
+def test_a_launch_where_xla_auto_chose_xla_for_a_lookup_layer_trains_without_it(cli_here, tmp_path):
+    """Issue 63, item 10: auto never keeps what the model cannot run (it was refused after the build, with xla=false
+    as the fix). Under the suite's fixed matmul rates xla=auto chooses the hybrid XLA step for a dense model."""
+    import yaml
+
+    done = cli_here(
+        "model=custom",
+        "model.builder=user_parts:ids_lookup_model",
+        "dataset=custom",
+        "dataset.loader=user_parts:ids",
+        "precision=fp32",
+        "xla=auto",
+        "train.epochs=1",
+        "tracking.enabled=false",
+        "checkpoint.enabled=false",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Plan decided again, from the built model:" in done.stdout
+    xla = yaml.safe_load((tmp_path / "run" / "plan.yaml").read_text())["decisions"]["xla"]
+    assert xla["value"] is False and "supports_jit=False ('ids_lookup')" in xla["reason"]
 
 
 def test_a_builder_that_fails_under_a_mixed_policy_is_refused_with_precision_fp32_as_the_fix():

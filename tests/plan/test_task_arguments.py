@@ -36,6 +36,16 @@ def test_arguments_are_recorded_in_the_plan_and_the_params_and_sweep_like_any_ke
     assert plain.task.loss == "crossentropy" and plain.task.arguments is None
 
 
+def test_two_metrics_of_one_kind_log_side_by_side_under_their_as_names_or_are_refused():
+    """keras.io logs AUC(name="auc") and AUC(curve="PR", name="prc") together; `as` is that `name=` in config."""
+    plan = resolve(config("task.metrics=[auc,{name:auc,curve:PR,as:prc}]", "objective=val_prc"), CPU_PLAIN)
+    assert plan.task.metrics == ["auc", "prc"]
+    assert plan.task.arguments == {"metrics": {"prc": {"curve": "PR"}}}
+    twice = refused("task.metrics=[auc,{name:auc,curve:PR}]")["task.metrics"]
+    assert "['auc'] twice" in twice.expected and "as: auc_2" in twice.fix
+    assert "as: m_1x" in refused("task.metrics=[{name:auc,as:'1x'}]")["task.metrics"].fix
+
+
 def test_each_head_takes_its_own_arguments():
     heads = (
         "+task.heads={churn: {name: classification, loss: {name: crossentropy, ignore_class: 3}, "

@@ -27,7 +27,7 @@ def _search(tmp_path, objectives):
         )
         loader = GlobalHydra.instance().config_loader()
     search = Search(objectives=objectives, params={"optimizer.learning_rate": {"low": 1e-4, "high": 0.1}})
-    search.config = config
+    search.node = config
     search.hydra_context = type("Context", (), {"config_loader": loader})()
     return search
 

@@ -476,7 +476,7 @@ def _search(tmp_path, *overrides, **settings):
         )
         loader = GlobalHydra.instance().config_loader()
     search = Search(**settings)
-    search.config = config
+    search.node = config
     search.hydra_context = type("Context", (), {"config_loader": loader})()
     return search
 

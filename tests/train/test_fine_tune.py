@@ -71,6 +71,48 @@ def test_unfreeze_batch_norm_false_keeps_batch_normalization_frozen_in_inference
     assert norm.trainable  # the default: BatchNormalization trains with the rest, as before
 
 
+def test_a_restarted_optimizer_steps_as_a_new_one_and_its_schedule_goes_on_from_the_global_step():
+    """Issue 63, item 7: train.unfreeze_fresh_optimizer restarts Adam as keras.io's recompile with a new one does
+    (slots and step count zeroed: its bias correction counts from 1 again), reading the schedule on from the global
+    step; a rate held in a variable (ReduceLROnPlateau's) is kept."""
+    import keras
+
+    from launcher.train.fresh_optimizer import continue_schedule, restart
+
+    def tiny():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="dense")], name="tiny")
+        model.get_layer("dense").set_weights([np.ones((3, 2), "float32"), np.zeros(2, "float32")])
+        return model
+
+    grads = [np.full((3, 2), 0.5, "float32"), np.full(2, -1.0, "float32")]
+    model = tiny()
+    rate = keras.optimizers.schedules.PiecewiseConstantDecay([2], [0.1, 0.01])  # 0.01 from step 3
+    optimizer = keras.optimizers.Adam(rate)
+    optimizer.build(model.trainable_variables)
+    for scale in (1.0, 3.0, -2.0):
+        optimizer.apply_gradients(zip([g * scale for g in grads], model.trainable_variables, strict=True))
+    trained = [np.asarray(w) for w in model.get_weights()]
+    continue_schedule(optimizer, 3)
+    continue_schedule(optimizer, 3)  # once only
+    restart(optimizer)
+    assert int(optimizer.iterations.numpy()) == 0
+    optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+
+    reference = tiny()
+    reference.set_weights(trained)
+    new = keras.optimizers.Adam(0.01)  # what the schedule gives from global step 3 on
+    new.apply_gradients(zip(grads, reference.trainable_variables, strict=True))
+    for got, expected in zip(model.get_weights(), reference.get_weights(), strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+    plain = keras.optimizers.Adam(0.001)
+    plain.build(model.trainable_variables)
+    plain.learning_rate = 0.0002  # reduced on a plateau
+    plain.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+    restart(plain)
+    assert int(plain.iterations.numpy()) == 0 and float(plain.learning_rate.numpy()) == pytest.approx(0.0002)
+
+
 def test_unfreezing_needs_something_frozen_and_its_rate_needs_an_unfreeze():
     _, found = resolve_all(config("train.unfreeze_at_epoch=2", "train.unfreeze_learning_rate=0.1"), CPU_PLAIN)
     assert [v.key for v in found] == ["train.unfreeze_at_epoch"]
@@ -78,6 +120,8 @@ def test_unfreezing_needs_something_frozen_and_its_rate_needs_an_unfreeze():
     assert [v.key for v in found] == ["train.unfreeze_learning_rate"]
     _, found = resolve_all(config("train.unfreeze_batch_norm=false"), CPU_PLAIN)
     assert [v.key for v in found] == ["train.unfreeze_batch_norm"]
+    _, found = resolve_all(config("train.unfreeze_fresh_optimizer=true"), CPU_PLAIN)
+    assert [v.key for v in found] == ["train.unfreeze_fresh_optimizer"]
     plan = resolve(config("model.freeze=[dense_0]", "train.unfreeze_at_epoch=9", "train.epochs=3"), CPU_PLAIN)
     assert any("stay frozen for the whole run" in w for w in plan.warnings)
     _, found = resolve_all(
@@ -224,3 +268,27 @@ def test_frozen_weights_move_only_after_the_unfreeze_and_a_kill_after_it_resumes
     assert expected.keys() == got.keys()
     for name in expected:
         np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+
+
+@pytest.mark.slow  # three short trainings in this process
+def test_a_fresh_optimizer_at_the_unfreeze_restarts_its_count_and_a_run_resumed_at_the_unfreeze_matches(tmp_path):
+    """train.unfreeze_fresh_optimizer: the optimizer's own step count restarts at the unfreeze (global step 45) while
+    the schedule goes on; a run stopped exactly there (its checkpoint holds the frozen phase's optimizer) restarts it
+    when it resumes, and ends bit for bit where the uninterrupted run does."""
+    fresh = [*PHASES, "train.unfreeze_fresh_optimizer=true"]
+    whole = execute(compose(*fresh), tmp_path / "whole", tmp_path)
+    assert whole.error is None and whole.plan.schedule.unfreeze_fresh_optimizer
+    assert [epoch.logs["learning_rate"] for epoch in whole.result.epochs] == pytest.approx([0.001, 0.0005, 0.0005])
+    final = 3 * 45
+    values = checkpoint_values(tmp_path / "whole", final)
+    [count] = [n for n in values if n.startswith("optimizer/") and "iteration" in n]
+    assert int(values[count]) == final - 45  # counted from the unfreeze (135 when the optimizer is kept)
+
+    stopped = execute(compose(*fresh, "train.max_steps=45"), tmp_path / "again", tmp_path)
+    assert stopped.error is None and int(checkpoint_values(tmp_path / "again", 45)[count]) == 45
+    resumed = execute(compose(*fresh), tmp_path / "again", tmp_path)
+    assert resumed.error is None
+    got = checkpoint_values(tmp_path / "again", final)
+    assert got.keys() == values.keys()
+    for name in values:
+        np.testing.assert_array_equal(got[name], values[name], err_msg=name)

@@ -69,6 +69,8 @@ def test_metric_arguments_from_config_reach_the_keras_object():
     assert precision.thresholds == [0.3]
     counts = make_metric("classification", {"name": "FalseNegatives", "thresholds": [0.2, 0.5]})
     assert counts.name == "false_negatives" and list(counts.thresholds) == [0.2, 0.5]
+    prc = make_metric("classification", {"name": "auc", "curve": "PR", "as": "prc"})
+    assert prc.name == "prc" and prc.curve.name == "PR"
     with pytest.raises(ConfigError, match="arguments auc takes") as err:
         make_metric("classification", {"name": "auc", "curv": "PR"}, "task.heads.churn.metrics")
     assert err.value.violations[0].key == "task.heads.churn.metrics"
@@ -99,6 +101,19 @@ def test_positive_class_metrics_on_a_head_of_many_classes_are_refused_with_a_fix
         and "binary head" in problem.expected
         and problem.fix == "task.metrics=[accuracy], or a binary head"
     )
+
+
+def test_metrics_reading_a_score_per_class_are_refused_on_a_one_unit_head_and_top_k_needs_more_classes():
+    with pytest.raises(ConfigError) as err:
+        make_task(config("task.metrics=[accuracy,crossentropy,top5_accuracy]").task, widths={"": 1})
+    (problem,) = err.value.violations
+    assert problem.value == ["crossentropy", "top5_accuracy"] and "one-unit (binary) head" in problem.expected
+    assert problem.fix.startswith("task.metrics=[accuracy,binary_crossentropy]")
+    with pytest.raises(ConfigError, match=r"k below this head's 4 classes") as err:
+        make_task(config("task.metrics=[accuracy,top5_accuracy]").task, widths={"": 4})
+    assert err.value.violations[0].fix == "drop it, or {name: top5_accuracy, k: 3}"
+    kept = make_task(config("task.metrics=[accuracy,{name:top5_accuracy,k:3}]").task, widths={"": 4})
+    assert [m.name for m in kept.train_metrics] == ["accuracy", "top5_accuracy"]
 
 
 def _model(last):

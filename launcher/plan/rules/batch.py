@@ -9,13 +9,13 @@ from launcher.plan.decisions import BatchPlan, LearningRatePlan, StepPlan, Strat
 from launcher.plan.rules.findings import Findings
 
 
-def decide_batch(cfg: Config, found: Findings, strategy: StrategyPlan, step: StepPlan) -> BatchPlan:
-    sc, replicas = cfg.scaling, strategy.replicas
+def decide_batch(config: Config, found: Findings, strategy: StrategyPlan, step: StepPlan) -> BatchPlan:
+    sc, replicas = config.scaling, strategy.replicas
     size = max(sc.batch_size, 1)  # below 1: reported by the bounds table
     if sc.batch_rule == BatchRule["per_replica"]:
         global_batch = (size * replicas, f"batch_rule=per_replica: {size} x {replicas} replica(s)")
         per_replica = (size, "requested")
-        _warn_if_a_sweep_varies_the_batch_unasked(cfg.sweep.varies, size, replicas, found)
+        _warn_if_a_sweep_varies_the_batch_unasked(config.sweep.varies, size, replicas, found)
     else:
         global_batch = (size, "batch_rule=global: requested")
         per_replica = (size // replicas, f"{size} / {replicas} replica(s)")
@@ -27,7 +27,7 @@ def decide_batch(cfg: Config, found: Findings, strategy: StrategyPlan, step: Ste
                 f"a multiple of the {replicas} replicas with batch_rule=global",
                 f"scaling.batch_size={lower} or {lower + replicas}, or scaling=per_replica",
             )
-    accumulate = cfg.optimizer.gradient_accumulation_steps
+    accumulate = config.optimizer.gradient_accumulation_steps
     if accumulate > 1:
         micro = per_replica[0]
         return BatchPlan.of(
@@ -74,9 +74,9 @@ def _warn_if_a_sweep_varies_the_batch_unasked(varies: list[str], size: int, repl
         )
 
 
-def decide_learning_rate(cfg: Config, found: Findings, batch: BatchPlan) -> LearningRatePlan:
-    sc, opt = cfg.scaling, cfg.optimizer
-    _check_warmup(cfg, found)
+def decide_learning_rate(config: Config, found: Findings, batch: BatchPlan) -> LearningRatePlan:
+    sc, opt = config.scaling, config.optimizer
+    _check_warmup(config, found)
     global_batch, reference = batch.global_batch, max(sc.reference_batch, 1)  # below 1: the bounds table
     ratio = global_batch / reference
     if sc.lr_rule == LrRule.none:
@@ -96,8 +96,8 @@ def decide_learning_rate(cfg: Config, found: Findings, batch: BatchPlan) -> Lear
     )
 
 
-def _check_warmup(cfg: Config, found: Findings) -> None:
-    sc = cfg.scaling
+def _check_warmup(config: Config, found: Findings) -> None:
+    sc = config.scaling
     if sc.warmup_epochs > 0 and sc.warmup_steps > 0:
         found.refuse(
             "scaling.warmup_steps",
@@ -108,10 +108,10 @@ def _check_warmup(cfg: Config, found: Findings) -> None:
     has_schedule = (
         sc.warmup_epochs > 0
         or sc.warmup_steps > 0
-        or str(cfg.optimizer.schedule) != "constant"
-        or cfg.train.unfreeze_learning_rate > 0
+        or str(config.optimizer.schedule) != "constant"
+        or config.train.unfreeze_learning_rate > 0
     )
-    if cfg.train.reduce_lr_on_plateau.enabled and has_schedule:
+    if config.train.reduce_lr_on_plateau.enabled and has_schedule:
         found.refuse(
             "train.reduce_lr_on_plateau.enabled",
             True,

@@ -13,20 +13,20 @@ from launcher.plan.decisions import ExportPlan
 from launcher.plan.rules.findings import Findings
 
 
-def decide_export(cfg: Config, found: Findings) -> ExportPlan:
-    asked = [str(f).strip() for f in cfg.export.formats]
+def decide_export(config: Config, found: Findings) -> ExportPlan:
+    asked = [str(f).strip() for f in config.export.formats]
     theirs = {f: path for f in asked if (path := yours(f))}
     unknown = [f for f in asked if f not in EXPORT_FORMATS and f not in theirs]
     always = [f for f in EXPORT_FORMATS.values() if f.always]
     if unknown:
         found.refuse(
             "export.formats",
-            list(cfg.export.formats),
+            list(config.export.formats),
             f"a list of {list(EXPORT_FORMATS)}, your export writer as module.path:Name or "
             f"{plugin_choices('export')} (unknown: {unknown})",
             f"export.formats=[{','.join(f for f in asked if f not in unknown) or always[0].name}]",
         )
-    if not cfg.checkpoint.export_model:
+    if not config.checkpoint.export_model:
         if [f for f in asked if f not in {a.name for a in always}]:
             found.warn(
                 f"export.formats={asked} with checkpoint.export_model=false: nothing is exported "

@@ -11,8 +11,8 @@ from launcher.config.schema import Config
 from launcher.plan.rules.findings import Findings
 
 
-def check_fine_tuning(cfg: Config, found: Findings) -> None:
-    model, train = cfg.model, cfg.train
+def check_fine_tuning(config: Config, found: Findings) -> None:
+    model, train = config.model, config.train
     freeze = list(getattr(model, "freeze", []) or [])
     if train.unfreeze_at_epoch > 0 and not freeze:
         found.refuse(
@@ -34,6 +34,13 @@ def check_fine_tuning(cfg: Config, found: Findings) -> None:
             train.unfreeze_batch_norm,
             "true unless train.unfreeze_at_epoch is set (it keeps BatchNormalization frozen after the unfreeze)",
             "train.unfreeze_at_epoch=<epochs before unfreezing> (or train.unfreeze_batch_norm=true)",
+        )
+    if train.unfreeze_fresh_optimizer and train.unfreeze_at_epoch <= 0:
+        found.refuse(
+            "train.unfreeze_fresh_optimizer",
+            train.unfreeze_fresh_optimizer,
+            "false unless train.unfreeze_at_epoch is set (it starts the optimizer afresh at the unfreeze)",
+            "train.unfreeze_at_epoch=<epochs before unfreezing> (or train.unfreeze_fresh_optimizer=false)",
         )
     if train.unfreeze_at_epoch >= train.epochs > 0 and freeze:
         found.warn(

@@ -14,8 +14,8 @@ from launcher.plan.rules.findings import Findings
 CHOICES = ("auto", "off")
 
 
-def decide_layer_swaps(cfg: Config, env: Environment, found: Findings, strategy: StrategyPlan) -> LayerSwapsPlan:
-    asked = str(getattr(cfg.model, "layer_swaps", "auto"))
+def decide_layer_swaps(config: Config, env: Environment, found: Findings, strategy: StrategyPlan) -> LayerSwapsPlan:
+    asked = str(getattr(config.model, "layer_swaps", "auto"))
     mode = asked.strip().lower()
     if mode not in CHOICES:
         found.refuse(

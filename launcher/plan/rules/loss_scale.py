@@ -14,12 +14,12 @@ from launcher.plan.rules.findings import Findings
 
 
 def decide_loss_scale(
-    cfg: Config, found: Findings, precision: PrecisionPlan, strategy: StrategyPlan, step: StepPlan
+    config: Config, found: Findings, precision: PrecisionPlan, strategy: StrategyPlan, step: StepPlan
 ) -> LossScalePlan:
-    ls = cfg.loss_scale
+    ls = config.loss_scale
     mode = ls.mode
     if not PRECISIONS[precision.name].needs_loss_scaling:
-        return _unscaled(cfg, found, precision.name)
+        return _unscaled(config, found, precision.name)
     if mode == LossScaleMode.none:
         found.refuse(
             "loss_scale",
@@ -37,18 +37,18 @@ def decide_loss_scale(
         _check_dynamic(ls, found)
         why = "requested" if mode == LossScaleMode.dynamic else f"loss_scale=auto: {precision.name} needs loss scaling"
         decided = {"mode": ("dynamic", why)}
-    optimizer = _choose_optimizer(cfg, found, strategy.replicas, step.xla, fixed=mode == LossScaleMode.fixed)
+    optimizer = _choose_optimizer(config, found, strategy.replicas, step.xla, fixed=mode == LossScaleMode.fixed)
     return LossScalePlan.of(**decided, optimizer=optimizer)
 
 
-def _unscaled(cfg: Config, found: Findings, precision: str) -> LossScalePlan:
-    mode = cfg.loss_scale.mode
+def _unscaled(config: Config, found: Findings, precision: str) -> LossScalePlan:
+    mode = config.loss_scale.mode
     if mode in (LossScaleMode.dynamic, LossScaleMode.fixed):
         found.warn(
             f"loss_scale={mode.value} is unused with precision={precision}: only float16 "
             "gradients underflow. Drop the override (loss_scale=auto)."
         )
-    if cfg.train.on_nonfinite == OnNonfinite.skip:
+    if config.train.on_nonfinite == OnNonfinite.skip:
         # Only a loss-scale optimizer skips a step; at scale 1 it changes nothing else.
         return LossScalePlan.of(
             mode=("fixed", "train.on_nonfinite=skip: a fixed scale of 1 (no scaling)"),
@@ -70,8 +70,8 @@ def _check_dynamic(ls, found: Findings) -> None:
         )
 
 
-def _choose_optimizer(cfg: Config, found: Findings, replicas: int, xla: bool, fixed: bool) -> tuple[str, str]:
-    impl = cfg.loss_scale.implementation
+def _choose_optimizer(config: Config, found: Findings, replicas: int, xla: bool, fixed: bool) -> tuple[str, str]:
+    impl = config.loss_scale.implementation
     if impl == LossScaleImpl.stock:
         _check_stock(found, replicas, xla, fixed)
         return "stock", "requested: keras.optimizers.LossScaleOptimizer"

@@ -12,8 +12,8 @@ from launcher.plan.decisions import NumericsPlan, StrategyPlan
 from launcher.plan.rules.findings import Findings
 
 
-def decide_numerics(cfg: Config, found: Findings, strategy: StrategyPlan) -> NumericsPlan:
-    tr, opt = cfg.train, cfg.optimizer
+def decide_numerics(config: Config, found: Findings, strategy: StrategyPlan) -> NumericsPlan:
+    tr, opt = config.train, config.optimizer
     collapse = (
         f"; stop after {tr.collapse_steps} consecutive skipped steps or steps at the minimum loss scale"
         if tr.collapse_steps > 0
@@ -31,7 +31,7 @@ def decide_numerics(cfg: Config, found: Findings, strategy: StrategyPlan) -> Num
     )
     return NumericsPlan.of(
         on_nonfinite=on_nonfinite,
-        determinism=(True, "requested: op determinism on, seeded; slower kernels") if cfg.deterministic else None,
+        determinism=(True, "requested: op determinism on, seeded; slower kernels") if config.deterministic else None,
         clipnorm=(opt.clipnorm, f"each variable's gradient clipped to this L2 norm {where}")
         if opt.clipnorm > 0
         else None,

@@ -22,8 +22,8 @@ EXAMPLES = {
 }
 
 
-def decide_optimizer(cfg: Config, found: Findings) -> OptimizerPlan:
-    opt = cfg.optimizer
+def decide_optimizer(config: Config, found: Findings) -> OptimizerPlan:
+    opt = config.optimizer
     name = str(opt.name).strip()
     if is_import_path(name):
         optimizer = (name, "yours (optimizer.name), a keras.optimizers.Optimizer subclass")
@@ -49,11 +49,11 @@ def decide_optimizer(cfg: Config, found: Findings) -> OptimizerPlan:
                 f"an argument the launcher does not set itself: {key} comes from {owner}",
                 f"drop optimizer.params.{key}; set {owner}",
             )
-    return OptimizerPlan.of(optimizer=optimizer, schedule=_decide_schedule(cfg, found))
+    return OptimizerPlan.of(optimizer=optimizer, schedule=_decide_schedule(config, found))
 
 
-def _decide_schedule(cfg: Config, found: Findings) -> tuple[str, str]:
-    opt = cfg.optimizer
+def _decide_schedule(config: Config, found: Findings) -> tuple[str, str]:
+    opt = config.optimizer
     name, given = str(opt.schedule).strip(), dict(opt.schedule_params)
     if is_import_path(name):
         return name, "yours (optimizer.schedule): called with initial_learning_rate, decay_steps and schedule_params"
@@ -82,11 +82,11 @@ def _decide_schedule(cfg: Config, found: Findings) -> tuple[str, str]:
                 f"+optimizer.schedule_params.{needed}={EXAMPLES.get(needed, '<value>')}",
             )
     if name == "piecewise":
-        _check_piecewise(cfg, given, found)
+        _check_piecewise(config, given, found)
     return name, f"optimizer.schedule={name}: {kind.description}"
 
 
-def _check_piecewise(cfg: Config, given: dict, found: Findings) -> None:
+def _check_piecewise(config: Config, given: dict, found: Findings) -> None:
     boundaries, values = given.get("boundaries"), given.get("values")
     if isinstance(boundaries, list) and isinstance(values, list) and len(values) != len(boundaries) + 1:
         found.refuse(
@@ -95,10 +95,10 @@ def _check_piecewise(cfg: Config, given: dict, found: Findings) -> None:
             f"one more value than boundaries ({len(boundaries)} boundaries: {len(boundaries) + 1} values)",
             f"optimizer.schedule_params.values=[{','.join(['0.001'] * (len(boundaries) + 1))}]",
         )
-    if cfg.scaling.lr_rule != LrRule.none:
+    if config.scaling.lr_rule != LrRule.none:
         found.warn(
             f"optimizer.schedule=piecewise: its values are the learning rates themselves; scaling.lr_rule="
-            f"{cfg.scaling.lr_rule.value} does not scale them (it scales optimizer.learning_rate, unused here)"
+            f"{config.scaling.lr_rule.value} does not scale them (it scales optimizer.learning_rate, unused here)"
         )
 
 

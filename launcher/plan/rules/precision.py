@@ -37,8 +37,8 @@ def strings_keep_float32(facts: DataFacts) -> tuple[str, str] | None:
     )
 
 
-def decide_precision(cfg: Config, env: Environment, found: Findings, facts: DataFacts = NO_FACTS) -> PrecisionPlan:
-    requested = cfg.precision.name
+def decide_precision(config: Config, env: Environment, found: Findings, facts: DataFacts = NO_FACTS) -> PrecisionPlan:
+    requested = config.precision.name
     if requested == PrecisionName.auto and (kept := strings_keep_float32(facts)):
         name, reason = kept
     elif requested == PrecisionName.auto and env.tuned is not None:
@@ -57,7 +57,7 @@ def decide_precision(cfg: Config, env: Environment, found: Findings, facts: Data
             f"({env.describe_devices()}): {precision.compute_dtype} math is emulated and can be many times "
             f"slower than float32 on large layers.{hint}"
         )
-    layers = list(cfg.precision.float32_layers)
+    layers = list(config.precision.float32_layers)
     if layers and not precision.mixed:
         found.warn(f"precision.float32_layers={layers} is unused with a float32 policy: every layer is float32.")
     return PrecisionPlan.of(

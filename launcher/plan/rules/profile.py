@@ -6,8 +6,8 @@ from launcher.config.schema import Config
 from launcher.plan.decisions import ClusterPlan, ProfilePlan
 
 
-def decide_profile(cfg: Config, cluster: ClusterPlan | None) -> ProfilePlan:
-    profile = cfg.train.profile
+def decide_profile(config: Config, cluster: ClusterPlan | None) -> ProfilePlan:
+    profile = config.train.profile
     if profile.steps <= 0 or profile.skip_steps < 0:
         return ProfilePlan.of()
     chief = "" if cluster is None or cluster.is_chief else " (chief only: this worker does not trace)"

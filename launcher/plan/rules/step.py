@@ -25,72 +25,79 @@ FUSED_KERNELS = {name: kind.fused_kernel for name, kind in OPTIMIZERS.items() if
 
 
 def decide_step(
-    cfg: Config,
+    config: Config,
     env: Environment,
     found: Findings,
     precision: PrecisionPlan,
     strategy: StrategyPlan,
     facts: DataFacts = NO_FACTS,
 ) -> StepPlan:
-    xla = _decide_xla(cfg, env, found, precision, facts)
-    update = _decide_update(cfg, env, found, whole_step_compiled=xla[0] and strategy.replicas == 1)
+    xla = _decide_xla(config, env, found, precision, facts)
+    update = _decide_update(config, env, found, whole_step_compiled=xla[0] and strategy.replicas == 1)
     return StepPlan.of(
         xla=xla,
         update=update,
         kind=_step_kind(xla[0], update[0] == OptimizerUpdate.fused.value, strategy.replicas),
-        steps_per_execution=_steps_per_call(cfg, env),
+        steps_per_execution=_steps_per_call(config, env),
     )
 
 
-def _steps_per_call(cfg: Config, env: Environment) -> tuple[int, str]:
+def _steps_per_call(config: Config, env: Environment) -> tuple[int, str]:
     if env.tuned is not None and env.tuned.steps_per_execution:
         return env.tuned.steps_per_execution, (
             f"tune: {env.tuned.steps_per_execution} steps per call timed faster than "
-            f"train.steps_per_execution={cfg.train.steps_per_execution} ({env.tuned.table})"
+            f"train.steps_per_execution={config.train.steps_per_execution} ({env.tuned.table})"
         )
-    return cfg.train.steps_per_execution, "steps run per tf.function call (in-graph loop)"
+    return config.train.steps_per_execution, "steps run per tf.function call (in-graph loop)"
 
 
 def strings_without_xla(facts: DataFacts) -> str:
-    """Why XLA cannot compile this model's step ("" when it can): its inputs are strings."""
-    if not facts.string_inputs:
-        return ""
-    return (
-        f"the model takes string inputs ({facts.strings}): XLA compiles no string tensors, nor the lookup tables "
-        "of the layers that read them (StringLookup, TextVectorization, Hashing: Keras marks them supports_jit=False)"
-    )
+    """Why XLA cannot compile this model's step ("" when it can): its inputs are strings, or it holds layers Keras
+    marks supports_jit=False."""
+    if facts.string_inputs:
+        return (
+            f"the model takes string inputs ({facts.strings}): XLA compiles no string tensors, nor the lookup tables "
+            "of the layers that read them (StringLookup, TextVectorization, Hashing: Keras marks them "
+            "supports_jit=False)"
+        )
+    if facts.uncompilable_layers:
+        return (
+            f"the built model has layers Keras marks supports_jit=False ({facts.layers}): lookup tables and string "
+            "ops do not compile"
+        )
+    return ""
 
 
 def _decide_xla(
-    cfg: Config, env: Environment, found: Findings, precision: PrecisionPlan, facts: DataFacts
+    config: Config, env: Environment, found: Findings, precision: PrecisionPlan, facts: DataFacts
 ) -> tuple[bool, str]:
-    if str(cfg.tune) not in TUNE_CHOICES:
-        found.refuse("tune", cfg.tune, f"one of {list(TUNE_CHOICES)}", "tune=auto")
-    raw = str(cfg.xla).strip().lower()
+    if str(config.tune) not in TUNE_CHOICES:
+        found.refuse("tune", config.tune, f"one of {list(TUNE_CHOICES)}", "tune=auto")
+    raw = str(config.xla).strip().lower()
     if raw not in XLA_CHOICES:
-        found.refuse("xla", cfg.xla, f"one of {list(XLA_CHOICES)}", "xla=auto")
+        found.refuse("xla", config.xla, f"one of {list(XLA_CHOICES)}", "xla=auto")
         raw = "false"
-    breaks = xla_breaks(cfg.optimizer.name)
+    breaks = xla_breaks(config.optimizer.name)
     if raw == "true" and breaks:
-        found.warn(f"xla=true with optimizer.name={cfg.optimizer.name}: {breaks}. Use xla=false (or xla=auto).")
+        found.warn(f"xla=true with optimizer.name={config.optimizer.name}: {breaks}. Use xla=false (or xla=auto).")
     strings = strings_without_xla(facts)
     if raw == "true" and strings:
         found.refuse(
             "xla",
             raw,
             f"xla=false or auto for this model: {strings}",
-            'xla=auto (the graph step), or turn the strings into numbers in the loader\'s "preprocess" (it runs '
-            "in the data pipeline, outside the compiled step) and keep xla=true",
+            'xla=auto (the graph step), or move them into the loader\'s "preprocess" (it runs in the data pipeline, '
+            "outside the compiled step) and keep xla=true",
         )
     if raw != "auto":
         return raw == "true", "requested"
     if strings:
         return False, f"xla=auto: {strings}"
     if breaks:
-        return False, f"xla=auto: optimizer.name={cfg.optimizer.name}: {breaks}"
+        return False, f"xla=auto: optimizer.name={config.optimizer.name}: {breaks}"
     if env.tuned is not None:
         return env.tuned.xla, f"xla=auto, tune: the fastest step timed here ({env.tuned.table})"
-    xla, reason = auto_xla(env, precision, model_kind(cfg.model))
+    xla, reason = auto_xla(env, precision, model_kind(config.model))
     return xla, f"xla=auto: {reason}"
 
 
@@ -148,10 +155,10 @@ def auto_xla(env: Environment, precision: PrecisionPlan, model: ModelKind) -> tu
     return True, f"CPU {precision.name} without AMX, matmul rates not measured: XLA fuses the step"
 
 
-def _decide_update(cfg: Config, env: Environment, found: Findings, whole_step_compiled: bool) -> tuple[str, str]:
-    optimizer = str(cfg.optimizer.name).strip()
+def _decide_update(config: Config, env: Environment, found: Findings, whole_step_compiled: bool) -> tuple[str, str]:
+    optimizer = str(config.optimizer.name).strip()
     kernel = FUSED_KERNELS.get(optimizer)
-    update = cfg.optimizer.update
+    update = config.optimizer.update
     if update == OptimizerUpdate.fused and kernel is None:
         found.refuse(
             "optimizer.update",

@@ -30,9 +30,9 @@ class Placed:
     replicas: tuple[int, str]
 
 
-def decide_strategy(cfg: Config, env: Environment, found: Findings) -> tuple[StrategyPlan, ClusterPlan | None]:
-    entry = strategy_of(cfg.strategy.kind)
-    placed = PLACEMENTS[entry.placement](cfg, env, found)
+def decide_strategy(config: Config, env: Environment, found: Findings) -> tuple[StrategyPlan, ClusterPlan | None]:
+    entry = strategy_of(config.strategy.kind)
+    placed = PLACEMENTS[entry.placement](config, env, found)
     kind = (entry.name, f"requested: {entry.description}")
     if entry.single_process:
         plan = StrategyPlan.of(
@@ -40,20 +40,20 @@ def decide_strategy(cfg: Config, env: Environment, found: Findings) -> tuple[Str
         )
         cluster = None
     else:
-        plan, cluster = _in_cluster(cfg, env, found, entry, kind, placed)
-    if cfg.strategy.slurm_requeue:
-        value, reason = _slurm_requeue(cfg, env, found)
+        plan, cluster = _in_cluster(config, env, found, entry, kind, placed)
+    if config.strategy.slurm_requeue:
+        value, reason = _slurm_requeue(config, env, found)
         plan = replace(plan, slurm_requeue=value, why={**plan.why, "slurm_requeue": reason})
     return plan, cluster
 
 
-def _slurm_requeue(cfg: Config, env: Environment, found: Findings) -> tuple[str, str]:
+def _slurm_requeue(config: Config, env: Environment, found: Findings) -> tuple[str, str]:
     """What SIGUSR1 does under Slurm: save, then requeue this job (only when Slurm runs this process)."""
     job = env.slurm.get("SLURM_JOB_ID")  # an array task has its own, which scontrol requeue takes
     if not job:
         found.warn("strategy.slurm_requeue=true outside a Slurm job (no SLURM_JOB_ID): nothing to requeue")
         return "off", "requested, but this process does not run under Slurm (no SLURM_JOB_ID)"
-    if not cfg.name:
+    if not config.name:
         found.warn(
             "strategy.slurm_requeue=true without name=: the requeued job resumes only if it finds this run dir "
             "again (name=<run> or a fixed hydra.run.dir)"
@@ -65,15 +65,15 @@ def _slurm_requeue(cfg: Config, env: Environment, found: Findings) -> tuple[str,
     )
 
 
-def _first_device(cfg: Config, env: Environment, found: Findings) -> Placed:
+def _first_device(config: Config, env: Environment, found: Findings) -> Placed:
     device = "/gpu:0" if env.gpus else "/cpu:0"
     return Placed(
         devices=([device], f"found {env.describe_devices()}"), logical_cpus=NO_SPLIT, replicas=(1, "one device")
     )
 
 
-def _chosen_device(cfg: Config, env: Environment, found: Findings) -> Placed:
-    wanted = cfg.strategy.device.strip().lower()
+def _chosen_device(config: Config, env: Environment, found: Findings) -> Placed:
+    wanted = config.strategy.device.strip().lower()
     if wanted == "auto":
         device = "/gpu:0" if env.gpus else "/cpu:0"
         reason = f"device=auto picked {device}; found {env.describe_devices()}"
@@ -84,7 +84,7 @@ def _chosen_device(cfg: Config, env: Environment, found: Findings) -> Placed:
             valid = ["auto", "/cpu:0", *(f"/gpu:{i}" for i in range(len(env.gpus)))]
             found.refuse(
                 "strategy.device",
-                cfg.strategy.device,
+                config.strategy.device,
                 f"one of {valid} ({problem}; found {env.describe_devices()})",
                 "strategy.device=auto",
             )
@@ -102,8 +102,8 @@ def _device_problem(device: str, env: Environment) -> str | None:
     return None
 
 
-def _local_devices(cfg: Config, env: Environment, found: Findings) -> Placed:
-    wanted = max(cfg.strategy.devices, 0)  # a negative count is reported by the bounds table
+def _local_devices(config: Config, env: Environment, found: Findings) -> Placed:
+    wanted = max(config.strategy.devices, 0)  # a negative count is reported by the bounds table
     if env.gpus:
         if wanted > len(env.gpus):
             found.refuse(
@@ -130,7 +130,7 @@ def _local_devices(cfg: Config, env: Environment, found: Findings) -> Placed:
     return Placed(devices=devices, logical_cpus=logical, replicas=(max(count, 1), f"{count} mirrored device(s)"))
 
 
-def _every_device_per_worker(cfg: Config, env: Environment, found: Findings) -> Placed:
+def _every_device_per_worker(config: Config, env: Environment, found: Findings) -> Placed:
     local = max(len(env.gpus), 1)
     device = "/gpu" if env.gpus else "/cpu"
     return Placed(
@@ -149,9 +149,9 @@ PLACEMENTS: dict[Placement, Callable[[Config, Environment, Findings], Placed]] =
 
 
 def _in_cluster(
-    cfg: Config, env: Environment, found: Findings, entry: Strategy, kind: tuple[str, str], placed: Placed
+    config: Config, env: Environment, found: Findings, entry: Strategy, kind: tuple[str, str], placed: Placed
 ) -> tuple[StrategyPlan, ClusterPlan]:
-    strategy = cfg.strategy
+    strategy = config.strategy
     local_workers = None
     if entry.workers is WorkerStart.per_worker and strategy.local_workers:
         # This process only starts and watches the workers; each of them resolves its own Plan.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 
 from launcher.config.imports import plugin_choices, plugins
 from launcher.config.models import model_kind
@@ -14,6 +15,7 @@ from launcher.config.schema import Config
 from launcher.config.tasks import (
     ALL_METRICS,
     KERAS_METRICS,
+    LOGGED_AS,
     NO_METRICS,
     TASKS,
     best_model_monitor,
@@ -24,7 +26,9 @@ from launcher.config.tasks import (
     is_import_path,
     is_metric_name,
     known_epoch_metrics,
+    logged_name,
     loss_name,
+    metric_entries,
     metric_names,
     monitor_problems,
     objective,
@@ -37,22 +41,22 @@ from launcher.plan.rules.findings import Findings
 BALANCED = "balanced"
 
 
-def decide_task(cfg: Config, found: Findings, precision: PrecisionPlan) -> TaskPlan:
-    if cfg.task.heads:
-        return _decide_heads(cfg, found, precision)
-    task = cfg.task.name.value
+def decide_task(config: Config, found: Findings, precision: PrecisionPlan) -> TaskPlan:
+    if config.task.heads:
+        return _decide_heads(config, found, precision)
+    task = config.task.name.value
     spec = TASKS[task]
-    kind = model_kind(cfg.model)
-    loss = _loss(cfg.task, found, task, precision.mixed, "task")
-    metrics = _metrics(cfg.task.metrics, found, task, "task")
-    _per_token(cfg, found, task, kind, "task")
-    _outputs(cfg.task, found, task, "task")
-    class_weight = _class_weight(cfg.task.class_weight, found, task, "task.class_weight")
-    target = objective(cfg)
+    kind = model_kind(config.model)
+    loss = _loss(config.task, found, task, precision.mixed, "task")
+    metrics = _metrics(config.task.metrics, found, task, "task")
+    _per_token(config, found, task, kind, "task")
+    _outputs(config.task, found, task, "task")
+    class_weight = _class_weight(config.task.class_weight, found, task, "task.class_weight")
+    target = objective(config)
     known = known_epoch_metrics(task, metrics)
     if known is not None:  # else a user metric: its name is known once it is built (the launch checks then)
-        found.violations.extend(monitor_problems(cfg, task, known))
-    arguments = _arguments(cfg.task)
+        found.violations.extend(monitor_problems(config, task, known))
+    arguments = _arguments(config.task)
     return TaskPlan.of(
         name=(task, f"task={task}: labels are {spec.labels}"),
         head=(
@@ -65,19 +69,19 @@ def decide_task(cfg: Config, found: Findings, precision: PrecisionPlan) -> TaskP
         metrics=(
             metrics,
             "requested"
-            if cfg.task.metrics
+            if config.task.metrics
             else f"the {task} task's defaults; Keras metric objects "
             "summed over replicas and workers, then reduced (never a mean of means)",
         ),
         objective=(
             target,
             "requested"
-            if cfg.objective != "auto"
+            if config.objective != "auto"
             else f"objective=auto: the {task} task's headline validation metric (what a sweep job reports)",
         ),
         class_weight=None if class_weight is None else (class_weight, _class_weight_reason(class_weight)),
         arguments=None if not arguments else (arguments, ARGUMENTS_REASON),
-        **_best_model(cfg),
+        **_best_model(config),
     )
 
 
@@ -88,21 +92,21 @@ def _arguments(tc) -> dict:
     """The keyword arguments the loss and metrics are built with, by what they are for: {"loss": {...},
     "metrics": {name: {...}}}; {} when none has any."""
     loss = component_args(tc.loss)
-    metrics = {component_name(m): component_args(m) for m in tc.metrics or () if component_args(m)}
+    metrics = {logged_name(m): component_args(m) for m in tc.metrics or () if component_args(m)}
     return {k: v for k, v in (("loss", loss), ("metrics", metrics)) if v}
 
 
-def _decide_heads(cfg: Config, found: Findings, precision: PrecisionPlan) -> TaskPlan:
+def _decide_heads(config: Config, found: Findings, precision: PrecisionPlan) -> TaskPlan:
     """A task per model output: each head's loss, weight, metrics and class weights, refused together."""
-    kind = model_kind(cfg.model)
-    _unused_with_heads(cfg, found)
+    kind = model_kind(config.model)
+    _unused_with_heads(config, found)
     heads, reasons, logged = {}, [], []
-    for head, hc in cfg.task.heads.items():
+    for head, hc in config.task.heads.items():
         key = f"task.heads.{head}"
         task = hc.name.value
         loss, loss_reason = _loss(hc, found, task, precision.mixed, key)
         metrics = _metrics(hc.metrics, found, task, key)
-        _per_token(cfg, found, task, kind, f"{key}.name")
+        _per_token(config, found, task, kind, f"{key}.name")
         _outputs(hc, found, task, key)
         weight = _loss_weight(hc.loss_weight, found, key)
         class_weight = _class_weight(hc.class_weight, found, task, f"{key}.class_weight")
@@ -120,10 +124,10 @@ def _decide_heads(cfg: Config, found: Findings, precision: PrecisionPlan) -> Tas
             + ("" if class_weight is None else f"; {_class_weight_reason(class_weight)}")
         )
         logged += head_metric_names(head, task, metrics)
-    target = objective(cfg)
+    target = objective(config)
     known = known_epoch_metrics("heads", logged)
     if known is not None:
-        found.violations.extend(monitor_problems(cfg, "heads", known))
+        found.violations.extend(monitor_problems(config, "heads", known))
     return TaskPlan.of(
         name=("heads", f"task.heads: a task per model output {list(heads)}"),
         head=(
@@ -143,20 +147,20 @@ def _decide_heads(cfg: Config, found: Findings, precision: PrecisionPlan) -> Tas
         ),
         objective=(
             target,
-            "requested" if cfg.objective != "auto" else "objective=auto with several heads: the total val_loss",
+            "requested" if config.objective != "auto" else "objective=auto with several heads: the total val_loss",
         ),
         heads=(heads, " | ".join(reasons)),
-        **_best_model(cfg),
+        **_best_model(config),
     )
 
 
-def _best_model(cfg: Config) -> dict:
+def _best_model(config: Config) -> dict:
     """checkpoint.monitor as kept: the metric (auto: the objective) and whether lower or higher is better."""
-    kept = best_model_monitor(cfg)
+    kept = best_model_monitor(config)
     if kept is None:
         return {}
     metric, mode = kept
-    chosen = cfg.checkpoint.monitor
+    chosen = config.checkpoint.monitor
     return {
         "best_by": (
             metric,
@@ -167,19 +171,19 @@ def _best_model(cfg: Config) -> dict:
         "best_mode": (
             mode,
             f"checkpoint.mode=auto: {'lower' if mode == 'min' else 'higher'} {metric} is better"
-            if cfg.checkpoint.mode.value == "auto"
+            if config.checkpoint.mode.value == "auto"
             else "requested",
         ),
     }
 
 
-def _unused_with_heads(cfg: Config, found: Findings) -> None:
+def _unused_with_heads(config: Config, found: Findings) -> None:
     """The one-head keys mean nothing once every head has its own: one set anyway is refused, not ignored."""
-    first = next(iter(cfg.task.heads))
+    first = next(iter(config.task.heads))
     unused = [
-        ("task.loss", cfg.task.loss, component_name(cfg.task.loss) not in ("", "auto"), "loss"),
-        ("task.metrics", list(cfg.task.metrics), bool(cfg.task.metrics), "metrics"),
-        ("task.class_weight", cfg.task.class_weight, cfg.task.class_weight is not None, "class_weight"),
+        ("task.loss", config.task.loss, component_name(config.task.loss) not in ("", "auto"), "loss"),
+        ("task.metrics", list(config.task.metrics), bool(config.task.metrics), "metrics"),
+        ("task.class_weight", config.task.class_weight, config.task.class_weight is not None, "class_weight"),
     ]
     for key, value, given, field in unused:
         if given:
@@ -196,11 +200,11 @@ def _which(task: str, prefix: str) -> str:
     return f"task={task}" if prefix == "task" else f"a {task} head"
 
 
-def _per_token(cfg: Config, found: Findings, task: str, kind, key: str) -> None:
+def _per_token(config: Config, found: Findings, task: str, kind, key: str) -> None:
     if task == "sequence" and not kind.per_token:
         found.refuse(
             "model",
-            cfg.model.name,
+            config.model.name,
             f"a model that predicts a token per position for {key}=sequence: model=transformer (causal) or your own",
             "model=transformer",
         )
@@ -267,10 +271,12 @@ def _metrics(requested, found: Findings, task: str, prefix: str) -> list[str]:
             f"[{NO_METRICS}] alone (no metric beside the loss), or metrics without {NO_METRICS}",
             f"{key}=[{NO_METRICS}]",
         )
-    metrics = metric_names(task, requested)
-    wrong = [m for m in metrics if not is_import_path(m) and m in ALL_METRICS and m not in spec.metrics]
-    unknown = [m for m in metrics if m != "loss" and not is_metric_name(m)]
-    kept = [m for m in metrics if m not in wrong and m not in unknown and m != "loss"]
+    metrics = metric_names(task, requested)  # as they log
+    named = [component_name(entry) for entry in metric_entries(task, requested)]  # what each one is
+    wrong = [m for m in named if not is_import_path(m) and m in ALL_METRICS and m not in spec.metrics]
+    unknown = [m for m in named if m != "loss" and not is_metric_name(m)]
+    kept = [m for m in named if m not in wrong and m not in unknown and m != "loss"]
+    _logged_once(metrics, requested, found, key)
     fix = f"{prefix}.metrics=[{','.join(kept) or spec.metrics[0]}]"
     for name in wrong:
         found.refuse(
@@ -301,6 +307,24 @@ def _metrics(requested, found: Findings, task: str, prefix: str) -> list[str]:
             f"drop loss from {prefix}.metrics",
         )
     return kept if (wrong or unknown) else metrics
+
+
+def _logged_once(metrics: list[str], requested, found: Findings, key: str) -> None:
+    """Two metrics logging under one name would overwrite each other: refused, with the `as` that tells them apart."""
+    twice = sorted({name for name in metrics if metrics.count(name) > 1})
+    aliases = [entry.get(LOGGED_AS) for entry in requested if hasattr(entry, "items") and LOGGED_AS in entry]
+    bad = [a for a in aliases if not (isinstance(a, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", a))]
+    if bad:
+        cleaned = re.sub(r"\W+", "_", str(bad[0])).strip("_") or "metric"
+        fix = f"as: {cleaned if cleaned[0].isalpha() else 'm_' + cleaned} in that entry"
+        found.refuse(key, bad, "`as` names of letters, digits and _, from a letter (the name a metric logs under)", fix)
+    if twice:
+        found.refuse(
+            key,
+            [shown(entry) for entry in requested if logged_name(entry) in twice],
+            f"metrics that log under distinct names ({twice} twice: one would overwrite the other)",
+            f"name one with `as` in its entry, e.g. {{name: {twice[0]}, <argument>: <value>, as: {twice[0]}_2}}",
+        )
 
 
 def _loss_weight(value, found: Findings, prefix: str) -> float:
