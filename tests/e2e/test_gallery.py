@@ -15,6 +15,7 @@ import base64
 import json
 import re
 import shlex
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,6 +28,14 @@ from support.tracking import store
 
 PAGE = ROOT / "docs" / "gallery.md"
 CHAINS = chains(PAGE)
+
+
+@pytest.fixture(autouse=True)
+def projects_forgotten():
+    """The page's modules, imported here for plain fit, are gone afterwards: the next project imports its own."""
+    yield
+    for name in [m for m in sys.modules if m.startswith("gallery_")]:
+        del sys.modules[name]
 
 
 def words_of(command: str) -> dict[str, str]:
