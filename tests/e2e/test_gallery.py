@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import yaml
 from support.config import ROOT
 from support.pages import chains, page_files
 from support.serving import invoke, mlflow_server
@@ -189,6 +190,9 @@ def test_each_gallery_project_trains_like_plain_keras_fit_and_is_served_raw(chai
     module = words["model.builder"].split(":")[0]
     run = tmp_path / "outputs" / "runs" / words["name"]
     launched = json.loads((run / "outcome.json").read_text())["metrics"]
+    decided = {k: v["value"] for k, v in yaml.safe_load((run / "plan.yaml").read_text())["decisions"].items()}
+    same = (decided["replicas"], decided["batch.global"], decided["optimizer"], decided["lr"])
+    assert same == (2, int(words["scaling.batch_size"]), "keras.optimizers.Adam", 0.001), same  # as plain fit has
 
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(tmp_path))
