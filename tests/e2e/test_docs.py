@@ -14,7 +14,6 @@ launcher's own functions.
 
 from __future__ import annotations
 
-import re
 import shlex
 import sys
 from pathlib import Path
@@ -24,13 +23,13 @@ import tomllib
 import warm
 from support import plugins
 from support.config import ROOT, config
+from support.pages import MARK, chains, commands, marked_blocks, page_files, runnable_blocks
 
-MARK = "<!-- runnable -->"
 RUN_PYTHON = "<!-- run: python -->"
 RESOLVED = "<!-- resolved -->"
 API = ROOT / "docs" / "api.md"
-FILE = re.compile(r"<!-- file: (\S+) -->\s*\n```[^\n]*\n(.*?)\n```", re.S)
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+GALLERY = ROOT / "docs" / "gallery.md"  # its projects train once, in tests/e2e/test_gallery.py, compared with Keras fit
+PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p != GALLERY)]
 # One epoch of two steps, one validation step, a small MLP where the command does not choose the model.
 SHRINK = [
     "train.epochs=1",
@@ -39,49 +38,6 @@ SHRINK = [
     "tracking.system_metrics=false",
     "tracking.log_model=false",
 ]
-
-
-def marked_blocks(text: str, mark: str) -> list[str]:
-    """The content of each fenced block right after `mark`."""
-    return [match.group(1) for match in re.finditer(re.escape(mark) + r"\s*\n```[^\n]*\n(.*?)\n```", text, re.S)]
-
-
-def runnable_blocks(text: str, mark: str = MARK) -> list[list[str]]:
-    """The commands of each block marked runnable (comments and line continuations handled)."""
-    blocks = []
-    for block in marked_blocks(text, mark):
-        joined = block.replace("\\\n", " ")
-        lines = [shlex.split(line, comments=True) for line in joined.splitlines()]
-        blocks.append([" ".join(words) for words in lines if words])
-    return blocks
-
-
-def page_files(text: str) -> dict[str, str]:
-    """The files a page shows: path -> content, as the block holds it."""
-    return {path: body + "\n" for path, body in FILE.findall(text)}
-
-
-def commands(page) -> list[str]:
-    return [command for block in runnable_blocks(page.read_text()) for command in block]
-
-
-def chains(page) -> list[list[str]]:
-    """The page's commands, each alone, except that one naming an earlier run (eval.run, model.init_from) joins that
-    run's chain."""
-    found: list[list[str]] = []
-    by_name: dict[str, list[str]] = {}
-    for command in commands(page):
-        words = shlex.split(command)
-        wanted = next((w.split("=", 1)[1] for w in words if w.startswith(("eval.run=", "model.init_from="))), None)
-        chain = by_name.get(wanted) if wanted else None
-        if chain is None:
-            chain = []
-            found.append(chain)
-        chain.append(command)
-        named = next((w.split("=", 1)[1] for w in words if w.startswith("name=")), None)
-        if named:
-            by_name[named] = chain
-    return found
 
 
 def needs_a_process(args: list[str]) -> bool:

@@ -8,6 +8,7 @@ Modules:
         markers and ordering, the xdist group guard, CPU accounting
     train: in-process training pieces several modules drive: an engine over the real config, a poisonable model
     plugins: installed plugins faked in this process (the entry points the launcher reads)
+    pages: the docs' runnable blocks, the files a page shows, its commands in the chains that run them
 
 What tests name by import path (the `*_parts.py` components, `fakes`) and the warm starts (`warm`) stay at the top
 of tests/, on the path as the launcher's own processes see it.
