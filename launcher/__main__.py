@@ -145,7 +145,8 @@ def main(node: DictConfig) -> float | None:
         dict(hydra_config.runtime.choices),
     )
     code = MODES[mode](node, at)
-    if run_dirs.leaves_no_run_dir(mode, bool(node.get("explain")), code):
+    asked = node.mode.value  # train, eval, predict, doctor: what a supervised or local-workers launch does too
+    if run_dirs.leaves_no_run_dir(asked, bool(node.get("explain")), code):
         run_dirs.discard_new_run_dir(at.run_dir)
     if code:
         sys.exit(code)

@@ -271,4 +271,5 @@ def ids_lookup_model(spec):
     one_hot = keras.layers.IntegerLookup(vocabulary=list(range(10, 16)), output_mode="one_hot", name="ids_lookup")(
         inputs
     )
-    return keras.Model(inputs, keras.layers.Dense(spec.outputs, name="logits")(one_hot), name="ids_model")
+    hidden = keras.layers.Dense(8, activation="relu")(one_hot)  # auto-named: dense, dense_1... in this process
+    return keras.Model(inputs, keras.layers.Dense(spec.outputs, name="logits")(hidden), name="ids_model")

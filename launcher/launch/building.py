@@ -14,12 +14,12 @@ from launcher.config.tasks import epoch_metrics, known_epoch_metrics, monitor_pr
 from launcher.export.trained import check_exports
 from launcher.launch.preflight import Prepared, save_plan, show_plan
 from launcher.launch.review import decided_again
-from launcher.plan.decisions import InputsPlan, Plan, render_records
+from launcher.plan.decisions import InputsPlan, Plan, render_changes, render_records
 from launcher.plan.rules.batch_norm import moving_average_warning
 from launcher.train.batch_norm import batch_norm_momenta
 from launcher.train.fine_tune import Freezer, freeze_record, frozen_layers, load_matching
 from launcher.train.preprocessing import pixel_scaling
-from launcher.train.runtime import reseed
+from launcher.train.runtime import layer_name_counters, reseed, restore_layer_name_counters
 
 
 class UncompilableModel(Exception):
@@ -37,6 +37,7 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path, checkpoin
     precision=auto chose and runs under float32, is built again under the Plan decided again with that fact (auto
     never keeps what the model cannot build or run)."""
     facts: dict = {}
+    names = layer_name_counters()
     for _ in range(3):  # at most one fact of each kind is learnt
         try:
             return _build_once(config, plan, prepared, run_dir, checkpoint_dir)
@@ -48,16 +49,11 @@ def build_model(config, plan: Plan, prepared: Prepared, run_dir: Path, checkpoin
             if "float32_builder" in facts or not plan.precision.reason("name").startswith("precision=auto"):
                 raise  # asked for by name: refused, with precision=fp32 as the fix
             facts["float32_builder"] = found.policy
-        plan = decided_again(config, prepared, plan, **facts)
-        step = plan.step
-        show_plan(
-            plan,
-            f"Plan decided again, from the built model:\n  precision  {plan.precision.name}  "
-            f"{plan.precision.reason('name')}\n  xla  {step.xla}  {step.reason('xla')}\n  step  {step.kind}"
-            f"\n  train.steps_per_epoch  {plan.schedule.steps_per_epoch}",
-        )
+        before, plan = plan, decided_again(config, prepared, plan, **facts)
+        show_plan(plan, render_changes(before, plan, "Plan decided again, from the built model:"))
         save_plan(plan, run_dir)
-        reseed(config.seed)  # the model built again starts from the seed, as one built once does
+        reseed(config.seed)  # the model built again starts from the seed and with the names one built once has
+        restore_layer_name_counters(names)
     raise RuntimeError("the model was built three times and the Plan still changed")
 
 

@@ -95,6 +95,7 @@ def decided_again(config, prepared, plan: Plan, **model_facts) -> Plan:
     source = prepared.source
     decided, num_train = decide_sharding(decided, source.train_shards, source.num_train)
     decided = schedule(config, decided, num_train, source.num_val, source.num_test)
+    raise_if_any(check_optimizer(config, decided, []))
     for record in plan.records:
         if not decided.has(type(record)):
             decided = decided.with_record(record)

@@ -411,6 +411,17 @@ class Plan:
         return "\n".join(lines)
 
 
+def render_changes(before: Plan, after: Plan, heading: str) -> str:
+    """The console lines of the decisions `after` changed from `before` (the Plan decided again), under `heading`."""
+    was, now = before.decisions(), after.decisions()
+    changed = {key: decided for key, decided in now.items() if key not in was or was[key][0] != decided[0]}
+    width = max((len(k) for k in changed), default=0)
+    lines = [heading]
+    for key, (value, why) in changed.items():
+        lines.append(one_line(f"  {key:<{width}}  ", _plain(value), why, 14))
+    return "\n".join(lines)
+
+
 def render_records(records: list[Section], decided_by: str) -> str:
     """The console lines of records added after the Plan was printed, under a heading of their own (they would
     otherwise read as part of the Plan's `Warnings:`)."""

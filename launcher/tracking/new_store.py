@@ -53,14 +53,15 @@ def make_new_store(uri: str) -> bool:
         with open(aside, "rb+") as made:
             os.fsync(made.fileno())
         os.link(aside, path)  # never over a store another process made meanwhile
-    except FileExistsError:
+    except OSError:  # made meanwhile, or a filesystem without hard links: MLflow makes it as it always did
         return False
     finally:
         with contextlib.suppress(OSError):
             aside.unlink()
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    with contextlib.suppress(OSError):  # the link is made; a directory that cannot be synced keeps it anyway
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
     return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import random
 
@@ -38,6 +39,27 @@ def reseed(seed: int) -> None:
     keras.utils.set_random_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
+
+
+def layer_name_counters() -> dict[str, int]:
+    """Keras's counters behind auto-named layers (`dense`, `dense_1`...), copied: put back before a model is built
+    again, its layers get the names a model built once gets (model.freeze and init_from match by name)."""
+    return dict(_name_uids())
+
+
+def restore_layer_name_counters(saved: dict[str, int]) -> None:
+    uids = _name_uids()
+    uids.clear()
+    uids.update(saved)
+
+
+def _name_uids():
+
+    from keras.src.backend.common import global_state  # where keras.src.utils.naming keeps them (Keras 3)
+
+    return global_state.get_global_attribute(
+        "object_name_uids", default=collections.defaultdict(int), set_to_default=True
+    )
 
 
 def use_policy(policy: str) -> None:

@@ -324,6 +324,9 @@ def test_explain_and_a_refused_launch_leave_no_run_dir(launcher_here, tmp_path):
     assert "explain=true: nothing trained; no run dir kept." in explained.stdout
     refused = launcher_here([tracking, "precision=mixed", "loss_scale=none"], tmp_path)
     assert refused.returncode == 2 and "fix: loss_scale=dynamic" in refused.stderr
+    # Refused in the child a supervising launch (train.max_restarts) starts: its run dir goes too.
+    supervised = launcher_here([tracking, "precision=mixed", "loss_scale=none", "train.max_restarts=1"], tmp_path)
+    assert supervised.returncode == 2 and "fix: loss_scale=dynamic" in supervised.stderr + supervised.stdout
     assert not (tmp_path / "outputs").exists()
 
 

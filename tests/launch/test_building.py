@@ -50,6 +50,12 @@ def test_a_launch_where_xla_auto_chose_xla_for_a_lookup_layer_trains_without_it(
     as the fix). Under the suite's fixed matmul rates xla=auto chooses the hybrid XLA step for a dense model."""
     import yaml
 
+    from launcher.train.runtime import layer_name_counters
+
+    # The builder's hidden Dense is auto-named; the model built again must name it as the first build did (Keras
+    # counts names per process: it was `dense_<n+1>` the second time, and model.freeze found no `dense_<n>`).
+    made = layer_name_counters().get("dense", 0)
+    first_name = f"dense_{made}" if made else "dense"
     done = cli_here(
         "model=custom",
         "model.builder=user_parts:ids_lookup_model",
@@ -57,14 +63,16 @@ def test_a_launch_where_xla_auto_chose_xla_for_a_lookup_layer_trains_without_it(
         "dataset.loader=user_parts:ids",
         "precision=fp32",
         "xla=auto",
+        f"model.freeze=[{first_name}]",
         "train.epochs=1",
         "tracking.enabled=false",
         "checkpoint.enabled=false",
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Plan decided again, from the built model:" in done.stdout
-    xla = yaml.safe_load((tmp_path / "run" / "plan.yaml").read_text())["decisions"]["xla"]
-    assert xla["value"] is False and "supports_jit=False ('ids_lookup')" in xla["reason"]
+    decided = yaml.safe_load((tmp_path / "run" / "plan.yaml").read_text())["decisions"]
+    assert decided["xla"]["value"] is False and "supports_jit=False ('ids_lookup')" in decided["xla"]["reason"]
+    assert decided["model.frozen"]["value"] == [first_name]
 
 
 def test_a_builder_that_fails_under_a_mixed_policy_is_refused_with_precision_fp32_as_the_fix():
