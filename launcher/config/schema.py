@@ -194,7 +194,7 @@ class EvalConfig:
     output: str = "predictions.npz"
     """predict: the file the predictions are written to, .npz, .csv or .parquet (with eval.input .parquet is the
     default: predictions.npz left as is writes predictions.parquet); in the predict's run dir (<run read>/predict/
-    <time>) unless given on the command line: then a path from where the command runs."""
+    <time>) unless given on the command line: then a path from where the command runs, to a file not there yet."""
     input: str = ""
     """predict: a file or folder to predict instead of a split, streamed through the run's SavedModel: a .csv or
     .parquet table of features, a folder of images or TFRecord files; "" = the split (eval.split)."""

@@ -53,11 +53,25 @@ def evaluate(node, run_dir: Path, launch_dir: Path, overrides: list[str]) -> int
         train_dir = find_training_run(str(node.eval.run), launch_dir, str(node.tracking.uri))
         run_node = config_of_run(train_dir, node, overrides)
         if any(o.lstrip("+~").split("=", 1)[0] == "eval.output" for o in overrides):
-            run_node.eval.output = str(launch_dir / Path(str(run_node.eval.output)).expanduser())  # a path from here
+            run_node.eval.output = str(new_output(launch_dir / Path(str(run_node.eval.output)).expanduser()))
         run_id, metrics = Evaluation(run_node, train_dir, run_dir, launch_dir, mode).execute()
         return OutcomeRecord(status=FINISHED, exit_code=EXIT_FINISHED, run_id=run_id, metrics=metrics, mode=mode)
 
     return run_in_shell(body, run_dir, mode, bool(node.get("tf_logs", False)))
+
+
+def new_output(path: Path) -> Path:
+    """eval.output given on the command line (a path from where the command runs): a file that is not there yet.
+    Predictions never replace a person's file (their data, eval.input itself, an earlier prediction)."""
+    if path.exists():
+        raise ConfigError.single(
+            "eval.output",
+            str(path),
+            "a file that does not exist yet (predictions are never written over a file that is there: your data, "
+            "eval.input, earlier predictions)",
+            f"eval.output={path.stem}_2{path.suffix}, or remove {path} first",
+        )
+    return path
 
 
 def config_of_run(train_dir: Path, node, overrides: list[str]):

@@ -60,13 +60,13 @@ def write_curves(context, history: list[dict]) -> Path | None:
     were logged (or on another worker). A picture never fails a run: a drawing error is a warning."""
     if not context.plan.is_chief or len({logs.get("epoch") for logs in history}) < 2:
         return None  # one epoch is a point, not a curve (debug=fast): its numbers are on the console
-    panels = series(history, [m.name for m in context.built.task.train_metrics])
-    if not panels:
-        return None
     path = context.run_dir / CURVES_FILE
     try:
+        panels = series(history, [m.name for m in context.built.task.train_metrics])
+        if not panels:
+            return None
         draw(panels, path)
-    except Exception as err:  # noqa: BLE001 (a picture, not the run)
+    except Exception as err:  # noqa: BLE001 (a picture, not the run: never in place of the fit's own error)
         print(f"WARNING: the curves were not drawn ({type(err).__name__}: {err}).", file=sys.stderr, flush=True)
         return None
     context.tracker.log_artifact(path)

@@ -111,6 +111,7 @@ class TrainingLaunch:
         c = self.context
         config, plan, restored, tracker = c.config, c.plan, c.restored, c.tracker
         result = stop_reason = digest = curves = None
+        drawn = False
         ending = Ending(FAILED, EXIT_FAILED)
         with preemption_guard(config, plan) as guard:
             hooks = hooks_for(c, guard)
@@ -131,7 +132,7 @@ class TrainingLaunch:
                 stop_reason = tags["stop_reason"]
                 tracker.set_tags(tags)
                 guard.finishing = True
-                curves = write_curves(c, hooks.history.history)
+                drawn, curves = True, write_curves(c, hooks.history.history)
                 digest = finish(c, result, engine, hooks.best, curves)
                 ending = Ending(FINISHED, EXIT_FINISHED, stop_reason=stop_reason)
             except BaseException as stop:
@@ -142,7 +143,7 @@ class TrainingLaunch:
                 if ending.reraise:
                     raise
             finally:
-                if curves is None:  # a failed or stopped fit: what it trained
+                if not drawn:  # a failed or stopped fit: what it trained
                     write_curves(c, hooks.history.history)
                 tracker.end(ending.status)
         if ending.requeue:

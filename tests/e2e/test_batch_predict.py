@@ -103,3 +103,17 @@ def test_predict_a_csv_writes_the_savedmodel_s_answer_to_parquet_and_refuses_a_m
     assert {"batch.json", "console.log", "outcome.json", "saved_model"} <= {p.name for p in nested.iterdir()}
     assert f"predict run dir: {nested}" in mine.stdout
     assert not (tmp_path / "outputs").exists()
+    # A file that is there (the input itself, or those predictions) is never written over: refused with a new name.
+    before = (tmp_path / "digits.csv").read_bytes()
+    over = launcher_here(
+        [
+            f"tracking.uri={store(db)}",
+            "mode=predict",
+            "eval.run=train",
+            "eval.input=digits.csv",
+            "eval.output=digits.csv",
+        ],
+        tmp_path,
+    )
+    assert over.returncode == 2 and "fix: eval.output=digits_2.csv" in over.stderr, over.stderr[-2000:]
+    assert (tmp_path / "digits.csv").read_bytes() == before
