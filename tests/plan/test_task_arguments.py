@@ -44,6 +44,16 @@ def test_two_metrics_of_one_kind_log_side_by_side_under_their_as_names_or_are_re
     twice = refused("task.metrics=[auc,{name:auc,curve:PR}]")["task.metrics"]
     assert "['auc'] twice" in twice.expected and "as: auc_2" in twice.fix
     assert "as: m_1x" in refused("task.metrics=[{name:auc,as:'1x'}]")["task.metrics"].fix
+    # Not a name the run logs already (a val_ copy overwrote the validation accuracy), and reading as the metric
+    # does: the best model kept the highest crossentropy logged as `xent`.
+    assert (
+        "does not log already" in refused("task.metrics=[accuracy,{name:auc,as:val_accuracy}]")["task.metrics"].expected
+    )
+    assert refused("task.metrics=[{name:auc,as:loss}]")["task.metrics"].fix == "as: auc_2 in that entry"
+    xent = refused("task.metrics=[{name:crossentropy,as:xent}]")["task.metrics"]
+    assert "improves going down" in xent.expected and xent.fix == "as: xent_loss in that entry"
+    assert resolve(config("task.metrics=[{name:crossentropy,as:xent_loss}]"), CPU_PLAIN).task.metrics == ["xent_loss"]
+    assert refused("task.loss={name:crossentropy,as:xent}")["task.loss"].fix == "drop as: xent from task.loss"
 
 
 def test_each_head_takes_its_own_arguments():

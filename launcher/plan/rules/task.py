@@ -17,6 +17,7 @@ from launcher.config.tasks import (
     KERAS_METRICS,
     LOGGED_AS,
     NO_METRICS,
+    RUN_METRICS,
     TASKS,
     best_model_monitor,
     component_args,
@@ -28,6 +29,7 @@ from launcher.config.tasks import (
     known_epoch_metrics,
     logged_name,
     loss_name,
+    lower_is_better,
     metric_entries,
     metric_names,
     monitor_problems,
@@ -229,6 +231,13 @@ def _loss(tc, found: Findings, task: str, mixed: bool, prefix: str) -> tuple[str
     if form is not None:
         found.violations.append(form)
         return str(tc.loss), "refused"
+    if hasattr(tc.loss, "items") and LOGGED_AS in tc.loss:  # the loss always logs as loss (<head>_loss)
+        found.refuse(
+            f"{prefix}.loss",
+            shown(tc.loss),
+            "a loss without `as` (it logs as loss, <head>_loss with several heads: `as` names a metric)",
+            f"drop as: {tc.loss.get(LOGGED_AS)} from {prefix}.loss",
+        )
     name = loss_name(task, tc.loss)
     loss = shown({"name": name, **component_args(tc.loss)})  # the Plan's form: huber, my.mod:Focal(gamma=2.0)
     path = users_loss_path(name)
@@ -277,6 +286,7 @@ def _metrics(requested, found: Findings, task: str, prefix: str) -> list[str]:
     unknown = [m for m in named if m != "loss" and not is_metric_name(m)]
     kept = [m for m in named if m not in wrong and m not in unknown and m != "loss"]
     _logged_once(metrics, requested, found, key)
+    _as_names(requested, found, key)
     fix = f"{prefix}.metrics=[{','.join(kept) or spec.metrics[0]}]"
     for name in wrong:
         found.refuse(
@@ -299,7 +309,7 @@ def _metrics(requested, found: Findings, task: str, prefix: str) -> list[str]:
             f"{_which(task, prefix)}, a keras.metrics name, module.path:Class, or {plugin_choices('metric')}",
             f"{prefix}.metrics=[{','.join(kept) or spec.metrics[0]}]",
         )
-    if "loss" in metrics:
+    if "loss" in named:
         found.refuse(
             f"{prefix}.metrics",
             "loss",
@@ -312,12 +322,6 @@ def _metrics(requested, found: Findings, task: str, prefix: str) -> list[str]:
 def _logged_once(metrics: list[str], requested, found: Findings, key: str) -> None:
     """Two metrics logging under one name would overwrite each other: refused, with the `as` that tells them apart."""
     twice = sorted({name for name in metrics if metrics.count(name) > 1})
-    aliases = [entry.get(LOGGED_AS) for entry in requested if hasattr(entry, "items") and LOGGED_AS in entry]
-    bad = [a for a in aliases if not (isinstance(a, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", a))]
-    if bad:
-        cleaned = re.sub(r"\W+", "_", str(bad[0])).strip("_") or "metric"
-        fix = f"as: {cleaned if cleaned[0].isalpha() else 'm_' + cleaned} in that entry"
-        found.refuse(key, bad, "`as` names of letters, digits and _, from a letter (the name a metric logs under)", fix)
     if twice:
         found.refuse(
             key,
@@ -325,6 +329,33 @@ def _logged_once(metrics: list[str], requested, found: Findings, key: str) -> No
             f"metrics that log under distinct names ({twice} twice: one would overwrite the other)",
             f"name one with `as` in its entry, e.g. {{name: {twice[0]}, <argument>: <value>, as: {twice[0]}_2}}",
         )
+
+
+def _as_names(requested, found: Findings, key: str) -> None:
+    """An entry's `as` is a name of its own: letters, digits and _; not a name the run logs already (the loss, a
+    val_ copy, the run's own metrics); and reading as the metric does, since the best model, early stopping and
+    sweeps tell by the name whether it improves going down (losses and errors) or up."""
+    for entry in requested:
+        if not (hasattr(entry, "items") and LOGGED_AS in entry):
+            continue
+        alias, name = entry.get(LOGGED_AS), component_name(entry)
+        cleaned = re.sub(r"\W+", "_", str(alias)).strip("_") or "metric"
+        if not (isinstance(alias, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", alias)):
+            expected = "an `as` name of letters, digits and _, from a letter (the name a metric logs under)"
+            fix = f"as: {cleaned if cleaned[0].isalpha() else 'm_' + cleaned}"
+        elif alias.startswith("val_") or alias == "loss" or alias in RUN_METRICS:
+            expected = "an `as` name the run does not log already (the loss, a val_ copy, the run's own metrics)"
+            fix = f"as: {name.split(':')[-1].lower()}_2" if alias != f"{name}_2" else f"as: my_{name}"
+        elif lower_is_better(alias) != lower_is_better(name):
+            goes = "down (a loss or an error)" if lower_is_better(name) else "up"
+            expected = (
+                f"an `as` name that reads as {name} does: it improves going {goes}, and the best model, early "
+                "stopping and sweeps read that from the name"
+            )
+            fix = f"as: {alias}_loss" if lower_is_better(name) else f"as: {name.split(':')[-1].lower()}_2"
+        else:
+            continue
+        found.refuse(key, shown(entry), expected, f"{fix} in that entry")
 
 
 def _loss_weight(value, found: Findings, prefix: str) -> float:
