@@ -156,7 +156,7 @@ class Engine:
             if self.plan.schedule.reached_max_steps(position):
                 break
             position.epoch = epoch
-            if self.freezer is not None and self.freezer.set_for(epoch, position.global_step):
+            if self.freezer is not None and self.freezer.set_for(epoch, position.step_in_epoch):
                 self._build_functions()  # another set of trainable variables: the step is traced again
                 self._stepped = False  # its first step compiles again: kept out of the epoch's throughput too
             self.callbacks.on_epoch_begin(epoch)

@@ -124,9 +124,9 @@ class Freezer:
     """model.freeze's layers: frozen until `unfreeze_at` epochs are done (0: for the whole run). The phase follows
     the epoch, so a resumed run lands in the phase an uninterrupted one is in. `batch_norm=False` keeps every
     BatchNormalization in them frozen after the unfreeze: a frozen one runs in inference mode, its statistics kept.
-    `fresh_at`: the global step of the unfreeze when `optimizer` starts afresh there (train.unfreeze_fresh_optimizer):
-    restarted when the unfreeze happens at that step, not when a run resumes later in the phase (its checkpoint holds
-    the fresh optimizer's state)."""
+    `fresh_at`: the global step of the unfreeze when `optimizer` starts afresh there (train.unfreeze_fresh_optimizer),
+    its schedule read on from that step: restarted when the unfrozen phase's first epoch starts (a run stopped at the
+    unfreeze too), not when a run resumes later in the phase (its checkpoint holds the fresh optimizer's state)."""
 
     def __init__(
         self, layers: list, unfreeze_at: int = 0, batch_norm: bool = True, fresh_at: int | None = None, optimizer=None
@@ -137,9 +137,9 @@ class Freezer:
         self.fresh_at, self.optimizer = fresh_at, optimizer
         self.frozen: bool | None = None
 
-    def set_for(self, epoch: int, global_step: int | None = None) -> bool:
-        """Freeze or unfreeze for `epoch` (0-based) starting at `global_step`; True when that changed what trains
-        (the step must be retraced)."""
+    def set_for(self, epoch: int, step_in_epoch: int = 0) -> bool:
+        """Freeze or unfreeze for `epoch` (0-based), entered at `step_in_epoch` (a resumed run mid-epoch); True when
+        that changed what trains (the step must be retraced)."""
         frozen = not self.unfreeze_at or epoch < self.unfreeze_at
         if frozen == self.frozen:
             return False
@@ -152,7 +152,7 @@ class Freezer:
             from launcher.train.fresh_optimizer import continue_schedule, restart
 
             continue_schedule(self.optimizer, self.fresh_at)
-            if global_step == self.fresh_at:
+            if epoch == self.unfreeze_at and step_in_epoch == 0:  # at the unfreeze, not later in the phase
                 restart(self.optimizer)
         self.frozen = frozen
         return True
