@@ -26,12 +26,12 @@ class DataFacts:
     float32_builder: str = ""  # the mixed policy the builder failed under while it runs under float32 ("" none)
 
     @property
-    def strings(self) -> str:
+    def shown_strings(self) -> str:
         """The string inputs as the Plan names them ("" when there are none)."""
         return ", ".join(repr(name) for name in self.string_inputs)
 
     @property
-    def layers(self) -> str:
+    def shown_layers(self) -> str:
         """The uncompilable layers as the Plan names them (the first five)."""
         more = len(self.uncompilable_layers) - 5
         shown = ", ".join(repr(name) for name in self.uncompilable_layers[:5])

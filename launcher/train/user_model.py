@@ -37,9 +37,7 @@ def build(model_config, source, adapted: dict | None = None):
     """The user's model, built by their builder; `adapted`: model.adapt's layers by name (launcher.train.adapt)."""
     import keras
 
-    if (
-        adapted is None and str(model_config.adapt).strip()
-    ):  # a caller that did not adapt first (the doctor): adapt here
+    if adapted is None and str(model_config.adapt).strip():  # a caller that did not adapt first (the doctor)
         import tensorflow as tf
 
         from launcher.train.adapt import adapt_once

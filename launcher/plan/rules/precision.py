@@ -24,7 +24,7 @@ def auto_precision(env: Environment) -> tuple[str, str]:
     return choice.name, choice.auto_reason(env)
 
 
-def strings_keep_float32(facts: DataFacts) -> tuple[str, str] | None:
+def float32_for_this_model(facts: DataFacts) -> tuple[str, str] | None:
     """precision=auto for a model of string inputs, or whose builder runs under float32 only: float32, and why
     (None: neither)."""
     float32 = next(p for p in PRECISIONS.values() if not p.mixed)
@@ -37,7 +37,7 @@ def strings_keep_float32(facts: DataFacts) -> tuple[str, str] | None:
     if not facts.string_inputs:
         return None
     return float32.name, (
-        f"precision=auto: the model takes string inputs ({facts.strings}): the lookup layers that read them, and "
+        f"precision=auto: the model takes string inputs ({facts.shown_strings}): the lookup layers that read them, and "
         "what a builder adapts beside them, are Keras's float32 preprocessing (under mixed_bfloat16 FeatureSpace "
         "and Normalization.adapt on a tf.data fail: cannot compute AddV2 ... bfloat16), so auto keeps float32; "
         "ask for another precision by name"
@@ -46,7 +46,7 @@ def strings_keep_float32(facts: DataFacts) -> tuple[str, str] | None:
 
 def decide_precision(config: Config, env: Environment, found: Findings, facts: DataFacts = NO_FACTS) -> PrecisionPlan:
     requested = config.precision.name
-    if requested == PrecisionName.auto and (kept := strings_keep_float32(facts)):
+    if requested == PrecisionName.auto and (kept := float32_for_this_model(facts)):
         name, reason = kept
     elif requested == PrecisionName.auto and env.tuned is not None:
         name, reason = env.tuned.precision, f"precision=auto, tune: the fastest step timed here ({env.tuned.table})"

@@ -51,19 +51,19 @@ def _steps_per_call(config: Config, env: Environment) -> tuple[int, str]:
     return config.train.steps_per_execution, "steps run per tf.function call (in-graph loop)"
 
 
-def strings_without_xla(facts: DataFacts) -> str:
+def why_xla_cannot_compile(facts: DataFacts) -> str:
     """Why XLA cannot compile this model's step ("" when it can): its inputs are strings, or it holds layers Keras
     marks supports_jit=False."""
     if facts.string_inputs:
         return (
-            f"the model takes string inputs ({facts.strings}): XLA compiles no string tensors, nor the lookup tables "
-            "of the layers that read them (StringLookup, TextVectorization, Hashing: Keras marks them "
+            f"the model takes string inputs ({facts.shown_strings}): XLA compiles no string tensors, nor the lookup "
+            "tables of the layers that read them (StringLookup, TextVectorization, Hashing: Keras marks them "
             "supports_jit=False)"
         )
     if facts.uncompilable_layers:
         return (
-            f"the built model has layers Keras marks supports_jit=False ({facts.layers}): lookup tables and string "
-            "ops do not compile"
+            f"the built model has layers Keras marks supports_jit=False ({facts.shown_layers}): lookup tables and "
+            "string ops do not compile"
         )
     return ""
 
@@ -80,7 +80,7 @@ def _decide_xla(
     breaks = xla_breaks(config.optimizer.name)
     if raw == "true" and breaks:
         found.warn(f"xla=true with optimizer.name={config.optimizer.name}: {breaks}. Use xla=false (or xla=auto).")
-    strings = strings_without_xla(facts)
+    strings = why_xla_cannot_compile(facts)
     if raw == "true" and strings:
         found.refuse(
             "xla",
