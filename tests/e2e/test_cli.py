@@ -124,23 +124,6 @@ def test_the_doctor_s_first_float16_launch_on_a_new_store_prints_no_library_nois
     assert "All log messages before absl::InitializeLog()" not in console
 
 
-def test_exported_model_loads_and_predicts(cli_here, tmp_path):
-    done = cli_here(*TINY, "tracking.enabled=false", "precision=fp32")
-    assert done.returncode == 0, done.stderr[-3000:]
-    import keras
-
-    model = keras.saving.load_model(tmp_path / "run" / "model.keras")
-    out = model.predict(np.zeros((2, 8, 8, 1), "float32"), verbose=0)
-    assert out.shape == (2, 10) and out.dtype == np.float32
-    # The same command again: nothing to train and nothing exported again (launcher.launch.finished).
-    made = {name: (tmp_path / "run" / name).stat().st_mtime_ns for name in ("model.keras", "best.keras")}
-    rerun = cli_here(*TINY, "tracking.enabled=false", "precision=fp32")
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "Nothing to train" in rerun.stdout and "nothing is trained or exported again" in rerun.stdout
-    assert f"exported model.keras {tmp_path / 'run' / 'model.keras'}" in rerun.stdout
-    assert {name: (tmp_path / "run" / name).stat().st_mtime_ns for name in made} == made
-
-
 def test_mixed_mirrored_xla_trains_like_the_non_xla_run(cli_here, tmp_path):
     losses = {}
     for xla in ("true", "false"):
@@ -222,41 +205,85 @@ def test_bad_input_is_a_clear_error_not_a_traceback(cli_here, tmp_path, override
     assert not runs_in(tmp_path / "mlflow.db")
 
 
-def test_refused_config_keeps_earlier_runs(cli_here, tmp_path):
-    assert cli_here(*TINY, "precision=fp32", "train.epochs=1").returncode == 0
-    # Another run dir: in the same one the changed model would be refused as a continued run's change.
-    bad = cli_here(
-        "precision=fp32",
-        "train.epochs=1",
-        "model=transformer",
-        "model.num_heads=3",
-        "model.embed_dim=32",
-        f"hydra.run.dir={tmp_path}/other",
+def test_a_named_run_refuses_other_models_resumes_for_more_epochs_and_a_rerun_trains_nothing(launcher_here, tmp_path):
+    """One trained run for what reads or continues a finished run (they each trained the same TINY fp32 run).
+    A named run (outputs/runs/exp, `launcher.launch.run_dirs`): its refused resumes keep its dir and everything in
+    it, their refusals appended to its console.log; a config refused elsewhere keeps the earlier MLflow run; the
+    exported model loads and predicts; the same dir with more epochs resumes the same MLflow run; the same command
+    again trains and exports nothing."""
+
+    def named(*overrides: str):
+        return launcher_here([f"tracking.uri={store(tmp_path / 'mlflow.db')}", "name=exp", *overrides], tmp_path)
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+
+    def runs():
+        return client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
+
+    first = named(*TINY, "precision=fp32", "train.epochs=2")
+    assert first.returncode == 0, first.stderr[-2000:]
+    run = tmp_path / "outputs" / "runs" / "exp"
+    # The exported model loads and predicts.
+    import keras
+
+    model = keras.saving.load_model(run / "model.keras")
+    out = model.predict(np.zeros((2, 8, 8, 1), "float32"), verbose=0)
+    assert out.shape == (2, 10) and out.dtype == np.float32
+    # A config the rules refuse, in another run dir (in this one the changed model would be refused as a continued
+    # run's change), keeps the earlier run.
+    bad = launcher_here(
+        [
+            f"tracking.uri={store(tmp_path / 'mlflow.db')}",
+            "precision=fp32",
+            "train.epochs=1",
+            "model=transformer",
+            "model.num_heads=3",
+            "model.embed_dim=32",
+            f"hydra.run.dir={tmp_path}/other",
+        ],
+        tmp_path,
     )
     assert bad.returncode == 2
     assert "model.embed_dim=32: expected a multiple of model.num_heads (3)" in bad.stderr
     assert "fix: model.embed_dim=30" in bad.stderr
-    from mlflow.tracking import MlflowClient
+    assert [r.info.status for r in runs()] == ["FINISHED"]
+    # Resumes with another model are refused and keep the run.
+    other = named("model=cnn", "precision=fp32", "train.epochs=4")
+    assert other.returncode == 2
+    assert "model.name='cnn': expected the value this run started with, mlp" in other.stderr
+    assert "checkpoint.resume=never to start it over" in other.stderr
+    wider = named("model.hidden_units=[48]", "precision=fp32", "train.epochs=4")
+    assert wider.returncode == 2
+    assert "model.hidden_units=[48]: expected the value this run started with, [32]" in wider.stderr
+    assert list((run / "checkpoints").glob("ckpt-*.index"))
+    assert {"model.keras", "plan.yaml", "config.yaml", "mlflow_run.json"} <= {p.name for p in run.iterdir()}
+    assert "expected the value this run started with, [32]" in (run / "console.log").read_text()
+    # The refusals kept the finished run's record (they wrote REFUSED over it: no eval, init_from or rerun found it
+    # finished any more); an explain writes no record and never over the run's Plan (its pins for a resume).
+    from launcher.outcome import OutcomeRecord
 
-    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    runs = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
-    assert [r.info.status for r in runs] == ["FINISHED"]
-
-
-def test_rerun_in_the_same_run_dir_resumes_the_same_mlflow_run(cli_here, tmp_path):
-    first = cli_here(*TINY, "precision=fp32", "train.epochs=2")
-    assert first.returncode == 0, first.stderr[-2000:]
-    second = cli_here(*TINY, "precision=fp32", "train.epochs=4")
+    assert OutcomeRecord.read(run).finished_training
+    written = {name: (run / name).read_bytes() for name in ("plan.yaml", "config.yaml", "outcome.json")}
+    explained = named("explain=true", *TINY, "precision=fp32", "train.epochs=3")
+    assert explained.returncode == 0 and "plan.yaml kept (not written over)" in explained.stdout
+    assert {name: (run / name).read_bytes() for name in written} == written
+    # More epochs in the same run dir resume the same MLflow run.
+    second = named(*TINY, "precision=fp32", "train.epochs=4")
     assert second.returncode == 0, second.stderr[-2000:]
     assert "Resuming at epoch 3, step 0 (global step " in second.stdout
     assert "epoch 1/4" not in second.stdout and "epoch 3/4" in second.stdout
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    runs = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
-    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
-    steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "loss")]
-    assert steps == [0, 1, 2, 3]
+    (resumed,) = runs()
+    assert resumed.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(resumed.info.run_id, "loss")] == [0, 1, 2, 3]
+    # The same command again: nothing to train and nothing exported again (launcher.launch.finished).
+    made = {name: (run / name).stat().st_mtime_ns for name in ("model.keras", "best.keras")}
+    again = named(*TINY, "precision=fp32", "train.epochs=4")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "Nothing to train" in again.stdout and "nothing is trained or exported again" in again.stdout
+    assert f"exported model.keras {run / 'model.keras'}" in again.stdout
+    assert {name: (run / name).stat().st_mtime_ns for name in made} == made
 
 
 def test_a_continued_run_keeps_autos_choices_applies_what_may_change_and_refuses_the_rest(cli_here, tmp_path):
@@ -283,38 +310,6 @@ def test_a_continued_run_keeps_autos_choices_applies_what_may_change_and_refuses
     (run,) = client.search_runs([client.get_experiment_by_name("launcher").experiment_id])
     assert run.data.tags["changed.train.epochs"] == "1 -> 2" and run.data.params["train.epochs"] == "1"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [0, 1]
-
-
-def test_resuming_with_a_different_model_is_refused(launcher_here, tmp_path):
-    """A named run (outputs/runs/exp, `launcher.launch.run_dirs`): its refused resumes keep its dir and everything in
-    it, their refusals appended to its console.log."""
-
-    def named(*overrides: str):
-        return launcher_here([f"tracking.uri={store(tmp_path / 'mlflow.db')}", "name=exp", *overrides], tmp_path)
-
-    assert named(*TINY, "precision=fp32", "train.epochs=1").returncode == 0
-    other = named("model=cnn", "precision=fp32", "train.epochs=2")
-    assert other.returncode == 2
-    assert "model.name='cnn': expected the value this run started with, mlp" in other.stderr
-    assert "checkpoint.resume=never to start it over" in other.stderr
-    wider = named("model.hidden_units=[48]", "precision=fp32", "train.epochs=2")
-    assert wider.returncode == 2
-    assert "model.hidden_units=[48]: expected the value this run started with, [32]" in wider.stderr
-    run = tmp_path / "outputs" / "runs" / "exp"
-    assert list((run / "checkpoints").glob("ckpt-*.index"))
-    assert {"model.keras", "plan.yaml", "config.yaml", "mlflow_run.json"} <= {p.name for p in run.iterdir()}
-    assert "expected the value this run started with, [32]" in (run / "console.log").read_text()
-    # The refusals kept the finished run's record (they wrote REFUSED over it: no eval, init_from or rerun found it
-    # finished any more); an explain writes no record and never over the run's Plan (its pins for a resume).
-    from launcher.outcome import OutcomeRecord
-
-    assert OutcomeRecord.read(run).finished_training
-    written = {name: (run / name).read_bytes() for name in ("plan.yaml", "config.yaml", "outcome.json")}
-    explained = named("explain=true", *TINY, "precision=fp32", "train.epochs=3")
-    assert explained.returncode == 0 and "plan.yaml kept (not written over)" in explained.stdout
-    assert {name: (run / name).read_bytes() for name in written} == written
-    again = named(*TINY, "precision=fp32", "train.epochs=1")
-    assert again.returncode == 0 and "Nothing to train" in again.stdout, again.stdout[-2000:]
 
 
 def test_explain_and_a_refused_launch_leave_no_run_dir(launcher_here, tmp_path):

@@ -316,7 +316,8 @@ def test_bad_resume_values_are_clear_errors(tmp_path, resume, message, launcher_
     assert "fix: checkpoint.resume=auto" in done.stderr
 
 
-def test_resume_from_a_given_checkpoint_path(tmp_path, launcher_here):
+def test_resume_from_a_given_checkpoint_path_and_resume_never_moves_old_checkpoints_aside(tmp_path, launcher_here):
+    """One trained run for both (they each trained a small fp32 MLP on the same run dir first)."""
     run_dir = tmp_path / "run"
     args = [
         "model.hidden_units=[16]",
@@ -331,6 +332,11 @@ def test_resume_from_a_given_checkpoint_path(tmp_path, launcher_here):
     again = run_here(launcher_here, run_dir, *args, f"checkpoint.resume={run_dir}/checkpoints/ckpt-20")
     assert "Resuming at epoch 1, step 20 (global step 20)" in again.stdout
     assert "epoch 1/2:" in again.stdout and "epoch 2/2:" in again.stdout
+    # checkpoint.resume=never on the same run dir starts over, the old checkpoints moved aside.
+    never = run_here(launcher_here, run_dir, *args, "checkpoint.resume=never")
+    assert "moved to" in never.stderr
+    assert list((run_dir / "checkpoints.replaced").glob("ckpt-*.index"))
+    assert list((run_dir / "checkpoints").glob("ckpt-*.index"))
 
 
 def test_the_first_save_is_restored_into_fresh_objects_and_a_mismatch_fails_at_once(tmp_path):
@@ -379,17 +385,6 @@ def test_the_frequent_preset_saves_every_50_steps_and_every_epoch_and_keeps_5(tm
     kept = sorted(int(p.stem.split("-")[1]) for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*.json"))
     assert kept == saved[-5:] and len(saved) > 5, (kept, saved)
     assert (tmp_path / "run" / "best.keras").exists()
-
-
-def test_resume_never_moves_old_checkpoints_aside(tmp_path, launcher_here):
-    run_dir = tmp_path / "run"
-    run_here(launcher_here, run_dir, "model.hidden_units=[16]", "train.epochs=1", "precision=fp32")
-    again = run_here(
-        launcher_here, run_dir, "model.hidden_units=[16]", "train.epochs=1", "precision=fp32", "checkpoint.resume=never"
-    )
-    assert "moved to" in again.stderr
-    assert list((tmp_path / "run" / "checkpoints.replaced").glob("ckpt-*.index"))
-    assert list((tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))
 
 
 def test_named_run_resumes_under_another_strategy_and_the_plan_says_so(tmp_path, launcher_here):

@@ -1,7 +1,7 @@
 """A finished run launched again with the same settings (`launcher.launch.finished`): nothing to train or export,
 found from the run dir's files alone; any difference (a setting, a failed or unfinished training, a missing file,
 writes an outage left) takes the whole launch. The real rerun: tests/e2e/test_cli.py::
-test_exported_model_loads_and_predicts."""
+test_a_named_run_refuses_other_models_resumes_for_more_epochs_and_a_rerun_trains_nothing."""
 
 from __future__ import annotations
 

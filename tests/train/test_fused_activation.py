@@ -48,6 +48,23 @@ def train(swapped: bool, kind: str, xla: bool):
     return train_steps(tiny_model, swapped, kind, xla, x, y, learning_rate=0.1, steps=STEPS)
 
 
+_FLOAT32_STOCK: dict[tuple[str, bool], dict] = {}
+
+
+def float32_stock(kind: str, xla: bool) -> dict:
+    """Keras's own Dense trained under float32, once per test process for each strategy and XLA setting: the float32
+    cells' reference and the exact result the low-precision cells are held against. `train` seeds everything, so a
+    second training gave the same arrays (it cost a training in every low-precision cell)."""
+    if (kind, xla) not in _FLOAT32_STOCK:
+        policy = keras.mixed_precision.global_policy().name
+        keras.mixed_precision.set_global_policy("float32")
+        try:
+            _FLOAT32_STOCK[kind, xla] = train(False, kind, xla)
+        finally:
+            keras.mixed_precision.set_global_policy(policy)
+    return _FLOAT32_STOCK[kind, xla]
+
+
 def close(got, want, policy, what):
     rtol, atol = TOLERANCE[policy]
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
@@ -65,7 +82,8 @@ def error(got, exact) -> float:
 @pytest.mark.parametrize("kind", ["default", "mirrored"])
 @pytest.mark.parametrize("xla", [False, True], ids=["graph", "xla"])
 def test_swapped_dense_trains_and_infers_like_keras(policy, kind, xla):
-    want, got = train(False, kind, xla), train(True, kind, xla)
+    want = float32_stock(kind, xla) if policy == "float32" else train(False, kind, xla)
+    got = train(True, kind, xla)
     assert [type(layer) for layer in got["model"].layers[:3]] == [
         FusedActivationDense,
         FusedActivationDense,
@@ -76,11 +94,7 @@ def test_swapped_dense_trains_and_infers_like_keras(policy, kind, xla):
     close(got["outputs"], want["outputs"], policy, "train-mode outputs")
     # Keras sums a bias gradient in the low precision, the cluster in float32: there both are held against the
     # float32 run, the swapped layer no further from it than Keras's
-    exact = None
-    if policy != "float32":
-        keras.mixed_precision.set_global_policy("float32")
-        exact = train(False, kind, xla)
-        keras.mixed_precision.set_global_policy(policy)
+    exact = float32_stock(kind, xla) if policy != "float32" else None
     pairs = [
         (f"gradient of {variable.path}", g, w, exact and exact["grads"][i])
         for i, (g, w, variable) in enumerate(
@@ -156,7 +170,7 @@ def test_a_swapped_model_s_keras_file_loads_in_a_stock_keras_and_predicts_the_sa
 
 
 def test_stock_weights_load_into_a_swapped_model_by_checkpoint(tmp_path):
-    stock = train(False, "default", False)["model"]
+    stock = float32_stock("default", False)["model"]
     prefix = tf.train.Checkpoint(model=stock).save(str(tmp_path / "ckpt"))
     keras.utils.set_random_seed(5)
     swapped = tiny_model()
