@@ -64,12 +64,12 @@ def run_in_shell(
 
 
 def _writes_record(record: OutcomeRecord, run_dir: Path) -> bool:
-    """Whether this launch's record replaces the run dir's: not an explain (nothing ran), and not a refusal where
-    the run's training finished (it stays the finished run that eval, init_from and a rerun find; the refusal is in
-    its console.log)."""
+    """Whether this launch's record replaces the run dir's: not an explain (nothing ran), and neither a refusal nor
+    another mode (the doctor under the same name) where the run's training finished (it stays the finished run that
+    eval, init_from and a rerun find; the launch is in its console.log)."""
     if record.explained:
         return False
-    if record.status == REFUSED:
+    if record.status == REFUSED or record.mode != "train":
         earlier = OutcomeRecord.read(run_dir)
         if earlier is not None and earlier.finished_training:
             print(f"The run's own record ({OUTCOME_FILE}: its training finished) is kept.", file=sys.stderr, flush=True)
