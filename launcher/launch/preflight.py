@@ -24,6 +24,7 @@ from launcher.launch.checkpointer import check_writable
 from launcher.launch.faults import OPT_IN, armed, ignored
 from launcher.launch.remote import RemoteCheckpoints, is_remote
 from launcher.launch.review import collecting, review
+from launcher.launch.run_dirs import has_plan
 from launcher.launch.trial import open_trial
 from launcher.launch.tuning import command_line, copy_table
 from launcher.launch.tuning import decide as decide_step_by_timing
@@ -101,7 +102,7 @@ def preflight(config: Config, settings: dict, run_dir: Path, launch_dir: Path) -
         _check_tracking_server(config, prepared, problems, launch_dir)
     raise_if_any(problems)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not (config.explain and (run_dir / PLAN_FILE).exists()):  # an explain never writes over a run's own Plan
+    if not (config.explain and has_plan(run_dir)):  # an explain never writes over a run's own Plan
         save_plan(prepared.plan, run_dir)
         write_text_atomic(run_dir / CONFIG_FILE, OmegaConf.to_yaml(settings))
     if tune_record is not None:

@@ -25,6 +25,7 @@ from launcher.console import readable
 from launcher.contract import EpochResult, FitResult, Hook, Position, headline
 from launcher.train.callbacks import VALIDATION_CALLBACKS
 from launcher.train.ema import ema_weights
+from launcher.train.fresh_optimizer import inner_optimizer
 from launcher.train.loss_scale import current_scale
 from launcher.train.numerics import ChunkTelemetry, NumericsGuard, NumericsStop
 from launcher.train.progress import LiveBar
@@ -379,9 +380,7 @@ def last_step_rate(optimizer) -> float:
     """The learning rate the last step took. A schedule read at `iterations` gives the next step's: at an epoch's
     end, the next epoch's (after train.unfreeze_at_epoch, the unfrozen phase's rate for an epoch that trained at
     the frozen phase's); so a schedule is read at the step before. A rate that is a variable is as it is."""
-    inner = optimizer
-    while hasattr(inner, "inner_optimizer"):  # a loss-scale optimizer: the rate is its inner optimizer's
-        inner = inner.inner_optimizer
+    inner = inner_optimizer(optimizer)  # a loss-scale optimizer's rate is its inner optimizer's
     schedule = getattr(inner, "_learning_rate", None)  # Keras keeps the schedule itself there
     if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
         return float(keras.ops.convert_to_numpy(schedule(keras.ops.maximum(inner.iterations - 1, 0))))

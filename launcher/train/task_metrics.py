@@ -102,10 +102,6 @@ PER_CLASS_METRICS = (
 )
 
 
-def reads_a_score_per_class(metric) -> bool:
-    return isinstance(metric, PER_CLASS_METRICS)
-
-
 def top_k(metric) -> int | None:
     """The k of a top-k accuracy, else None."""
     if isinstance(metric, keras.metrics.SparseTopKCategoricalAccuracy | keras.metrics.TopKCategoricalAccuracy):

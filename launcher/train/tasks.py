@@ -24,10 +24,10 @@ from launcher.config.tasks import NO_METRICS, TASKS, component_name
 from launcher.train.losses import make_loss
 from launcher.train.outputs import takes_logits
 from launcher.train.task_metrics import (
+    PER_CLASS_METRICS,
     ClassAccuracy,
     Perplexity,
     make_metric,
-    reads_a_score_per_class,
     scores_positive_class,
     top_k,
 )
@@ -344,7 +344,7 @@ def _check_class_scores(metrics: list, task: str, units: int, key: str) -> None:
     and a top-k accuracy needs more than k classes (else it is 1.0 whatever the model says)."""
     if task != "classification":
         return
-    per_class = [m.name for m in metrics if reads_a_score_per_class(m)]
+    per_class = [m.name for m in metrics if isinstance(m, PER_CLASS_METRICS)]
     if units == 1 and per_class:
         raise ConfigError.single(
             key,
