@@ -4,7 +4,10 @@ kept as one JSON line in the spool (the same layout older launches wrote: run_id
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from launcher.tracking.client import METRIC_BATCH, with_retry
@@ -50,7 +53,11 @@ class Artifact:
     kind: ClassVar[str] = "artifact"
 
     def apply(self, client, run_id: str) -> None:
-        client.log_artifact(run_id, self.path, self.artifact_path)
+        """Send a copy taken now: a file still being written (the console) would be sent past the length requests
+        read first, and those extra bytes break the next request on the same connection (and the artifact is cut)."""
+        with tempfile.TemporaryDirectory(prefix="launcher-artifact-") as folder:
+            copy = shutil.copyfile(self.path, Path(folder) / Path(self.path).name)
+            client.log_artifact(run_id, str(copy), self.artifact_path)
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,14 @@ refusals and the spool's format, without a server."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
 from launcher.tracking.client import METRIC_BATCH
 from launcher.tracking.delivery import Delivery
 from launcher.tracking.spool import Spool
-from launcher.tracking.writes import Metrics, Params, Tags, Terminate, coalesced, from_line, to_line
+from launcher.tracking.writes import Artifact, Metrics, Params, Tags, Terminate, coalesced, from_line, to_line
 
 
 class FakeServer:
@@ -127,3 +128,21 @@ def test_the_spool_keeps_typed_writes_as_json_lines_and_delivers_them_in_order(t
     assert len(spool.path.read_text().splitlines()) == 2  # what was delivered is gone, the rest kept
     assert spool.deliver(client) == 2 and not spool.path.exists()
     assert applied[-1] == ("run1", "KILLED")
+
+
+def test_a_file_still_being_written_is_sent_as_it_was_when_its_turn_came(tmp_path):
+    """The console is sent while the launch still prints: the file sent must not grow under requests (which reads
+    its length first and then sends it to its end; the extra bytes broke the next request on the connection)."""
+    live = tmp_path / "console.log"
+    live.write_text("before\n")
+    sent = []
+
+    class Client:
+        def log_artifact(self, run_id, path, artifact_path):
+            with live.open("a") as console:
+                console.write("printed during the upload\n")
+            sent.append((Path(path).name, Path(path).read_text(), artifact_path))
+
+    Artifact(str(live), None).apply(Client(), "run1")
+    assert sent == [("console.log", "before\n", None)]
+    assert live.read_text() == "before\nprinted during the upload\n"
