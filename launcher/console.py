@@ -9,6 +9,7 @@ runtime wrap their first TensorFlow calls in `quiet_stderr`.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import re
@@ -52,9 +53,24 @@ def quiet_tensorflow_logs(enabled: bool, load: bool = True) -> None:
 
 
 def load_tensorflow_quietly() -> None:
-    """Import TensorFlow with its C++ start-up lines swallowed (they bypass every log level)."""
-    with quiet_stderr():
-        import tensorflow  # noqa: F401
+    """Import TensorFlow with its C++ start-up lines swallowed (they bypass every log level).
+
+    A process that imports it here collects no garbage during the import and then freezes what it imported
+    (`gc.freeze`, as the forkserver does before it forks): the ~450k objects of TensorFlow, Keras and the launcher
+    are never garbage, yet each full collection walked them all (~0.2 CPU-s each, a dozen a cold launch:
+    `benchmarks/cold_start_gc.py`). A process that had it already (a test, a fork) keeps its collector as it was."""
+    imported_here, collecting = "tensorflow" not in sys.modules, gc.isenabled()
+    if imported_here:
+        gc.disable()  # the import's own full collections walked the growing heap ten times over (~1.3 CPU-s)
+    try:
+        with quiet_stderr():
+            import tensorflow  # noqa: F401
+    finally:
+        if imported_here:
+            gc.collect()  # once, so that the import's own garbage is freed rather than frozen
+            gc.freeze()
+            if collecting:
+                gc.enable()
 
 
 @contextlib.contextmanager
