@@ -215,8 +215,9 @@ def test_an_injected_gradient_poison_is_localised_to_its_layer_in_the_backward_p
 
 
 @pytest.mark.slow
-def test_the_cli_examines_and_exits_three_with_the_report(cli, tmp_path):
-    done = cli(
+def test_the_cli_examines_and_exits_three_with_the_report(cli_here, tmp_path):
+    """Through the CLI's real entry (Hydra's main, the exit code) in this process: nothing here is about the process."""
+    done = cli_here(
         "mode=doctor",
         "model.hidden_units=[32]",
         "doctor.steps=24",
