@@ -3,8 +3,9 @@ server, which holds every import) loses nothing: a supervised run's attempt and 
 the process that asked for them, to their end; an attempt that died with it is restarted cold; a child started to
 die with its parent dies with that process, not with the server; and the run dirs' locks are free after.
 
-Each test starts a server of its own (`forkserver.Server`, as a launch does) and kills it with SIGKILL while the
-launches it forked wait at a pause point (LAUNCHER_FAULT=PAUSE).
+The test starts a server of its own (`forkserver.Server`, as a launch does) and kills it with SIGKILL while the
+launches it forked (supervised attempts, a sweep's job, local workers: one server and one kill for all of them)
+wait at a pause point (LAUNCHER_FAULT=PAUSE).
 """
 
 from __future__ import annotations
@@ -91,58 +92,120 @@ def doomed_server():
     server.close()
 
 
+def _launch(args: list[str], log: Path, env: dict):
+    """`python -m launcher <args>` (warm, as the suite starts it) writing to `log`."""
+    with open(log, "w") as out:
+        return warm.Popen(
+            [sys.executable, "-m", "launcher", *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
 @pytest.mark.slow
-def test_supervised_runs_whose_forkserver_is_killed_finish_restart_cold_or_die_with_their_supervisor(
+def test_supervised_runs_sweep_jobs_and_local_workers_whose_forkserver_is_killed_finish_restart_cold_or_die(
     tmp_path, doomed_server
 ):
-    """Three `train.max_restarts=2` runs whose attempts the one server forked, all paused when it is killed:
+    """One server forks the attempts of three `train.max_restarts=2` runs, a sweep's job and two local workers; it is
+    killed while all of them are paused.
+
+    Supervised runs:
     - `lives`: its attempt runs on and finishes; its supervisor waited (no second training), one MLflow run;
     - `dies`: its attempt is killed too (the OOM killer's second pick): restarted as a crash, in a new interpreter,
       into the same MLflow run;
     - `orphaned`: its supervisor is killed too: the attempt, started to die with its parent, dies with it.
-    Every run dir's lock is free after. Before: each attempt died with the server (its death signal was the
-    server's) and each supervisor died of ChildProcessError."""
+    Before: each attempt died with the server (its death signal was the server's) and each supervisor died of
+    ChildProcessError.
+
+    The sweep's job runs on: the sweep watches it to its end and records it finished, and no job process outlives
+    the sweep. Before: the job's wait raised ChildProcessError, failing the sweep while its job ran on, unobserved.
+
+    `strategy.local_workers=2`: both workers, started to die with the launcher, run on; the launcher watches them to
+    their end and the job finishes as one (one MLflow run, identical weights). Before: both died with the server and
+    the launcher of ChildProcessError.
+
+    Every run dir's lock is free after."""
     resume = tmp_path / "resume"
-    env = {
-        **os.environ,
-        forkserver.SOCKET_ENV: doomed_server.path,
-        "LAUNCHER_FAULT": "PAUSE@steps:2#1",  # the first attempt only: a restart runs through
-        "LAUNCHER_FAULT_RESUME": str(resume),
-    }
+    base = {**os.environ, forkserver.SOCKET_ENV: doomed_server.path, "LAUNCHER_FAULT_RESUME": str(resume)}
+    paused = {**base, "LAUNCHER_FAULT": "PAUSE@steps:2"}
+    # No exports: what the launches do when their server dies is under test, not what they ship.
+    quiet = [
+        "train.epochs=1",
+        "tracking.system_metrics=false",
+        "checkpoint.export_model=false",
+        "tracking.log_model=false",
+    ]
     runs = {name: tmp_path / name for name in ("lives", "dies", "orphaned")}
-    supervisors = {}
-    for name, run_dir in runs.items():
-        args = [
-            sys.executable,
-            "-m",
-            "launcher",
-            *TINY,
-            "train.epochs=1",
-            "train.max_restarts=2",
-            "train.restart_backoff=0",
-            "tracking.system_metrics=false",
-            f"hydra.run.dir={run_dir}",
-            f"tracking.uri={store(tmp_path / f'{name}.db')}",
-        ]
-        with open(tmp_path / f"{name}.log", "w") as log:
-            supervisors[name] = warm.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    sweep_log, job_dir = tmp_path / "sweep.log", tmp_path / "sweep" / "0"
+    workers_dir, workers_log = tmp_path / "job", tmp_path / "job.log"
+    supervisors, sweep, launcher, job = {}, None, None, None
     try:
+        for name, run_dir in runs.items():
+            supervisors[name] = _launch(
+                [
+                    *TINY,
+                    *quiet,
+                    "train.max_restarts=2",
+                    "train.restart_backoff=0",
+                    f"hydra.run.dir={run_dir}",
+                    f"tracking.uri={store(tmp_path / f'{name}.db')}",
+                ],
+                tmp_path / f"{name}.log",
+                {**base, "LAUNCHER_FAULT": "PAUSE@steps:2#1"},  # the first attempt only: a restart runs through
+            )
+        sweep = _launch(
+            [
+                "-m",
+                *TINY,
+                *quiet,
+                "scaling.batch_size=32",
+                f"hydra.sweep.dir={tmp_path}/sweep",
+                f"tracking.uri={store(tmp_path / 'sweep.db')}",
+            ],
+            sweep_log,
+            paused,
+        )
+        launcher = _launch(
+            [
+                *TINY,
+                *quiet,
+                "xla=false",
+                "strategy=multi_worker",
+                "strategy.local_workers=2",
+                f"hydra.run.dir={workers_dir}",
+                f"tracking.uri={store(tmp_path / 'workers.db')}",
+            ],
+            workers_log,
+            paused,
+        )
         for name, supervisor in supervisors.items():
             wait_for(tmp_path / f"{name}.log", PAUSED, supervisor)
-        attempts = {name: forked_for(doomed_server.process.pid, f"hydra.run.dir={run}") for name, run in runs.items()}
+        wait_for(job_dir / "job.log", PAUSED, sweep)
+        wait_for(workers_log, PAUSED, launcher, times=2)
+
+        server = doomed_server.process.pid
+        attempts = {name: forked_for(server, f"hydra.run.dir={run}") for name, run in runs.items()}
+        workers = [forked_for(server, f"strategy.task_index={i}") for i in (0, 1)]
+        [job] = [pid for pid in children(server) if pid not in [*attempts.values(), *workers]]
         doomed_server.process.kill()
         doomed_server.process.wait()
         for name, supervisor in supervisors.items():
             wait_for(tmp_path / f"{name}.log", NOTICED, supervisor)
+        wait_for(sweep_log, NOTICED, sweep)
+        wait_for(workers_log, NOTICED, launcher, times=2)
         assert all(running(pid) for pid in attempts.values())  # none died with the server
+        assert running(job) and all(running(pid) for pid in workers)
+
         os.kill(attempts["dies"], signal.SIGKILL)
         supervisors["orphaned"].kill()
         supervisors["orphaned"].wait()
         resume.touch()
         codes = {name: supervisors[name].wait(600) for name in ("lives", "dies")}
+        sweep_code, workers_code = sweep.wait(600), launcher.wait(600)
     finally:
-        for supervisor in supervisors.values():
-            supervisor.kill()
+        for process in [*supervisors.values(), sweep, launcher]:
+            if process is not None:
+                process.kill()
+        if job is not None and running(job):  # a job the sweep left behind: not paused for the next 10 minutes
+            os.kill(job, signal.SIGKILL)
     logs = {name: (tmp_path / f"{name}.log").read_text() for name in runs}
     assert codes == {"lives": 0, "dies": 0}, logs
     wait_gone(attempts["orphaned"])
@@ -163,107 +226,22 @@ def test_supervised_runs_whose_forkserver_is_killed_finish_restart_cold_or_die_w
         assert run.info.status == FINISHED
     assert "restart.1.error" in mlflow_runs(tmp_path / "dies.db")[0].data.tags
     assert OutcomeRecord.read(runs["orphaned"]) is None  # killed while paused
-    assert all(lock_is_free(run_dir) for run_dir in runs.values())
 
-
-@pytest.mark.slow
-def test_a_sweep_whose_forkserver_is_killed_waits_for_its_job_and_reports_it(tmp_path, doomed_server):
-    """The sweep's job runs on after its server is killed: the sweep watches it to its end and records it
-    finished, and no job process outlives the sweep. Before: the job's wait raised ChildProcessError, failing the
-    sweep while its job ran on, unobserved."""
-    resume = tmp_path / "resume"
-    env = {
-        **os.environ,
-        forkserver.SOCKET_ENV: doomed_server.path,
-        "LAUNCHER_FAULT": "PAUSE@steps:2",
-        "LAUNCHER_FAULT_RESUME": str(resume),
-    }
-    args = [
-        sys.executable,
-        "-m",
-        "launcher",
-        "-m",
-        *TINY,
-        "train.epochs=1",
-        "scaling.batch_size=32",
-        "tracking.system_metrics=false",
-        "checkpoint.export_model=false",
-        "tracking.log_model=false",
-        f"hydra.sweep.dir={tmp_path}/sweep",
-        f"tracking.uri={store(tmp_path / 'mlflow.db')}",
-    ]
-    log = tmp_path / "sweep.log"
-    job_dir = tmp_path / "sweep" / "0"
-    with open(log, "w") as out:
-        sweep = warm.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    job = None
-    try:
-        wait_for(job_dir / "job.log", PAUSED, sweep)
-        [job] = children(doomed_server.process.pid)
-        doomed_server.process.kill()
-        doomed_server.process.wait()
-        wait_for(log, NOTICED, sweep)
-        assert running(job)
-        resume.touch()
-        code = sweep.wait(600)
-    finally:
-        sweep.kill()
-        if job is not None and running(job):  # a job the sweep left behind: not paused for the next 10 minutes
-            os.kill(job, signal.SIGKILL)
-    assert code == 0, log.read_text()[-3000:]
+    # The sweep's job.
+    assert sweep_code == 0, sweep_log.read_text()[-3000:]
     assert not running(job), "the job outlived the sweep"
     outcome = OutcomeRecord.read(job_dir)
     assert outcome.status == FINISHED and outcome.pid == job
-    kids = [r for r in mlflow_runs(tmp_path / "mlflow.db") if r.data.tags.get("sweep.role") == "child"]
+    kids = [r for r in mlflow_runs(tmp_path / "sweep.db") if r.data.tags.get("sweep.role") == "child"]
     assert [kid.info.status for kid in kids] == [FINISHED]
-    assert lock_is_free(job_dir)
 
-
-@pytest.mark.slow
-def test_local_workers_whose_forkserver_is_killed_finish_the_job(tmp_path, doomed_server):
-    """`strategy.local_workers=2`: both workers, started to die with the launcher, run on after the server that
-    forked them is killed; the launcher watches them to their end and the job finishes as one (one MLflow run,
-    identical weights), its run dir free after. Before: both died with the server and the launcher of
-    ChildProcessError."""
-    resume = tmp_path / "resume"
-    env = {
-        **os.environ,
-        forkserver.SOCKET_ENV: doomed_server.path,
-        "LAUNCHER_FAULT": "PAUSE@steps:2",
-        "LAUNCHER_FAULT_RESUME": str(resume),
-    }
-    job_dir, log = tmp_path / "job", tmp_path / "job.log"
-    args = [
-        sys.executable,
-        "-m",
-        "launcher",
-        *TINY,
-        "train.epochs=1",
-        "xla=false",
-        "strategy=multi_worker",
-        "strategy.local_workers=2",
-        "tracking.system_metrics=false",
-        f"hydra.run.dir={job_dir}",
-        f"tracking.uri={store(tmp_path / 'mlflow.db')}",
-    ]
-    with open(log, "w") as out:
-        launcher = warm.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_for(log, PAUSED, launcher, times=2)
-        workers = [forked_for(doomed_server.process.pid, f"strategy.task_index={i}") for i in (0, 1)]
-        doomed_server.process.kill()
-        doomed_server.process.wait()
-        wait_for(log, NOTICED, launcher, times=2)
-        assert all(running(pid) for pid in workers)
-        resume.touch()
-        code = launcher.wait(600)
-    finally:
-        launcher.kill()
-    assert code == 0, log.read_text()[-3000:]
-    assert "All 2 workers finished with identical weights" in log.read_text()
-    chief = OutcomeRecord.read(job_dir)
+    # The local workers.
+    assert workers_code == 0, workers_log.read_text()[-3000:]
+    assert "All 2 workers finished with identical weights" in workers_log.read_text()
+    chief = OutcomeRecord.read(workers_dir)
     assert chief.status == FINISHED and chief.pid == workers[0]
-    assert OutcomeRecord.read(job_dir / "workers" / "worker1").pid == workers[1]
-    [run] = mlflow_runs(tmp_path / "mlflow.db")
+    assert OutcomeRecord.read(workers_dir / "workers" / "worker1").pid == workers[1]
+    [run] = mlflow_runs(tmp_path / "workers.db")
     assert run.info.status == FINISHED
-    assert lock_is_free(job_dir)
+
+    assert all(lock_is_free(run_dir) for run_dir in [*runs.values(), job_dir, workers_dir])

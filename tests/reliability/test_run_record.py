@@ -26,6 +26,8 @@ from launcher.launch.lock import CheckpointDirLock
 # 1437 training examples at batch 32 without XLA (the ragged last batch trained on): 45 steps an epoch.
 SMALL = ["model.hidden_units=[16]", "scaling.batch_size=32", "xla=false", "precision=fp32"]
 STEPS_PER_EPOCH = 45
+# For the runs whose record is under test, not what they ship (the killed run's exports are: it keeps them).
+NO_EXPORTS = ["checkpoint.export_model=false", "tracking.log_model=false"]
 
 
 def _args(run_dir: Path, *overrides: str) -> list[str]:
@@ -44,10 +46,12 @@ def test_two_run_names_on_one_checkpoint_directory_the_second_is_refused_and_the
     """Before: run `second` resumed `first`'s checkpoint ("Resuming at epoch 2") and logged into first's MLflow
     run, which then held epochs it never trained."""
     shared = tmp_path / "shared-checkpoints"
-    _here(launcher_here, tmp_path / "first", f"checkpoint.directory={shared}", "train.epochs=1")
+    _here(launcher_here, tmp_path / "first", f"checkpoint.directory={shared}", "train.epochs=1", *NO_EXPORTS)
     (first_run,) = runs_in(tmp_path / "mlflow.db")
     files = {p.name: p.read_bytes() for p in shared.iterdir() if p.is_file()}
-    second = launcher_here(_args(tmp_path / "second", f"checkpoint.directory={shared}", "train.epochs=2"), tmp_path)
+    second = launcher_here(
+        _args(tmp_path / "second", f"checkpoint.directory={shared}", "train.epochs=2", *NO_EXPORTS), tmp_path
+    )
     assert second.returncode == 2, second.stderr[-3000:]
     assert f"checkpoint.directory='{shared}'" in second.stderr
     assert str(tmp_path / "first") in second.stderr and str(tmp_path / "second") in second.stderr
@@ -59,13 +63,14 @@ def test_two_run_names_on_one_checkpoint_directory_the_second_is_refused_and_the
     # Two runs started together on one new directory, before either has named it its own: the second is refused.
     fresh = tmp_path / "fresh-checkpoints"
     with CheckpointDirLock(fresh):  # a live launch of another run holds it
-        together = launcher_here(_args(tmp_path / "third", f"checkpoint.directory={fresh}", "train.epochs=1"), tmp_path)
+        together = launcher_here(
+            _args(tmp_path / "third", f"checkpoint.directory={fresh}", "train.epochs=1", *NO_EXPORTS), tmp_path
+        )
     assert together.returncode == 2 and "a checkpoint directory no other launch is using" in together.stderr
     assert [p.name for p in fresh.iterdir()] == ["checkpoints.lock"]
     # The fix it gives: its own directory trains.
-    _here(
-        launcher_here, tmp_path / "second", f"checkpoint.directory={tmp_path / 'second-checkpoints'}", "train.epochs=1"
-    )
+    own = f"checkpoint.directory={tmp_path / 'second-checkpoints'}"
+    _here(launcher_here, tmp_path / "second", own, "train.epochs=1", *NO_EXPORTS)
 
 
 def test_a_lost_emptied_or_garbled_checkpoint_index_is_rebuilt_from_the_files_and_the_run_resumes(
@@ -74,7 +79,7 @@ def test_a_lost_emptied_or_garbled_checkpoint_index_is_rebuilt_from_the_files_an
     """TensorFlow lists a directory's checkpoints from its `checkpoint` file alone: before, a missing or garbled
     one restarted training from step 0 over the files beside it (a second MLflow run), an empty one a traceback."""
     run_dir = tmp_path / "run"
-    args = ["checkpoint.max_to_keep=10"]
+    args = ["checkpoint.max_to_keep=10", *NO_EXPORTS]
     first = _here(launcher_here, run_dir, *args, "train.epochs=1")
     run_id = json.loads((run_dir / "outcome.json").read_text())["run_id"]
     index = run_dir / "checkpoints" / INDEX
@@ -151,11 +156,11 @@ def test_a_run_whose_mlflow_run_was_deleted_continues_into_a_linked_run_and_a_de
     from mlflow.tracking import MlflowClient
 
     run_dir = tmp_path / "run"
-    _here(launcher_here, run_dir, "train.epochs=1")
+    _here(launcher_here, run_dir, "train.epochs=1", *NO_EXPORTS)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (first,) = runs_in(tmp_path / "mlflow.db")
     client.delete_run(first.info.run_id)
-    again = _here(launcher_here, run_dir, "train.epochs=2")
+    again = _here(launcher_here, run_dir, "train.epochs=2", *NO_EXPORTS)
     assert f"MLflow run {first.info.run_id} was deleted in MLflow" in again.stderr
     assert "Resuming at epoch 2" in again.stdout and "Traceback" not in again.stderr
     (second,) = runs_in(tmp_path / "mlflow.db")  # the deleted one stays deleted, out of the search
@@ -165,7 +170,7 @@ def test_a_run_whose_mlflow_run_was_deleted_continues_into_a_linked_run_and_a_de
     assert client.get_run(first.info.run_id).info.lifecycle_stage == "deleted"
 
     client.delete_experiment(second.info.experiment_id)
-    refused = launcher_here(_args(run_dir, "train.epochs=3"), tmp_path)
+    refused = launcher_here(_args(run_dir, "train.epochs=3", *NO_EXPORTS), tmp_path)
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert "tracking.experiment='launcher': expected an active MLflow experiment" in refused.stderr
     assert f"mlflow experiments restore --experiment-id {second.info.experiment_id}" in refused.stderr
