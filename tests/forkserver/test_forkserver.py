@@ -15,7 +15,6 @@ import time
 
 import pytest
 import warm
-from support.cli import run_python
 from support.config import ROOT, TINY
 from support.tracking import store
 
@@ -232,22 +231,6 @@ def test_a_server_whose_owner_is_killed_takes_no_new_start_and_its_children_fini
         owner.kill()
         owner.stdout.close()
     assert OutcomeRecord.read(tmp_path / "run").status == FINISHED
-
-
-@pytest.mark.e2e  # starts a server of its own in a process of its own
-def test_an_idle_server_its_owner_closes_ends_and_is_reaped_by_its_owner():
-    """`Server.close` (at its owner's exit): the server takes no new start and, with no child left, ends within
-    the close, so its exit and CPU reach its owner as a child's do (not an orphan left for init to reap)."""
-    code = (
-        "import os\n"
-        "from launcher import forkserver\n"
-        "server = forkserver.Server(dict(os.environ))\n"
-        "server.close()\n"
-        "print(server.process.returncode, os.path.exists(server.path), flush=True)\n"
-    )
-    done = run_python(code, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["0", "False"]
 
 
 def running(pid: int) -> bool:
