@@ -40,15 +40,13 @@ class Recorded:
 
 @pytest.fixture(scope="module")
 def server():
-    """A live forkserver for the tests that ask one directly: this test process's own, or (under
-    LAUNCHER_TEST_COLD=1, where the suite's launches get none) one started for this module."""
-    shared = warm._warm_server()
-    if shared is not None:
-        yield shared
-        return
-    own = forkserver.Server(warm.baseline())
-    yield own
-    own.close()
+    """A live forkserver for the tests that ask one directly: this test process's own, whatever LAUNCHER_TEST_COLD
+    says (the cold slice runs these tests too), as tests/forkserver/test_warm.py has it; not one more server."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(warm.COLD_ENV, raising=False)
+        shared = warm._warm_server()
+    assert shared is not None
+    return shared
 
 
 @pytest.fixture
