@@ -1,7 +1,9 @@
 """A forked child's BLAS and OpenMP libraries run the threads a new interpreter's would under the child's
 environment, though the server loaded them: each library reads its limits (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS,
 ...) as it loads, so the server loads them with none (their defaults) and each child sets them to what they would
-have read (joblib's workers set these limits, so a parallel sweep's jobs have them).
+have read (joblib's workers set these limits, so a parallel sweep's jobs have them). A child without the limits
+its server was started under runs the libraries' defaults: tests/forkserver/test_fork_equals_cold.py, whose server
+is started so.
 
 What a new interpreter's libraries choose is asked of a new interpreter: one that loads the same library files
 under the same environment (their constructors read it, as when numpy or scikit-learn load them).
@@ -103,21 +105,6 @@ def test_a_forked_child_runs_the_threads_its_limits_ask_for_as_a_new_interpreter
     forked = forked_threads(server.path, tmp_path, env)
     assert forked, "no BLAS or OpenMP library loaded"
     assert forked == loaded_anew(forked, env)
-
-
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: a default of one thread, as the limit")
-@pytest.mark.e2e  # a server of its own, started under a thread limit
-def test_a_child_without_the_limit_its_server_was_started_under_runs_the_libraries_defaults(tmp_path):
-    """A joblib worker's server starts under OMP_NUM_THREADS=1; a launch started without it (by anyone sharing the
-    server) gets the libraries' defaults back, as a new interpreter would. Before, the server's libraries loaded
-    under its limit and a child without one kept it."""
-    server = forkserver.Server({**UNLIMITED, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
-    try:
-        forked = forked_threads(server.path, tmp_path, UNLIMITED)
-    finally:
-        server.close()
-    assert forked == loaded_anew(forked, UNLIMITED)
-    assert max(forked.values()) > 1
 
 
 class _Library:
