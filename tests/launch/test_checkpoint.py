@@ -225,9 +225,17 @@ def test_mirrored_resume_from_tfrecord_shards_reaches_identical_state(tmp_path, 
 
 
 @pytest.mark.slow
-def test_xla_resume_reaches_identical_state(tmp_path, launcher_here):
-    compiled = [*EXACT, "precision=fp32", "xla=true"]
-    total = (1438 // 32) * EPOCHS  # XLA drops the ragged last batch
+def test_xla_resume_reaches_identical_state_and_a_run_keeps_n_and_exports_the_best_model(tmp_path, launcher_here):
+    """Under XLA, a run killed at step 22 resumes and ends where the uninterrupted one does. That uninterrupted run
+    (one training for both) also keeps the newest 2 checkpoints (checkpoint.max_to_keep=2) and exports the best one
+    by val_loss (checkpoint.monitor, checkpoint.mode) as best.keras beside model.keras, both logged to MLflow."""
+    import keras
+
+    per_epoch = 1438 // 32  # XLA drops the ragged last batch
+    total = per_epoch * EPOCHS
+    # "Best" = highest val_loss: the first epoch (val_loss falls while training), so best != last.
+    keep = ["checkpoint.max_to_keep=2", "checkpoint.monitor=val_loss", "checkpoint.mode=max"]
+    compiled = [*EXACT, "precision=fp32", "xla=true", *keep]
     reference_dir = tmp_path / "ref"
     run_here(launcher_here, reference_dir, *compiled)
     run_dir = tmp_path / "run"
@@ -236,13 +244,29 @@ def test_xla_resume_reaches_identical_state(tmp_path, launcher_here):
     assert "Resuming at epoch 1, step 20 (global step 20)" in resumed.stdout
     assert_identical(checkpoint_tensors(run_dir, total), checkpoint_tensors(reference_dir, total))
 
+    directory = reference_dir / "checkpoints"
+    step_save = total - total % 5  # the last save every 5 steps (85) before the run's end (88)
+    indexes = sorted(p.name for p in directory.glob("ckpt-*.index"))
+    assert indexes == [f"ckpt-{step_save}.index", f"ckpt-{total}.index"]
+    assert sorted(p.name for p in directory.glob("ckpt-*.json")) == [f"ckpt-{step_save}.json", f"ckpt-{total}.json"]
+    assert [p.name for p in (directory / "best").glob("*.index")] == [f"ckpt-{per_epoch}.index"]
+    sidecar = json.loads((directory / f"ckpt-{total}.json").read_text())
+    losses = [entry["val_loss"] for entry in sidecar["history"]]
+    assert sidecar["best"]["value"] == max(losses)
+    assert sidecar["best"]["epoch"] == losses.index(max(losses)) == 0
+    best, last = (keras.saving.load_model(reference_dir / f"{n}.keras") for n in ("best", "model"))
+    assert any(not np.array_equal(a, b) for a, b in zip(best.get_weights(), last.get_weights(), strict=True))
+    client, runs = mlflow_runs(reference_dir)
+    artifacts = {a.path for a in client.list_artifacts(runs[0].info.run_id, "model")}
+    assert artifacts == {"model/model.keras", "model/best.keras"}
+
 
 @pytest.mark.slow
 def test_sigterm_saves_at_that_step_marks_killed_and_resumes_the_same_run(tmp_path, launcher_here):
     run_dir = tmp_path / "run"
-    epochs = 4
+    epochs = EPOCHS
     args = [*EXACT, "precision=fp32", "checkpoint.interval_steps=0", f"train.epochs={epochs}"]
-    # SIGTERM arrives after global step 50, five steps into epoch 2 (no step saves configured).
+    # SIGTERM arrives after global step 50, five steps into epoch 2 of 2 (no step saves configured).
     stopped = run_with_fault(run_dir, "TERM@steps:50", *args)
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-2000:]
     assert "Preempted" in stopped.stdout and "re-run the same command to resume" in stopped.stdout
@@ -259,37 +283,6 @@ def test_sigterm_saves_at_that_step_marks_killed_and_resumes_the_same_run(tmp_pa
     assert [m.step for m in client.get_metric_history(run_id, "val_loss")] == list(range(epochs))
     final = checkpoint_tensors(run_dir, STEPS_PER_EPOCH * epochs)
     assert int(final["global_step/.ATTRIBUTES/VARIABLE_VALUE"]) == STEPS_PER_EPOCH * epochs
-
-
-@pytest.mark.slow
-def test_keep_n_best_model_and_export(tmp_path, launcher_here):
-    import keras
-
-    run_dir = tmp_path / "run"
-    # "Best" = highest val_loss: the first epoch (val_loss falls while training), so best != last.
-    run_here(
-        launcher_here,
-        run_dir,
-        *EXACT,
-        "precision=fp32",
-        "checkpoint.max_to_keep=2",
-        "checkpoint.monitor=val_loss",
-        "checkpoint.mode=max",
-    )
-    directory = run_dir / "checkpoints"
-    indexes = sorted(p.name for p in directory.glob("ckpt-*.index"))
-    assert indexes == [f"ckpt-{TOTAL - 5}.index", f"ckpt-{TOTAL}.index"]
-    assert sorted(p.name for p in directory.glob("ckpt-*.json")) == [f"ckpt-{TOTAL - 5}.json", f"ckpt-{TOTAL}.json"]
-    assert [p.name for p in (directory / "best").glob("*.index")] == [f"ckpt-{STEPS_PER_EPOCH}.index"]
-    sidecar = json.loads((directory / f"ckpt-{TOTAL}.json").read_text())
-    losses = [entry["val_loss"] for entry in sidecar["history"]]
-    assert sidecar["best"]["value"] == max(losses)
-    assert sidecar["best"]["epoch"] == losses.index(max(losses)) == 0
-    best, last = (keras.saving.load_model(run_dir / f"{n}.keras") for n in ("best", "model"))
-    assert any(not np.array_equal(a, b) for a, b in zip(best.get_weights(), last.get_weights(), strict=True))
-    client, runs = mlflow_runs(run_dir)
-    artifacts = {a.path for a in client.list_artifacts(runs[0].info.run_id, "model")}
-    assert artifacts == {"model/model.keras", "model/best.keras"}
 
 
 def test_exported_model_predicts_like_the_trained_one(tmp_path):
