@@ -1,6 +1,6 @@
 """The real CLI: default run into MLflow, explain, and every kind of bad input.
 
-The default run, explain, `--help` and each exit code start a real `python -m launcher` process (`cli`): a new
+The default run, explain and each exit code start a real `python -m launcher` process (`cli`): a new
 interpreter (`cold=True`) where the test reads what a fresh process prints while TensorFlow loads, else forked warm
 (tests/warm.py); the other checks run the same entry in-process (`cli_here`), where the process is not the subject.
 
@@ -393,15 +393,10 @@ def test_exit_code_128_plus_the_signal_when_preempted(cli, tmp_path, signal_name
     assert mlflow_run(tmp_path).info.status == "KILLED"
 
 
-def test_help_introduces_the_launcher_and_lists_the_groups_a_person_chooses():
-    import subprocess
-    import sys
-
+def test_help_introduces_the_launcher_and_lists_the_groups_a_person_chooses(launcher_here):
     from support.config import CONF_DIR, ROOT
 
-    done = subprocess.run(
-        [sys.executable, "-m", "launcher", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    done = launcher_here(["--help"], ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("launcher: a declarative training launcher")
     assert "powered by Hydra" not in done.stdout and "schema" not in done.stdout
