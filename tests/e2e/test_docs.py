@@ -5,6 +5,8 @@ A fenced block preceded by `<!-- runnable -->` in README.md or docs/*.md is runn
 to one short epoch; a command that names an earlier run (`eval.run=exp1`) runs after the command that
 made it (`name=exp1`), in the same directory. A fenced block preceded by `<!-- file: <path> -->` is a file the
 page shows (a person's module or config): it is written at that path in each directory the page's commands run in.
+Commands two pages give alike (the same commands opening a chain of each, naming none of the files a page shows)
+run once, in the longer chain.
 
 docs/api.md, the plugin API's reference, is checked in this process without training: its files are written, the
 entry points its `pyproject.toml` declares are installed (faked), each `<!-- run: python -->` block is run, and each
@@ -14,6 +16,7 @@ launcher's own functions.
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -49,7 +52,22 @@ def needs_a_process(args: list[str]) -> bool:
     )
 
 
-CHAINS = [(page, chain) for page in PAGES for chain in chains(page)]
+def run_on_another_page(page: Path, chain: list[str], every: list[tuple[Path, list[str]]]) -> bool:
+    """The same commands open a chain of another page (the longest, or the first page's of equal ones) and name none
+    of the files `page` shows (a page's files are read only by the commands that name them: its search path,
+    builder, loader): that chain runs them once for both pages."""
+    roots = {Path(path).parts[0].removesuffix(".py") for path in page_files(page.read_text())}
+    if any(roots & set(re.split(r"[=:/\[\],]+", command)) for command in chain):
+        return False
+    first = next(i for i, (p, c) in enumerate(every) if p == page and c is chain)
+    return any(
+        other != page and longer[: len(chain)] == chain and (len(longer) > len(chain) or i < first)
+        for i, (other, longer) in enumerate(every)
+    )
+
+
+EVERY_CHAIN = [(page, chain) for page in PAGES for chain in chains(page)]
+CHAINS = [(page, chain) for page, chain in EVERY_CHAIN if not run_on_another_page(page, chain, EVERY_CHAIN)]
 
 
 def test_the_readme_and_the_pages_have_runnable_blocks_and_they_are_launcher_commands():
@@ -58,6 +76,17 @@ def test_the_readme_and_the_pages_have_runnable_blocks_and_they_are_launcher_com
     for page, listed in found.items():
         for command in listed:
             assert shlex.split(command)[:3] == ["python", "-m", "launcher"], (page, command)
+
+
+def test_every_command_of_every_page_runs_and_one_shared_by_two_pages_runs_once():
+    ran = [command for _, chain in CHAINS for command in chain]
+    for page in PAGES:
+        assert set(commands(page)) <= set(ran), page.name
+    shared = [(page.name, chain) for page, chain in EVERY_CHAIN if (page, chain) not in CHAINS]
+    for _, chain in shared:
+        assert chain[0] in ran  # in the other page's chain, which begins with it
+    page = ROOT / "docs" / "your_model.md"  # its files (shop.py, conf/) named by a command: never run elsewhere
+    assert not run_on_another_page(page, ["python -m launcher model=custom model.builder=shop:build"], [(page, [])])
 
 
 def test_a_block_without_the_mark_is_not_run_and_continuations_are_joined():

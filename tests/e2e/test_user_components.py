@@ -419,6 +419,7 @@ def test_a_focal_loss_class_and_pr_auc_take_their_arguments_from_the_command_lin
         "precision=fp32",
         "train.epochs=2",
         "tracking.system_metrics=false",
+        "tracking.log_model=false",  # the SavedModel is what serves here; the MLflow model is not read
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

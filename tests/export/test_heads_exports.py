@@ -2,7 +2,10 @@
 process that never imports the launcher) and TFLite take each feature by name and answer each head's served keys as
 the trained model does (`launcher.export.serving`); the MLflow model's signature names every input and output
 (`launcher.launch.mlflow_record`, `launcher.export.trained`); mode=eval reports every head's metrics under the names
-training logs and mode=predict writes every head's predictions (`launcher.inference.evaluate`)."""
+training logs and mode=predict writes every head's predictions (`launcher.inference.evaluate`).
+
+Both runs (heads as a dict, heads as a list) are trained once per module, in one test process (`xdist_group`), and
+one bare process answers for both."""
 
 from __future__ import annotations
 
@@ -23,24 +26,27 @@ HEADS = (
 SERVED = {"kind_probabilities", "kind_label", "size_values"}
 VAL_METRICS = {"val_loss", "val_kind_loss", "val_kind_accuracy", "val_size_loss", "val_size_mae"}
 
-# Loaded the way a serving stack loads them: TensorFlow alone, the launcher never imported.
+# Loaded the way a serving stack loads them: TensorFlow alone, the launcher never imported. One line per run dir.
 CONSUMER = textwrap.dedent(
     """
     import json, sys
     import numpy as np, tensorflow as tf
-    run = sys.argv[1]
-    x = dict(np.load(run + "/features.npz"))
-    serve = tf.saved_model.load(run + "/saved_model").signatures["serving_default"]
-    saved = serve(**{name: tf.constant(value) for name, value in x.items()})
-    lite = tf.lite.Interpreter(model_path=run + "/model.tflite").get_signature_runner("serving_default")(**x)
-    print(json.dumps({
-        "inputs": sorted(serve.structured_input_signature[1]),
-        "saved": {key: value.numpy().tolist() for key, value in saved.items()},
-        "tflite": {key: np.asarray(value).tolist() for key, value in lite.items()},
-        "launcher_imported": any(m == "launcher" or m.startswith("launcher.") for m in sys.modules),
-    }))
+    for run in sys.argv[1:]:
+        x = dict(np.load(run + "/features.npz"))
+        serve = tf.saved_model.load(run + "/saved_model").signatures["serving_default"]
+        saved = serve(**{name: tf.constant(value) for name, value in x.items()})
+        lite = tf.lite.Interpreter(model_path=run + "/model.tflite").get_signature_runner("serving_default")(**x)
+        print(json.dumps({
+            "run": run,
+            "inputs": sorted(serve.structured_input_signature[1]),
+            "saved": {key: value.numpy().tolist() for key, value in saved.items()},
+            "tflite": {key: np.asarray(value).tolist() for key, value in lite.items()},
+            "launcher_imported": any(m == "launcher" or m.startswith("launcher.") for m in sys.modules),
+        }))
     """
 )
+BUILDERS = {"dict-heads": "build", "list-heads": "build_list"}  # heads as a dict, or as a list
+pytestmark = pytest.mark.xdist_group("heads-exports")  # one test process trains the module's two runs once
 
 
 def overrides(builder: str, folder) -> list[str]:
@@ -58,19 +64,39 @@ def overrides(builder: str, folder) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module", params=["build", "build_list"], ids=["dict-heads", "list-heads"])
-def trained(request, tmp_path_factory):
-    """A mixed-precision run of the two-input two-head model (heads as a dict, or as a list), exported in every
-    format, with the validation split's features on disk for the bare process."""
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """Per builder: a mixed-precision run of the two-input two-head model, exported in every format, with the
+    validation split's features on disk for the bare process."""
     from launcher.launch.training import execute
 
-    folder = tmp_path_factory.mktemp(request.param)
-    given = overrides(request.param, folder)
-    outcome = execute(compose(*given), folder / "run", folder)
-    assert outcome.error is None, outcome.error
-    features = heads_parts.load()["val"][0]
-    np.savez(folder / "run" / "features.npz", **features)
-    return outcome, given, folder
+    made = {}
+    for name, builder in BUILDERS.items():
+        folder = tmp_path_factory.mktemp(name)
+        given = overrides(builder, folder)
+        outcome = execute(compose(*given), folder / "run", folder)
+        assert outcome.error is None, outcome.error
+        features = heads_parts.load()["val"][0]
+        np.savez(folder / "run" / "features.npz", **features)
+        made[name] = outcome, given, folder
+    return made
+
+
+@pytest.fixture(params=list(BUILDERS))
+def trained(request, runs):
+    """One of the module's runs: heads as a dict, or as a list."""
+    return runs[request.param]
+
+
+@pytest.fixture(scope="module")
+def served_bare(runs) -> dict:
+    """By run folder: what its SavedModel and TFLite answer, both runs in one new interpreter that never imports the
+    launcher."""
+    folders = [folder for _, _, folder in runs.values()]
+    done = run_python(f"import sys; sys.argv = ['consumer', *{[str(f / 'run') for f in folders]!r}]\n" + CONSUMER)
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = {answer["run"]: answer for answer in map(json.loads, done.stdout.strip().splitlines()[-len(folders) :])}
+    return {folder: answers[str(folder / "run")] for folder in folders}
 
 
 def served_in_process(model, features) -> dict:
@@ -87,12 +113,9 @@ def served_in_process(model, features) -> dict:
 
 @pytest.mark.slow  # a short training per builder, seconds of CPU in this process
 @pytest.mark.e2e  # the bare consumer is a new interpreter
-def test_savedmodel_and_tflite_take_named_features_and_answer_every_head(trained):
+def test_savedmodel_and_tflite_take_named_features_and_answer_every_head(trained, served_bare):
     outcome, _, folder = trained
-    run = folder / "run"
-    done = run_python(f"import sys; sys.argv = ['consumer', {str(run)!r}]\n" + CONSUMER)
-    assert done.returncode == 0, done.stderr[-3000:]
-    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    answer = served_bare[folder]
     assert not answer["launcher_imported"]
     assert answer["inputs"] == ["cat", "num"]
     assert set(answer["saved"]) == SERVED and set(answer["tflite"]) == SERVED

@@ -58,6 +58,7 @@ def jpeg(pixels: np.ndarray) -> bytes:
     return out.getvalue()
 
 
+@pytest.mark.xdist_group("served-images")  # one test process trains the module's run once
 @pytest.mark.slow  # a short training in this process
 def test_encoded_images_and_pixels_get_the_answer_training_gives_and_the_class_by_name(trained):
     import tensorflow as tf
@@ -81,6 +82,7 @@ def test_encoded_images_and_pixels_get_the_answer_training_gives_and_the_class_b
     np.testing.assert_allclose(from_pixels["probabilities"].numpy(), want, atol=1e-6)
 
 
+@pytest.mark.xdist_group("served-images")
 @pytest.mark.slow
 def test_an_image_of_another_size_is_resized_inside_the_model(trained):
     import tensorflow as tf
@@ -93,6 +95,7 @@ def test_an_image_of_another_size_is_resized_inside_the_model(trained):
     assert answer["probabilities"].shape == (1, 3)
 
 
+@pytest.mark.xdist_group("served-images")
 @pytest.mark.slow
 def test_the_mlflow_model_takes_image_bytes_and_answers_as_the_savedmodel(trained):
     import mlflow.pyfunc
@@ -115,6 +118,7 @@ def test_the_mlflow_model_takes_image_bytes_and_answers_as_the_savedmodel(traine
         mlflow.pyfunc.load_model(str(directory)).predict(pd.DataFrame({"images": [b"not an image"]}))
 
 
+@pytest.mark.xdist_group("served-images")
 @pytest.mark.slow
 def test_tflite_takes_uint8_pixels(trained):
     import tensorflow as tf
@@ -129,6 +133,7 @@ def test_tflite_takes_uint8_pixels(trained):
     np.testing.assert_allclose(lite["probabilities"], saved["probabilities"].numpy(), atol=1e-5)
 
 
+@pytest.mark.xdist_group("served-images")
 @pytest.mark.slow  # a real server: ~10 s to start
 def test_mlflow_models_serve_and_predict_take_jpeg_bytes_alike_and_a_file_that_is_not_an_image_gets_400(
     trained, tmp_path
