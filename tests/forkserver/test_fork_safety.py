@@ -30,14 +30,10 @@ threading.Thread(target=threading.Event().wait, name="started-at-import", daemon
 """
 
 
-# Its autouse fixture below makes every test here warm in the cold slice too: run once, in the first slice.
-SAME_IN_THE_COLD_SLICE = True
-
-
 @pytest.fixture(autouse=True)
 def the_suites_server_even_if_told_cold(monkeypatch):
-    """These tests ask this test process's server for forks: they have it whatever LAUNCHER_TEST_COLD says (so
-    the cold slice leaves them out), as tests/forkserver/test_warm.py does."""
+    """These tests ask this test process's server for forks: they have it whatever LAUNCHER_TEST_COLD says, as
+    tests/forkserver/test_warm.py does."""
     monkeypatch.delenv(warm.COLD_ENV, raising=False)
 
 

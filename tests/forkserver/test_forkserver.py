@@ -41,7 +41,7 @@ class Recorded:
 @pytest.fixture(scope="module")
 def server():
     """A live forkserver for the tests that ask one directly: this test process's own, whatever LAUNCHER_TEST_COLD
-    says (the cold slice runs these tests too), as tests/forkserver/test_warm.py has it; not one more server."""
+    says, as tests/forkserver/test_warm.py has it; not one more server."""
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv(warm.COLD_ENV, raising=False)
         shared = warm._warm_server()

@@ -26,10 +26,6 @@ def same_console(text: str, tmp_path) -> str:
     return text.replace(str(tmp_path / "warm"), "<run>").replace(str(tmp_path / "cold"), "<run>")
 
 
-# Its autouse fixture below makes every test here warm in the cold slice too: run once, in the first slice.
-SAME_IN_THE_COLD_SLICE = True
-
-
 @pytest.fixture(autouse=True)
 def warm_even_if_told_cold(monkeypatch):
     """These tests are about the warm start: they make it whatever LAUNCHER_TEST_COLD says."""

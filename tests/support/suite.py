@@ -105,11 +105,11 @@ def mark_and_order(items) -> None:
     multi-device runs (by hand, and every case whose parameters name `mirrored`) and in-process trainings that
     take seconds of CPU each (by hand: full-size networks, the precision x XLA grids, the doctor's runs); `unit`:
     everything else (in-process logic and runs of a few steps), or a test marked `unit` by hand whose parameters
-    name `mirrored` but that trains nothing. `make test-fast` runs the unit tests; CI runs all. `forking`: every
-    test under tests/forkserver/ (but a module's that sets `SAME_IN_THE_COLD_SLICE`: its tests make the warm start
-    whatever LAUNCHER_TEST_COLD says, so a second run would repeat the first) and those marked by hand (a dead
-    server, the launcher's own children): `make test` runs them a second time with every launch cold
-    (`LAUNCHER_TEST_COLD=1`), as a person's launch is."""
+    name `mirrored` but that trains nothing. `make test-fast` runs the unit tests; CI runs all. `forking`: marked by
+    hand, the tests of what the launcher forks itself (a dead server, a restart's attempts, local workers): `make
+    test` runs them a second time with every launch the suite starts cold (`LAUNCHER_TEST_COLD=1`), as a person's
+    launch is. tests/forkserver/ is not among them: its tests start their servers and launches themselves (or take
+    this process's server whatever LAUNCHER_TEST_COLD says), so a second run would repeat the first."""
     import inspect
 
     def source_of(function) -> str:
@@ -133,8 +133,6 @@ def mark_and_order(items) -> None:
                 and any(word in source_of(helper) for word in ("subprocess", "Popen", "warm.run", "run_python("))
             }
         helpers = spawning.get(module.__name__, set()) if module is not None else set()
-        if "/tests/forkserver/" in str(item.path) and not getattr(module, "SAME_IN_THE_COLD_SLICE", False):
-            item.add_marker(pytest.mark.forking)
         if item.get_closest_marker("e2e") is not None or item.get_closest_marker("unit") is not None:
             continue  # marked by hand (e2e: the launcher code it calls starts a process; unit: it only composes)
         if (
