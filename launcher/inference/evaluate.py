@@ -181,27 +181,11 @@ class Evaluation:
         return run_id, metrics
 
     def _model_path(self, problems: list) -> Path | None:
-        wanted = str(self.config.eval.model)
-        named = {"final": self.train_dir / "model.keras", "best": self.train_dir / "best.keras"}
-        path = named.get(wanted) or Path(wanted).expanduser()
-        if not path.is_absolute() and wanted not in named:
-            path = self.launch_dir / path
-        checkpoint = Path(f"{path}.index").is_file()
-        if path.is_file() or checkpoint:
-            return path
-        why = {
-            "final": "the run exported none (checkpoint.export_model=false?)",
-            "best": "the run kept none (it needs checkpoint.monitor)",
-        }.get(wanted, "no such file or ckpt-N prefix")
-        problems.append(
-            _violation(
-                "eval.model",
-                wanted,
-                f"final, best, a .keras file or a ckpt-N checkpoint prefix ({why}: {path})",
-                f"eval.model=final, or a path from {self.train_dir / 'checkpoints'}",
-            )
-        )
-        return None
+        found = trained_model(str(self.config.eval.model), self.train_dir, self.launch_dir)
+        if isinstance(found, Violation):
+            problems.append(found)
+            return None
+        return found
 
     def _test_split_problems(self) -> list[Violation]:
         """eval.split=test needs a test split, and the training run's one: the same data divided another way
@@ -358,6 +342,42 @@ class Evaluation:
 
 def _violation(key, value, expected, fix):
     return Violation(key, value, expected, fix)
+
+
+def trained_model(wanted: str, train_dir: Path, launch_dir: Path) -> Path | Violation:
+    """The model `eval.model` names in the training run `train_dir` (final, best, a .keras file or a ckpt-N prefix,
+    a relative path from `launch_dir`), or why it cannot be used with a fix that names a model the run has."""
+    named = {"final": train_dir / "model.keras", "best": train_dir / "best.keras"}
+    path = named.get(wanted) or Path(wanted).expanduser()
+    if not path.is_absolute() and wanted not in named:
+        path = launch_dir / path
+    if path.is_file() or Path(f"{path}.index").is_file():
+        return path
+    why = {
+        "final": "the run exported none (checkpoint.export_model=false?)",
+        "best": "the run kept none (it needs checkpoint.monitor)",
+    }.get(wanted, "no such file or ckpt-N prefix")
+    kept = [name for name, file in named.items() if file.is_file() and name != wanted]
+    checkpoints = train_dir / "checkpoints"
+    latest = _latest_checkpoint(checkpoints)
+    if kept:
+        fix = f"eval.model={kept[0]}"
+    elif latest is not None:
+        fix = f"eval.model={latest} (its latest checkpoint)"
+    else:
+        fix = f"train the run first, or give a .keras file: no model in {train_dir}, no checkpoint in {checkpoints}"
+    expected = f"final, best, a .keras file or a ckpt-N checkpoint prefix ({why}: {path})"
+    return _violation("eval.model", wanted, expected, fix)
+
+
+def _latest_checkpoint(folder: Path) -> Path | None:
+    """The highest-numbered `ckpt-N` prefix in `folder` whose index file is written, or None."""
+    steps = []
+    for index in folder.glob("ckpt-*.index"):
+        number = index.name[len("ckpt-") : -len(".index")]
+        if number.isdigit():
+            steps.append(int(number))
+    return folder / f"ckpt-{max(steps)}" if steps else None
 
 
 TARGET = "target"  # the split's label beside the answer (per head: <head>_target)
