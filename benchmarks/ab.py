@@ -9,6 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+def cpu_kind() -> str:
+    """This CPU's model and its bfloat16 instructions, for every figure a benchmark prints (machines differ)."""
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    name = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
+    flags = [flag for flag in ("amx_bf16", "avx512_bf16") if flag in text]
+    return f"{name} ({', '.join(flags) or 'no AMX / AVX-512 BF16'})"
+
+
 def interleaved(repeats: int, kinds: tuple[str, str], sample: Callable[[Path, str], dict], prefix: str) -> list[dict]:
     """`sample(folder, kind)` for each kind per repeat, each in a new scratch folder; prints each row."""
     rows = []

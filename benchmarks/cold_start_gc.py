@@ -4,7 +4,7 @@ side by side: the same tiny launch (two epochs of the digits MLP, so start-up is
 walks TensorFlow's heap at every full collection after). The two alternate over `--repeats`.
 
 Prints each launch's CPU seconds (the launch process), its garbage collector's CPU seconds (all generations, from
-`gc.callbacks`), the medians and ranges, and the ratio shipped / before; writes JSON to
+`gc.callbacks`), its peak RSS, the medians and ranges, and the ratio shipped / before; writes JSON to
 outputs/benchmarks-cold-start-gc.json.
 
     python benchmarks/cold_start_gc.py --repeats 4
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from ab import interleaved, summary  # noqa: E402
+from ab import cpu_kind, interleaved, summary  # noqa: E402
 
 RUNNER = """
 import gc, json, os, resource, runpy, sys, time
@@ -43,7 +42,8 @@ if {before!r}:
 def report():
     used = resource.getrusage(resource.RUSAGE_SELF)
     with open({out!r}, "w") as handle:
-        json.dump({{"cpu_s": round(used.ru_utime + used.ru_stime, 2), "gc_s": round(spent[0], 2)}}, handle)
+        json.dump({{"cpu_s": round(used.ru_utime + used.ru_stime, 2), "gc_s": round(spent[0], 2),
+                   "rss_mb": round(used.ru_maxrss / 1024)}}, handle)
 import atexit
 atexit.register(report)
 sys.argv = ["launcher", *{args!r}]
@@ -72,9 +72,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4)
     options = parser.parse_args()
     kinds = ("shipped", "before")
+    print(f"CPU: {cpu_kind()}", flush=True)
     rows = interleaved(options.repeats, kinds, lambda folder, kind: sample(folder, kind == "before"), "cold-gc-")
-    result = {"machine": platform.processor() or platform.machine(), "rows": rows}
-    result.update(summary(rows, kinds, ("cpu_s", "gc_s")))
+    result = {"cpu": cpu_kind(), "rows": rows}
+    result.update(summary(rows, kinds, ("cpu_s", "gc_s", "rss_mb")))
     out = ROOT / "outputs" / "benchmarks-cold-start-gc.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2))

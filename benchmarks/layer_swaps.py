@@ -21,18 +21,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ab import cpu_kind  # noqa: E402
+
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 DESCRIBED = {
     "cnn": "CNN (32-64-128 filters, 32x32x3)",
     "lm": "transformer LM (2 layers, width 256, feed-forward 1024, sequences of 64 tokens)",
 }
-
-
-def cpu() -> str:
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    name = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
-    flags = [flag for flag in ("amx_bf16", "avx512_bf16") if flag in text]
-    return f"{name} ({', '.join(flags) or 'no AMX / AVX-512 BF16'})"
 
 
 def inputs(workload: str, batch: int):
@@ -114,7 +110,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(args.workload, args.one, args.repeats, args.steps, args.batch)))
         return
-    print(f"CPU: {cpu()}; the benchmark {DESCRIBED[args.workload]}, batch {args.batch}, Adam")
+    print(f"CPU: {cpu_kind()}; the benchmark {DESCRIBED[args.workload]}, batch {args.batch}, Adam")
     for precision in args.precisions:
         command = [sys.executable, __file__, "--one", precision, "--repeats", str(args.repeats)]
         command += ["--steps", str(args.steps), "--batch", str(args.batch), "--workload", args.workload]

@@ -30,6 +30,7 @@ from launcher.config.models import CustomModelConfig
 from launcher.config.schema import DATASET_SCHEMAS, MODEL_SCHEMAS, Config, CustomDatasetConfig
 from launcher.files import CONFIG_FILE
 from launcher.inference.batch_outputs import FORMATS, Writer
+from launcher.launch.checkpoint_index import complete_steps
 from launcher.launch.find_run import find_training_run
 from launcher.launch.shell import run_in_shell
 from launcher.outcome import EXIT_FINISHED, FINISHED, OutcomeRecord
@@ -359,25 +360,15 @@ def trained_model(wanted: str, train_dir: Path, launch_dir: Path) -> Path | Viol
     }.get(wanted, "no such file or ckpt-N prefix")
     kept = [name for name, file in named.items() if file.is_file() and name != wanted]
     checkpoints = train_dir / "checkpoints"
-    latest = _latest_checkpoint(checkpoints)
+    steps = complete_steps(checkpoints)
     if kept:
         fix = f"eval.model={kept[0]}"
-    elif latest is not None:
-        fix = f"eval.model={latest} (its latest checkpoint)"
+    elif steps:
+        fix = f"eval.model={checkpoints / f'ckpt-{steps[-1]}'} (its latest complete checkpoint)"
     else:
         fix = f"train the run first, or give a .keras file: no model in {train_dir}, no checkpoint in {checkpoints}"
     expected = f"final, best, a .keras file or a ckpt-N checkpoint prefix ({why}: {path})"
     return _violation("eval.model", wanted, expected, fix)
-
-
-def _latest_checkpoint(folder: Path) -> Path | None:
-    """The highest-numbered `ckpt-N` prefix in `folder` whose index file is written, or None."""
-    steps = []
-    for index in folder.glob("ckpt-*.index"):
-        number = index.name[len("ckpt-") : -len(".index")]
-        if number.isdigit():
-            steps.append(int(number))
-    return folder / f"ckpt-{max(steps)}" if steps else None
 
 
 TARGET = "target"  # the split's label beside the answer (per head: <head>_target)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import warm
 from support.config import TINY
+from support.threads import PROBE, loaded_anew
 from support.tracking import store
 
 from launcher import forkserver
@@ -26,37 +27,6 @@ from launcher.outcome import FINISHED, OutcomeRecord
 
 # What differs between two runs of one config by how fast they ran, not by what they computed.
 TIMINGS = {"epoch_time_sec", "examples_per_sec", "model_flops_utilization", "time_to_first_step_sec"}
-
-PROBE = '''
-import importlib
-import json
-import os
-import os
-
-import threadpoolctl
-from hydra.experimental.callback import Callback
-
-from launcher.forkserver.server import PRELOAD
-
-for name in PRELOAD:  # the libraries the server loaded (no-ops in a fork), so both processes hold the same ones
-    importlib.import_module(name)
-with open(os.environ["PROBE_OUT"], "w") as out:
-    json.dump({info["filepath"]: info["num_threads"] for info in threadpoolctl.threadpool_info()}, out)
-
-
-class Probe(Callback):
-    """Imported by Hydra as the launch starts (hydra.callbacks): records each loaded library's threads."""
-'''
-
-LOADED_ANEW = """
-import ctypes, json, sys
-libraries = json.loads(sys.argv[1])
-for path in libraries:
-    ctypes.CDLL(path)
-import threadpoolctl
-threads = {info["filepath"]: info["num_threads"] for info in threadpoolctl.threadpool_info()}
-print(json.dumps({path: threads[path] for path in libraries if path in threads}))
-"""
 
 
 def _histories(db) -> dict[str, list[tuple[int, float]]]:
@@ -72,19 +42,6 @@ def _weights(run_dir) -> list[np.ndarray]:
     import keras
 
     return keras.saving.load_model(run_dir / "model.keras").get_weights()
-
-
-def loaded_anew(libraries, env: dict) -> dict[str, int]:
-    """The threads each of `libraries` chooses loading in a new interpreter under `env`."""
-    done = subprocess.run(
-        [sys.executable, "-c", LOADED_ANEW, json.dumps(sorted(libraries))],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout)
 
 
 @pytest.mark.e2e  # a server of its own, imported under a thread limit its launches do not have

@@ -18,35 +18,11 @@ import sys
 
 import pytest
 import warm
+from support.threads import PROBE, loaded_anew
 
 from launcher import forkserver
 from launcher.forkserver import child as in_the_fork
 from launcher.forkserver.alike import THREAD_LIMIT_VARIABLES
-
-PROBE = '''
-import json
-import os
-
-import threadpoolctl
-from hydra.experimental.callback import Callback
-
-with open(os.environ["PROBE_OUT"], "w") as out:
-    json.dump({info["filepath"]: info["num_threads"] for info in threadpoolctl.threadpool_info()}, out)
-
-
-class Probe(Callback):
-    """Imported by Hydra as the launch starts (hydra.callbacks): records each loaded library's threads."""
-'''
-
-LOADED_ANEW = """
-import ctypes, json, sys
-libraries = json.loads(sys.argv[1])
-for path in libraries:
-    ctypes.CDLL(path)
-import threadpoolctl
-threads = {info["filepath"]: info["num_threads"] for info in threadpoolctl.threadpool_info()}
-print(json.dumps({path: threads[path] for path in libraries if path in threads}))
-"""
 
 UNLIMITED = {k: v for k, v in os.environ.items() if k not in THREAD_LIMIT_VARIABLES and k != forkserver.SOCKET_ENV}
 
@@ -72,19 +48,6 @@ def forked_threads(server: str, tmp_path, env: dict) -> dict[str, int]:
     output, _ = child.communicate(timeout=300)
     assert child.returncode == 0, output[-3000:]
     return json.loads(out.read_text())
-
-
-def loaded_anew(libraries, env: dict) -> dict[str, int]:
-    """The threads each of `libraries` chooses loading in a new interpreter under `env`."""
-    done = subprocess.run(
-        [sys.executable, "-c", LOADED_ANEW, json.dumps(sorted(libraries))],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout)
 
 
 @pytest.mark.parametrize(

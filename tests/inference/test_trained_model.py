@@ -32,7 +32,8 @@ def test_final_best_a_file_and_a_checkpoint_prefix_are_found(tmp_path):
     [
         ("final", ["best.keras"], "eval.model=best"),  # checkpoint.export_model=false, a best model kept
         ("best", ["model.keras"], "eval.model=final"),  # no checkpoint.monitor
-        ("final", ["checkpoints/ckpt-23.index", "checkpoints/ckpt-46.index"], "checkpoints/ckpt-46 (its latest"),
+        # The latest complete checkpoint (its sidecar written), not a half-written one after it.
+        ("final", ["checkpoints/ckpt-23.index", "checkpoints/ckpt-23.json", "checkpoints/ckpt-46.index"], "ckpt-23 "),
         ("gone.keras", ["model.keras"], "eval.model=final"),
         ("final", [], "train the run first"),
     ],
