@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from hydra_plugins.launcher_search.sweeper import SearchSweeper
 from launcher import background
-from launcher.config import yaml_files
+from launcher.config import run_mode, yaml_files
 from launcher.config.help import register_help
 from launcher.config.imports import config_packages
 from launcher.config.keys import schema_keys, typo_hints
@@ -229,7 +229,11 @@ def entry() -> None:
     yaml_files.report_yaml_errors_compactly()
     sys.argv[1:] = plugin_search_path(sys.argv[1:])
     try:
-        main()
+        try:
+            with run_mode.run_without_mode_compose(sys.argv[1:]):
+                main()
+        except run_mode.ModeSetByConfig:
+            main()  # a config file set hydra.mode: Hydra's own reading of it
     except SystemExit as exit_:
         if exit_.code == EXIT_FAILED and not _task_started and not sweep_callback.started:  # Hydra's compose errors
             print(compose_fix(sys.argv[1:]), file=sys.stderr)

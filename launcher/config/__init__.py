@@ -17,6 +17,7 @@ Modules:
     optimizers: the table of optimizers and learning-rate schedules a config names, and what each is
     precisions: the table of the precisions the launcher knows, each saying what it is
     raised: what a person's own code raised, told in their own frames (file:line), whole and without colour codes
+    run_mode: Hydra's run mode read without its second compose of the whole config (a plain run composes once)
     samplers: the hyper-parameter search's samplers and pruners by name, and how to build each
     study_storage: where an Optuna study lives (a database URL or a journal file), opened with a heartbeat
     schema: structured-config schema: every key a person can set, with its type

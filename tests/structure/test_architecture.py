@@ -62,6 +62,7 @@ TF_FREE_MODULES = [
     "launcher.config.exports",
     "launcher.config.tasks",
     "launcher.config.imports",
+    "launcher.config.run_mode",
     "launcher.launch.checkpoint_policy",
     "launcher.contract",
     "launcher.files",
