@@ -38,5 +38,9 @@ def pytest_collection_modifyitems(config, items):
     suite.mark_and_order(items)
 
 
+def pytest_collection_finish(session):
+    suite.freeze_imports()
+
+
 def pytest_configure(config):
     suite.configure(config)

@@ -46,6 +46,17 @@ def _prepare_test_process() -> None:
     warm.settle_environment()
 
 
+def freeze_imports() -> None:
+    """What collection imported (TensorFlow, Keras, MLflow, Hydra, the test modules: ~1M objects) is left alone by
+    this process's garbage collector from now on, as a cold launch and the forkserver leave theirs
+    (`launcher.console.load_tensorflow_quietly`): every full collection of a test, and the one each in-process launch
+    ends with (`launcher.background.settle`), walks only what the tests made."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(autouse=True)
 def environment_after_each_test():
     """What a test or the launcher code it calls in-process sets in os.environ (the launch's log-level defaults,
