@@ -103,11 +103,7 @@ def run_job(node: DictConfig, hydra_config) -> JobResult:
         return JobResult(STOPPED, job_dir=str(job_dir))
     resuming = (job_dir / JOB_FILE).exists()  # an earlier run of this sweep started it (killed or failed)
     write_json_atomic(job_dir / JOB_FILE, {"overrides": sorted(overrides)})
-    extra = [f"hydra.run.dir={job_dir}", f"tracking.sweep_id={state.get('sweep_id', '')}"]
-    if state.get("swept_keys"):  # the keys the jobs differ by, for the Plan's warnings (config: sweep.varies)
-        extra.append(f"sweep.varies=[{','.join(state['swept_keys'])}]")
-    if state.get("parent_run_id"):
-        extra += [f"tracking.parent_run_id={state['parent_run_id']}", f"tracking.uri={state['uri']}"]
+    extra = sweep_overrides(state, job_dir)
     if not node.tracking.run_name:
         extra.append(f"tracking.run_name='{name}'")
     if node.sweep.trial is not None and state.get("study"):  # an hparams_search trial: where it reports
@@ -179,6 +175,17 @@ def _job_dir(sweep_dir: Path, given: Path, overrides: list[str]) -> Path:
         given = given.with_name(f"{given.name}-{hashlib.sha1(' '.join(wanted).encode()).hexdigest()[:8]}")
     given.mkdir(parents=True, exist_ok=True)
     return given
+
+
+def sweep_overrides(state: dict, job_dir: Path) -> list[str]:
+    """What the sweep tells each job: its run dir, the sweep's id and parent run, the keys the jobs differ by. The
+    ids are quoted: Hydra reads an unquoted `199906e09544` (a hex id, by chance) as a number, `inf`."""
+    extra = [f"hydra.run.dir={job_dir}", f"tracking.sweep_id='{state.get('sweep_id', '')}'"]
+    if state.get("swept_keys"):  # the keys the jobs differ by, for the Plan's warnings (config: sweep.varies)
+        extra.append(f"sweep.varies=[{','.join(state['swept_keys'])}]")
+    if state.get("parent_run_id"):
+        extra += [f"tracking.parent_run_id='{state['parent_run_id']}'", f"tracking.uri={state['uri']}"]
+    return extra
 
 
 def _but_trial(overrides: list[str]) -> list[str]:

@@ -298,6 +298,19 @@ def test_job_names_say_what_differs():
     )
 
 
+def test_a_job_reads_the_sweep_id_and_parent_run_the_sweep_gave_it_even_when_they_look_like_numbers(tmp_path):
+    """A sweep id is 12 hex digits: now and then one reads as a number (`199906e09544`, `inf` unquoted), and its
+    jobs' runs were tagged sweep_id=inf (seen failing test_sweep_against_a_real_tracking_server)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from launcher.sweep.job import sweep_overrides
+
+    state = {"sweep_id": "199906e09544", "parent_run_id": "12345e6789", "uri": "sqlite:///mlflow.db"}
+    parsed = OverridesParser.create().parse_overrides(sweep_overrides(state, tmp_path / "0"))
+    values = {override.key_or_group: override.value() for override in parsed}
+    assert values["tracking.sweep_id"] == "199906e09544" and values["tracking.parent_run_id"] == "12345e6789"
+
+
 def test_a_failed_child_is_recorded_when_each_of_its_writes_first_finds_the_store_locked(tmp_path, monkeypatch):
     """Parallel jobs share one SQLite store: each write of the failed-child path retries a locked database."""
     import mlflow.tracking

@@ -32,7 +32,6 @@ SEARCH = {
     "objective": "val_accuracy",
     "hydra": {
         "sweeper": {
-            "n_trials": 4,
             "heartbeat_interval": 1,
             "grace_period": 4,
             "params": {"optimizer.learning_rate": {"low": 1.0e-3, "high": 0.1, "log": True}},
@@ -50,7 +49,8 @@ SMALL = [
 ]
 
 
-def _command(tmp_path: Path, storage: str, sweep: str, epochs: int = 2) -> list[str]:
+def _command(tmp_path: Path, storage: str, sweep: str, trials: int, epochs: int = 2) -> list[str]:
+    """The search on `storage` into `sweep`: `trials` is its n_trials (each test runs as few as its case needs)."""
     conf = tmp_path / "conf" / "hparams_search"
     conf.mkdir(parents=True, exist_ok=True)
     (conf / "shared.yaml").write_text("# @package _global_\n" + yaml.safe_dump(SEARCH, sort_keys=False))
@@ -65,6 +65,7 @@ def _command(tmp_path: Path, storage: str, sweep: str, epochs: int = 2) -> list[
         f"hydra.sweep.dir={tmp_path / sweep}",
         # A store no process made yet: the sweepers create it at the same moment.
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"hydra.sweeper.n_trials={trials}",
         f"train.epochs={epochs}",
         *SMALL,
     ]
@@ -93,9 +94,9 @@ def _one_parent(tmp_path: Path):
 
 
 def test_two_sweepers_started_together_on_postgres_run_the_study_once_into_one_parent(tmp_path, postgres):
-    command = _command(tmp_path, postgres, "sweep-a")
-    first = _start(command)
-    second = _start(_command(tmp_path, postgres, "sweep-b"))
+    n_trials = 3  # one each and one more: each sweeper takes one at its start, so both tell the study
+    first = _start(_command(tmp_path, postgres, "sweep-a", n_trials))
+    second = _start(_command(tmp_path, postgres, "sweep-b", n_trials))
     outputs = [process.communicate(timeout=600)[0] for process in (first, second)]
     for process, output in zip((first, second), outputs, strict=True):
         assert process.returncode == 0, output[-3000:]
@@ -111,16 +112,16 @@ def test_two_sweepers_started_together_on_postgres_run_the_study_once_into_one_p
 
     study = optuna.load_study(study_name="launcher", storage=open_storage(postgres))
     trials = study.get_trials()
-    assert [t.number for t in trials] == [0, 1, 2, 3] and {t.state.name for t in trials} == {"COMPLETE"}
-    assert len({t.params["optimizer.learning_rate"] for t in trials}) == 4
+    assert [t.number for t in trials] == list(range(n_trials)) and {t.state.name for t in trials} == {"COMPLETE"}
+    assert len({t.params["optimizer.learning_rate"] for t in trials}) == n_trials
     jobs = _jobs(tmp_path, ["sweep-a", "sweep-b"])
-    assert sorted(jobs) == [0, 1, 2, 3] and all(len(dirs) == 1 for dirs in jobs.values())  # each trained once
+    assert sorted(jobs) == list(range(n_trials)) and all(len(dirs) == 1 for dirs in jobs.values())  # trained once
     tellers = {t.system_attrs[TOLD_BY].rsplit(":", 1)[0] for t in trials}  # host:pid:<a token of its own>
     assert tellers == {f"{os.uname().nodename}:{p.pid}" for p in (first, second)}
 
     parent, children, runs = _one_parent(tmp_path)
-    assert parent.info.status == "FINISHED" and len(runs) == 5
-    assert sorted(int(c.data.params["sweep.trial"]) for c in children) == [0, 1, 2, 3]
+    assert parent.info.status == "FINISHED" and len(runs) == n_trials + 1
+    assert sorted(int(c.data.params["sweep.trial"]) for c in children) == list(range(n_trials))
     assert {c.info.status for c in children} == {"FINISHED"}
     assert parent.data.metrics["best.val_accuracy"] == pytest.approx(study.best_value)
     # The password: nowhere in what the sweepers print, in MLflow, or in what a trial writes for people.
@@ -134,13 +135,15 @@ def test_two_sweepers_started_together_on_postgres_run_the_study_once_into_one_p
 
 def test_a_sweeper_killed_mid_trial_leaves_its_trial_to_the_other_which_runs_it_again(tmp_path):
     storage = f"journal://{tmp_path}/study/study.log"
+    n_trials = 2  # the killed sweeper's trial and one more for the other: it runs both, the first again
     # Killed with everything it started (its own session: its job and the server that forked it), as a machine goes.
-    first = _start(_command(tmp_path, storage, "sweep-a", epochs=12), start_new_session=True)
+    # 3 epochs: the kill, a moment after the trial's MLflow run is made, lands before its training ends.
+    first = _start(_command(tmp_path, storage, "sweep-a", n_trials, epochs=3), start_new_session=True)
     deadline = time.time() + 300
     while not [job for job in (tmp_path / "sweep-a").glob(f"*/{JOB_FILE}") if remembered_run(job.parent)]:
         assert first.poll() is None and time.time() < deadline, first.stdout.read()[-3000:]
         time.sleep(0.1)
-    second = _start(_command(tmp_path, storage, "sweep-b", epochs=12))
+    second = _start(_command(tmp_path, storage, "sweep-b", n_trials, epochs=3))
     os.killpg(first.pid, signal.SIGKILL)  # its trial's MLflow run made and running
     first.wait()
     killed = _jobs(tmp_path, ["sweep-a"])
@@ -157,9 +160,9 @@ def test_a_sweeper_killed_mid_trial_leaves_its_trial_to_the_other_which_runs_it_
         assert failed.number in killed  # it was the killed sweeper's
         assert retries[failed.number].params == failed.params and retries[failed.number].state.name == "COMPLETE"
     finished = [t for t in trials if t.state.name == "COMPLETE"]
-    assert len(finished) == 4  # n_trials: the retry counts, its failed first run does not
+    assert len(finished) == n_trials  # the retry counts, its failed first run does not
     report = read_json(tmp_path / "sweep-b" / "summary" / "search" / "search.json")
-    assert report["trials"] == 4 and report["states"]["complete"] == 4 and report["states"]["fail"] == 0
+    assert report["trials"] == n_trials and report["states"]["complete"] == n_trials and report["states"]["fail"] == 0
 
     parent, children, _ = _one_parent(tmp_path)
     assert parent.info.status == "FINISHED"
@@ -177,7 +180,8 @@ def test_a_second_sweeper_on_the_same_sqlite_study_and_sweep_dir_takes_no_runnin
     """The issue's case: the second sweeper, started while the first's trial ran, trained that trial again and
     crashed telling it (`Cannot tell a COMPLETE trial`), its parent left RUNNING."""
     storage = f"sqlite:///{tmp_path}/study.db"
-    command = _command(tmp_path, storage, "sweep", epochs=4)
+    n_trials = 3  # trials left for the first sweeper to run when the second, started in its first trial, joins
+    command = _command(tmp_path, storage, "sweep", n_trials, epochs=4)
     first = _start(command)
     deadline = time.time() + 300
     while not list((tmp_path / "sweep").glob(f"*/{JOB_FILE}")):
@@ -189,10 +193,10 @@ def test_a_second_sweeper_on_the_same_sqlite_study_and_sweep_dir_takes_no_runnin
         assert process.returncode == 0, output[-3000:]
         assert "Cannot tell" not in output
     trials = optuna.load_study(study_name="launcher", storage=open_storage(storage)).get_trials()
-    assert [t.state.name for t in trials] == ["COMPLETE"] * 4
+    assert [t.state.name for t in trials] == ["COMPLETE"] * n_trials
     assert all(len(dirs) == 1 for dirs in _jobs(tmp_path, ["sweep"]).values())
     parent, children, _ = _one_parent(tmp_path)
-    assert parent.info.status == "FINISHED" and len(children) == 4
+    assert parent.info.status == "FINISHED" and len(children) == n_trials
 
     # Another search started on the same study by mistake (another key): refused before it runs or tells anything,
     # and the study's parent run and state stay as they were (before: a refused sweeper deleted the parent).
@@ -201,5 +205,6 @@ def test_a_second_sweeper_on_the_same_sqlite_study_and_sweep_dir_takes_no_runnin
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert "a study that searches what this sweeper searches" in refused.stderr and "Traceback" not in refused.stderr
     again, children_again, _ = _one_parent(tmp_path)
-    assert again.info.run_id == parent.info.run_id and again.info.status == "FINISHED" and len(children_again) == 4
+    assert again.info.run_id == parent.info.run_id and again.info.status == "FINISHED"
+    assert len(children_again) == n_trials
     assert read_json(tmp_path / "sweep" / "sweep.json")["parent_run_id"] == parent.info.run_id
