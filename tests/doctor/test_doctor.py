@@ -136,24 +136,6 @@ def test_a_layer_overflowing_float16_is_named_and_float32_layers_fix_it(tmp_path
     trains_with(tmp_path, ["precision=mixed", "xla=false"], fix)
 
 
-@pytest.mark.slow  # the doctor's runs, seconds of CPU in this process
-def test_an_exploding_learning_rate_is_the_baseline_s_and_a_lower_rate_fixes_it(tmp_path):
-    broken = [
-        "model.activation=linear",
-        "optimizer.name=sgd",
-        "optimizer.momentum=0.0",
-        "optimizer.learning_rate=2.0",
-        "precision=fp32",
-        "xla=false",
-    ]
-    code, report, _ = doctor(tmp_path, *broken)
-    assert code == 3
-    assert "broken by the float32 one-device baseline itself" in report
-    fix = recommendation(report)
-    assert "optimizer.learning_rate=0.2" in fix and "optimizer.learning_rate=2.0" not in fix  # replaced, not added
-    trains_with(tmp_path, broken, fix)
-
-
 @pytest.mark.slow  # two replicas: a multi-device run
 def test_a_learning_rate_that_diverges_only_with_two_replicas_names_the_strategy(tmp_path):
     # tanh MLP, plain SGD: lr 1.0 trains on one device; the linear rule doubles it for 2 replicas.
@@ -214,25 +196,31 @@ def test_an_injected_gradient_poison_is_localised_to_its_layer_in_the_backward_p
     assert "No candidate fix trained" in report  # the poison does not depend on any setting: nothing is invented
 
 
-@pytest.mark.slow
-def test_the_cli_examines_and_exits_three_with_the_report(cli_here, tmp_path):
-    """Through the CLI's real entry (Hydra's main, the exit code) in this process: nothing here is about the process."""
-    done = cli_here(
-        "mode=doctor",
-        "model.hidden_units=[32]",
-        "doctor.steps=24",
+@pytest.mark.slow  # the doctor's runs, seconds of CPU in this process
+def test_the_cli_names_an_exploding_learning_rate_the_baseline_s_exits_three_and_a_lower_rate_fixes_it(
+    cli_here, tmp_path
+):
+    """Through the CLI's real entry (Hydra's main, the exit code) in this process: nothing here is about the process.
+    The exploding rate is the float32 one-device baseline's own; the recommended lower rate trains when applied."""
+    broken = [
         "model.activation=linear",
         "optimizer.name=sgd",
         "optimizer.momentum=0.0",
         "optimizer.learning_rate=2.0",
         "precision=fp32",
-    )
+        "xla=false",
+    ]
+    done = cli_here("mode=doctor", *SMALL, *broken)
     assert done.returncode == 3, done.stderr[-2000:]
     assert "Doctor: broken by the float32 one-device baseline itself" in done.stdout
     assert "recommended (verified): optimizer.learning_rate=0.2" in done.stdout
     assert "Traceback" not in done.stderr
-    report = next(tmp_path.rglob("doctor.md"))
-    assert "## Bisection" in report.read_text()
+    report = next(tmp_path.rglob("doctor.md")).read_text()
+    assert "## Bisection" in report
+    assert "broken by the float32 one-device baseline itself" in report
+    fix = recommendation(report)
+    assert "optimizer.learning_rate=0.2" in fix and "optimizer.learning_rate=2.0" not in fix  # replaced, not added
+    trains_with(tmp_path, broken, fix)
 
 
 def test_the_doctor_reads_a_refusals_fix_from_its_overrides_not_its_text():

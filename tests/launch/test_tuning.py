@@ -462,14 +462,19 @@ def test_an_unknown_tune_value_is_refused_by_the_resolver_with_the_other_problem
     assert {"tune", "xla"} <= {p.key for p in problems}
 
 
-def test_a_first_launch_times_the_steps_and_a_second_reads_the_cache_and_picks_the_same(tmp_path, launcher_here):
+def test_a_first_launch_times_the_steps_and_a_second_reads_the_cache_and_picks_the_same(
+    tmp_path, launcher_here, monkeypatch
+):
     """Both launches through the real entry in this process (the timing child is a real process either way)."""
     env = {"LAUNCHER_CACHE": str(tmp_path / "cache")}
     os.makedirs(env["LAUNCHER_CACHE"])  # the suite's fixed matmul rates, in a cache of this test's own
     shutil.copy(os.path.join(os.environ["LAUNCHER_CACHE"], "matmul_rates.json"), env["LAUNCHER_CACHE"])
+    # One timed round per candidate: rounds, their spread and the cut are the timing child's tests above; here the
+    # launch times, caches and reads back. What the child is sent is the launch's own (tuning.ROUNDS, read per call).
+    monkeypatch.setattr(tuning, "ROUNDS", 1)
     # precision fixed: two candidates (fp32 hybrid, xla; graph beside hybrid when it is the faster) keep the test
-    # short; which wins does not matter here.
-    run = ["tune=auto", "precision=fp32", *TINY]
+    # short; which wins does not matter here. One epoch, nothing saved: neither changes the step timed (signature).
+    run = ["tune=auto", "precision=fp32", *TINY, "train.epochs=1", "checkpoint.enabled=false"]
     first = launcher_here([*run, "tracking.enabled=false", f"hydra.run.dir={tmp_path}/one"], ROOT, env)
     assert first.returncode == 0, first.stderr[-2000:]
     decided = yaml.safe_load((tmp_path / "one" / "plan.yaml").read_text())["decisions"]

@@ -19,6 +19,7 @@ ONE_STEP = [
     "optimizer.learning_rate=0.5",
     "train.epochs=1",
     "train.max_steps_per_epoch=2",
+    "train.max_validation_steps=1",  # validation never moves the weights these tests compare
     "tracking.enabled=false",
     "checkpoint.enabled=false",
     "checkpoint.export_model=false",

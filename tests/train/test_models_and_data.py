@@ -12,8 +12,12 @@ from launcher.config.errors import ConfigError
 from launcher.launch.training import execute
 from launcher.train.registry import DATASETS, MODELS
 
+# Two epochs of 12 steps: the loss falls from the first to the second whatever the model (measured: by 0.6-1.1 on
+# each); the FLOPs count (measure_utilization) is not what these tests show.
 QUICK = [
     "train.epochs=2",
+    "train.max_steps_per_epoch=12",
+    "train.measure_utilization=false",
     "tracking.enabled=false",
     "checkpoint.enabled=false",
     "checkpoint.export_model=false",
