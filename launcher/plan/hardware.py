@@ -46,6 +46,9 @@ RETRY_SEC = 60.0  # a provisional figure is measured again by the first launch t
 BUSY_SHARE = 0.25  # other processes' share of the CPU while measuring above which a figure is provisional
 SPREAD_LIMIT = 1.25  # max / min of one rate's samples above which a figure is provisional
 DECIDING = ("float32_graph", "float32_xla", "bfloat16_graph", "bfloat16_xla")  # the rates `auto` compares
+# A file the measuring child creates as its timed rounds begin (after TensorFlow's import and the compiles): whoever
+# must load the machine during the rounds alone (tests/plan/test_hardware.py) waits for it.
+ROUNDS_BEGUN_ENV = "LAUNCHER_MATMUL_ROUNDS_BEGUN"
 
 
 @dataclass(frozen=True)
@@ -271,11 +274,13 @@ def others_share(before, after) -> float | None:
     return min(max(others / ((after[0] - before[0]) * (os.cpu_count() or 1)), 0.0), 1.0)
 
 
-def measure_all(rounds: int = ROUNDS, seconds: float = 0.3) -> dict:
+def measure_all(rounds: int = ROUNDS, seconds: float = 0.3, begun: Path | None = None) -> dict:
     """Every dtype and backend, `rounds` times interleaved (a busy spell falls on every rate, not on one), with
-    the share of the CPU other processes used meanwhile."""
+    the share of the CPU other processes used meanwhile. `begun`: a file created as the timed rounds begin."""
     matmuls = {f"{d}_{b}": _matmul(d, 2048, b == "xla") for d in DTYPES for b in BACKENDS}
     samples: dict[str, list[float]] = {key: [] for key in matmuls}
+    if begun is not None:
+        begun.touch()
     before = cpu_snapshot()
     for _ in range(rounds):
         for key, rate in matmuls.items():
@@ -290,4 +295,5 @@ def measure_all(rounds: int = ROUNDS, seconds: float = 0.3) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(measure_all()))
+    begun = os.environ.get(ROUNDS_BEGUN_ENV)
+    print(json.dumps(measure_all(begun=Path(begun) if begun else None)))

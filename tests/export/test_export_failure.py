@@ -31,9 +31,13 @@ def test_a_failed_export_ends_the_launch_failed_with_how_to_finish_it_and_no_tra
     assert "run the same command again; it only exports" in ending.message
 
 
-def test_a_lookup_table_is_served_with_the_model_and_a_format_it_cannot_take_is_refused_before_training(
-    cli_here, tmp_path
+def test_a_lookup_table_is_refused_for_tflite_served_by_the_savedmodel_and_a_failed_export_is_finished_by_a_rerun(
+    cli_here, tmp_path, monkeypatch
 ):
+    """One training for both stories: a format the model cannot take (tflite) is refused before training; trained
+    with [keras,saved_model], the lookup table is served with the model (its SavedModel takes raw strings) while
+    the MLflow model fails to save (a full disk): an export that fails at the end fails the launch, and the same
+    command again only exports."""
     refused = cli_here(*LOOKUP_TABLE_RUN, "export.formats=[keras,saved_model,tflite]")
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert "export.formats='tflite': expected a format this model can be written to; tried before training" in (
@@ -43,38 +47,35 @@ def test_a_lookup_table_is_served_with_the_model_and_a_format_it_cannot_take_is_
         refused.stderr
     )
     assert "epoch 1/1" not in refused.stdout and runs_in(tmp_path / "mlflow.db") == []
-    done = cli_here(*LOOKUP_TABLE_RUN, "export.formats=[keras,saved_model]")
-    assert done.returncode == 0, done.stderr[-3000:]
-    import tensorflow as tf
 
-    served = tf.saved_model.load(str(tmp_path / "run" / "saved_model")).signatures["serving_default"]
-    answer = served(tf.constant(["red green", "blue sky"]))  # raw strings in: the table travels with the model
-    assert answer["probabilities"].shape == (2, 2)
-    assert (tmp_path / "run" / "mlflow_model" / "MLmodel").is_file()
-
-
-def test_an_export_that_fails_at_the_end_fails_the_launch_and_the_rerun_only_exports(cli_here, tmp_path, monkeypatch):
     from launcher.export import mlflow_model
 
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(mlflow_model, "save_mlflow_model", full_disk)
-    done = cli_here(*LOOKUP_TABLE_RUN)
+    done = cli_here(*LOOKUP_TABLE_RUN, "export.formats=[keras,saved_model]")
     assert done.returncode == 1, done.stderr[-3000:]
     assert "Not exported: tracking.log_model: OSError: [Errno 28] No space left on device" in done.stderr
     assert "Traceback" not in done.stderr
+    import tensorflow as tf
+
+    served = tf.saved_model.load(str(tmp_path / "run" / "saved_model")).signatures["serving_default"]
+    answer = served(tf.constant(["red green", "blue sky"]))  # raw strings in: the table travels with the model
+    assert answer["probabilities"].shape == (2, 2)
     outcome = json.loads((tmp_path / "run" / "outcome.json").read_text())
     assert (outcome["status"], outcome["failure"]) == ("FAILED", "export")
     (run,) = runs_in(tmp_path / "mlflow.db")
     assert run.info.status == "FAILED" and "No space left on device" in run.data.tags["error"]
     assert (tmp_path / "run" / "model.keras").is_file() and list((tmp_path / "run" / "checkpoints").glob("ckpt-*"))
     monkeypatch.undo()
-    again = cli_here(*LOOKUP_TABLE_RUN)
+    again = cli_here(*LOOKUP_TABLE_RUN, "export.formats=[keras,saved_model]")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "epoch 1/1" not in again.stdout  # nothing trained again: it only exports
     (run,) = runs_in(tmp_path / "mlflow.db")
     assert run.info.status == "FINISHED" and (tmp_path / "run" / "mlflow_model" / "MLmodel").is_file()
+    served = tf.saved_model.load(str(tmp_path / "run" / "saved_model")).signatures["serving_default"]
+    assert served(tf.constant(["red green", "blue sky"]))["probabilities"].shape == (2, 2)
 
 
 def test_a_feature_space_preprocess_adapts_under_bf16_trains_and_serves_raw_named_features(cli_here, tmp_path):

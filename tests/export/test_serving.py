@@ -40,7 +40,8 @@ CONSUMER = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory):
-    """One float16 mirrored run exported as keras, saved_model and tflite, and 16 validation inputs."""
+    """One float16 mirrored run exported as keras, saved_model and tflite, 16 validation inputs, and what the bare
+    consumer (a new interpreter that never imports the launcher) answered on them: one process for both tests."""
     from sklearn.datasets import load_digits
     from support.tracking import store
 
@@ -62,17 +63,17 @@ def shipped(tmp_path_factory):
     assert done.returncode == 0, done.stderr[-3000:]
     x = load_digits().images[-16:].astype("float32")[..., None]  # raw intensities 0..16, as a client has them
     np.save(folder / "run" / "inputs.npy", x)
-    return folder, done.stdout + done.stderr
+    bare = subprocess.run(
+        [sys.executable, "-c", CONSUMER, str(folder / "run")], capture_output=True, text=True, timeout=300
+    )
+    return folder, done.stdout + done.stderr, bare
 
 
 @pytest.mark.xdist_group("shipped")  # one worker makes the module's run once
 def test_savedmodel_and_tflite_answer_like_the_keras_model_without_the_launcher(shipped):
-    folder, stdout = shipped
+    folder, stdout, answer = shipped
     assert "export   saved_model" in stdout and "export   tflite" in stdout
     assert "XNNPACK" not in stdout and "tflite_converter" not in stdout  # TFLite's C++ notes, set aside
-    answer = subprocess.run(
-        [sys.executable, "-c", CONSUMER, str(folder / "run")], capture_output=True, text=True, timeout=300
-    )
     assert answer.returncode == 0, answer.stderr[-3000:]
     got = json.loads(answer.stdout.strip().splitlines()[-1])
     assert got["launcher_imported"] is False
@@ -94,7 +95,7 @@ def test_four_artifacts_give_one_answer_on_the_same_raw_inputs_and_a_bad_request
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    folder, _ = shipped
+    folder, _, bare = shipped
     x = np.load(folder / "run" / "inputs.npy")
     flat = x.reshape(len(x), -1)
     pcsv.write_csv(pa.table({f"inputs_{j}": flat[:, j] for j in range(flat.shape[1])}), tmp_path / "digits.csv")
@@ -113,9 +114,6 @@ def test_four_artifacts_give_one_answer_on_the_same_raw_inputs_and_a_bad_request
     )
     assert predicted.returncode == 0, predicted.stderr[-3000:]
     table = pq.read_table(tmp_path / "predict" / "predictions.parquet")
-    bare = subprocess.run(
-        [sys.executable, "-c", CONSUMER, str(folder / "run")], capture_output=True, text=True, timeout=300
-    )
     assert bare.returncode == 0, bare.stderr[-3000:]
     consumer = json.loads(bare.stdout.strip().splitlines()[-1])
     [run] = [r for r in runs_in(folder / "mlflow.db") if r.data.tags.get("launcher.mode") != "predict"]

@@ -156,20 +156,28 @@ def test_the_machine_key_changes_with_the_cpu(tmp_path):
 
 
 @pytest.mark.e2e  # the launcher measures in a child process of its own
-def test_measuring_in_a_child_process_gives_every_dtype_and_backend_and_sees_a_busy_machine(cache, monkeypatch):
-    """The real thing (`python -m launcher.plan.hardware`, ~12 s), with busy loops on half the cores: the figure is
-    provisional, and once RETRY_SEC has passed (0 here) the next launch measures again (the policy itself, with
-    a clock: test_a_figure_taken_under_load_is_replaced_by_the_first_launch_a_minute_later)."""
+def test_measuring_in_a_child_process_gives_every_dtype_and_backend_and_sees_a_busy_machine(
+    cache, tmp_path, monkeypatch
+):
+    """The real thing (`python -m launcher.plan.hardware`, ~12 s), with busy loops on half the cores from the moment
+    the child says its timed rounds begin: the figure is provisional, and once RETRY_SEC has passed (0 here) the
+    next launch measures again (the policy itself, with a clock:
+    test_a_figure_taken_under_load_is_replaced_by_the_first_launch_a_minute_later)."""
     # Half the cores kept busy: other processes' share measured 0.365 twice on 2 cores (AMD EPYC), against the
-    # 0.25 threshold; a loop per core would take as much CPU again from the tests running beside this one.
+    # 0.25 threshold; a loop per core would take as much CPU again from the tests running beside this one. The
+    # loops spin during the timed rounds only (not the child's TensorFlow import and compiles): ~half the CPU.
+    begun = tmp_path / "rounds-begun"
+    monkeypatch.setenv(hardware.ROUNDS_BEGUN_ENV, str(begun))
+    spin = f"import os, time\nwhile not os.path.exists({str(begun)!r}):\n    time.sleep(0.05)\nwhile True:\n    pass"
     busy_cores = max(1, (os.cpu_count() or 1) // 2)
-    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy_cores)]
+    loops = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(busy_cores)]
     try:
         loaded = hardware.measurement()
     finally:
         for loop in loops:
             loop.kill()
             loop.wait()
+    assert begun.exists()  # the child said when its rounds began: the loops ran during them
     assert set(loaded.rates) == {f"{d}_{b}" for d in hardware.DTYPES for b in hardware.BACKENDS}
     assert all(rate > 0 for rate in loaded.rates.values()) and loaded.rounds == hardware.ROUNDS
     assert all(low <= loaded.rates[key] <= high for key, (low, high) in loaded.spread.items())
