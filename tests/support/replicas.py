@@ -1,5 +1,6 @@
 """Layer-level training under a strategy: two CPU replicas, SGD steps with or without the layer swaps, and what a
-test compares of them (losses, outputs, gradients, every replica's copy of every variable)."""
+test compares of them (losses, outputs, gradients, every replica's copy of every variable); a stock Keras, without
+the launcher, that loads the swapped models' files."""
 
 from __future__ import annotations
 
@@ -77,26 +78,60 @@ def train_steps(make_model, swapped: bool, kind: str, xla: bool, x, y, *, learni
     }
 
 
-def predict_in_stock_keras(model, x, folder) -> tuple[list[str], np.ndarray]:
-    """`model` saved as a `.keras` file and loaded by a second interpreter that never imports the launcher: the
-    classes of its top-level layers there, and its inference outputs on `x`."""
-    import subprocess
-    import sys
-    import textwrap
+class StockKeras:
+    """A second interpreter that never imports the launcher (a Keras as a person has it), started on the first
+    question and kept for the test process: each `.keras` file it is given is loaded there, so the swapped layers'
+    files are checked by one interpreter, not one each (~5 CPU-s a start)."""
 
-    path, given, got = folder / "swapped.keras", folder / "x.npy", folder / "got.npy"
-    model.save(path)
-    np.save(given, x)
-    script = textwrap.dedent(
-        f"""
-        import sys, numpy as np, keras
-        model = keras.saving.load_model({str(path)!r})
-        kinds = sorted({{type(layer).__module__ + "." + type(layer).__name__ for layer in model.layers}})
-        assert not any(name.startswith("launcher") for name in sys.modules), "the launcher was imported"
-        np.save({str(got)!r}, np.asarray(model(np.load({str(given)!r}), training=False)))
-        print("\\n".join(kinds))
-        """
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.split(), np.load(got)
+    SERVER = """
+import json, sys, numpy as np, keras
+for line in sys.stdin:
+    path, given, got = json.loads(line)
+    model = keras.saving.load_model(path)
+    kinds = sorted({type(layer).__module__ + "." + type(layer).__name__ for layer in model.layers})
+    assert not any(name.startswith("launcher") for name in sys.modules), "the launcher was imported"
+    np.save(got, np.asarray(model(np.load(given), training=False)))
+    print(json.dumps(kinds), flush=True)
+"""
+
+    def __init__(self, folder):
+        self.folder, self.process, self.asked = folder, None, 0
+
+    def predict(self, model, x) -> tuple[list[str], np.ndarray]:
+        """`model` saved as a `.keras` file and loaded by the stock interpreter: the classes of its top-level layers
+        there, and its inference outputs on `x`."""
+        import json
+        import select
+        import subprocess
+        import sys
+
+        if self.process is None:
+            self.errors = open(self.folder / "stock_keras.err", "w+")  # noqa: SIM115  (closed in `close`)
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", self.SERVER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.errors,
+                text=True,
+            )
+        self.asked += 1
+        path, given, got = (self.folder / f"{self.asked}-{name}" for name in ("swapped.keras", "x.npy", "got.npy"))
+        model.save(path)
+        np.save(given, x)
+        self.process.stdin.write(json.dumps([str(path), str(given), str(got)]) + "\n")
+        self.process.stdin.flush()
+        ready, _, _ = select.select([self.process.stdout], [], [], 300)
+        answer = self.process.stdout.readline() if ready else ""
+        if not answer:
+            if not ready:  # no answer in 5 minutes: as the one-off interpreter's timeout was
+                self.process.kill()
+            self.process.wait(timeout=60)
+            self.errors.seek(0)
+            raise AssertionError(f"the stock Keras interpreter ended: {self.errors.read()[-2000:]}")
+        return json.loads(answer), np.load(got)
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.stdin.close()
+            self.process.wait(timeout=60)
+            self.errors.close()

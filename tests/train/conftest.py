@@ -12,3 +12,14 @@ def policy(request):
     keras.mixed_precision.set_global_policy(request.param)
     yield request.param
     keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.fixture(scope="session")
+def stock_keras(tmp_path_factory):
+    """The interpreter without the launcher that loads the swapped layers' `.keras` files, one per test process
+    (`support.replicas.StockKeras`): the fused BatchNormalization's and the fused Dense's files both go to it."""
+    from support.replicas import StockKeras
+
+    server = StockKeras(tmp_path_factory.mktemp("stock_keras"))
+    yield server
+    server.close()

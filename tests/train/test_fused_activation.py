@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from support.replicas import predict_in_stock_keras, train_steps
+from support.replicas import train_steps
 
 from launcher.train.fused_activation import FusedActivationDense
 from launcher.train.layer_swaps import swap_layers
@@ -160,11 +160,13 @@ def test_swap_records_dense_layers_with_why_and_leaves_the_others():
     assert FusedActivationDense.unfused_because(model.get_layer("gelu"), tf.zeros([1, 6], tf.float64))
 
 
-@pytest.mark.slow  # a second interpreter: a Keras without the launcher
-def test_a_swapped_model_s_keras_file_loads_in_a_stock_keras_and_predicts_the_same(tmp_path):
+@pytest.mark.slow
+@pytest.mark.e2e  # a second interpreter: a Keras without the launcher (the session's `stock_keras`)
+@pytest.mark.xdist_group("stock-keras")  # with test_fused_batch_norm's: one interpreter loads both files
+def test_a_swapped_model_s_keras_file_loads_in_a_stock_keras_and_predicts_the_same(stock_keras):
     trained = train(True, "default", False)["model"]
     x = np.random.default_rng(4).normal(0.0, 2.0, size=(3, 5, 6)).astype("float32")
-    kinds, got = predict_in_stock_keras(trained, x, tmp_path)
+    kinds, got = stock_keras.predict(trained, x)
     assert kinds == ["keras.src.layers.core.dense.Dense", "keras.src.layers.reshaping.flatten.Flatten"]
     np.testing.assert_allclose(got, np.asarray(trained(x, training=False)), rtol=1e-5, atol=1e-6)
 

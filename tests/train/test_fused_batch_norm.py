@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from support.replicas import make_strategy, predict_in_stock_keras, train_steps
+from support.replicas import make_strategy, train_steps
 
 from launcher.train.fused_batch_norm import FusedBatchNormalization
 from launcher.train.layer_swaps import swap_layers
@@ -174,11 +174,13 @@ def test_swap_records_each_layer_with_why_and_leaves_the_others():
     assert swap_layers(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]), 1) is None
 
 
-@pytest.mark.slow  # a second interpreter: a Keras without the launcher
-def test_a_swapped_model_s_keras_file_loads_in_a_stock_keras_and_predicts_the_same(tmp_path):
+@pytest.mark.slow
+@pytest.mark.e2e  # a second interpreter: a Keras without the launcher (the session's `stock_keras`)
+@pytest.mark.xdist_group("stock-keras")  # with test_fused_activation's: one interpreter loads both files
+def test_a_swapped_model_s_keras_file_loads_in_a_stock_keras_and_predicts_the_same(stock_keras):
     trained = train(True, "default", False)["model"]
     x = np.random.default_rng(4).normal(2.0, 3.0, size=(5, 6, 6, 3)).astype("float32")
-    kinds, got = predict_in_stock_keras(trained, x, tmp_path)
+    kinds, got = stock_keras.predict(trained, x)
     assert "keras.src.layers.normalization.batch_normalization.BatchNormalization" in kinds
     np.testing.assert_allclose(got, np.asarray(trained(x, training=False)), rtol=1e-5, atol=1e-6)
 
