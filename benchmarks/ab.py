@@ -14,7 +14,8 @@ def cpu_kind() -> str:
     text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     name = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
     flags = [flag for flag in ("amx_bf16", "avx512_bf16") if flag in text]
-    return f"{name} ({', '.join(flags) or 'no AMX / AVX-512 BF16'})"
+    flags += [] if "amx_bf16" in flags else ["no AMX"]
+    return f"{name} ({', '.join(flags)})"
 
 
 def interleaved(repeats: int, kinds: tuple[str, str], sample: Callable[[Path, str], dict], prefix: str) -> list[dict]:

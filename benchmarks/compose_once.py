@@ -30,6 +30,12 @@ from ab import cpu_kind, interleaved, summary  # noqa: E402
 KINDS = ("once", "twice")
 
 
+def launch_args(train: bool) -> list[str]:
+    """The launch both kinds run: a tiny digits MLP without tracking, the Plan only unless `train`."""
+    what = ["model.hidden_units=[32]", "train.epochs=1", "tracking.enabled=false", "checkpoint.export_model=false"]
+    return what if train else [*what, "explain=true"]
+
+
 def cpu() -> float:
     used = resource.getrusage(resource.RUSAGE_SELF)
     return used.ru_utime + used.ru_stime
@@ -47,8 +53,7 @@ def main() -> None:
     from launcher.config import run_mode
 
     shipped = run_mode.decided_by_flags
-    what = ["model.hidden_units=[32]", "train.epochs=1", "tracking.enabled=false", "checkpoint.export_model=false"]
-    what += [] if args.train else ["explain=true"]
+    what = launch_args(args.train)
 
     import contextlib
     import logging
@@ -92,8 +97,7 @@ def first_launches(args) -> None:
     launch: what a launch the forkserver forks pays (Hydra's first compose in a process costs more than later ones)."""
     import subprocess
 
-    what = ["model.hidden_units=[32]", "train.epochs=1", "tracking.enabled=false", "checkpoint.export_model=false"]
-    what += [] if args.train else ["explain=true"]
+    what = launch_args(args.train)
 
     def launch(folder: Path, kind: str) -> dict:
         code = FIRST.format(twice=kind == "twice", argv=["launcher", f"hydra.run.dir={folder}/run", *what])
